@@ -1,0 +1,123 @@
+"""Tiny assets: cache key, idempotence, atomic builds, speculator references."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from specbench.assets import (
+    DRAFTER_KINDS,
+    SPECIAL_TOKENS,
+    TinyAssets,
+    asset_config,
+    cache_key,
+    ensure_assets,
+    resolve_speculator,
+)
+from specbench.zoo.serve import FLAG, dflash_served_causal, flip_dflash_attention
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> tuple[Path, TinyAssets, float]:
+    cache = tmp_path_factory.mktemp("cache")
+    t0 = time.perf_counter()
+    a = ensure_assets(cache, progress=False)
+    return cache, a, time.perf_counter() - t0
+
+
+def test_cache_key_depends_on_seed_and_mode():
+    cfg = asset_config(train=False, quick=False)
+    assert cache_key(0, cfg) == cache_key(0, asset_config(train=False, quick=False))
+    assert cache_key(0, cfg) != cache_key(1, cfg)
+    # quick only matters when training
+    assert cache_key(0, cfg) == cache_key(0, asset_config(train=False, quick=True))
+    assert cache_key(0, {**cfg, "asset_version": "other"}) != cache_key(0, cfg)
+
+
+def test_layout_and_files(built):
+    _, a, _ = built
+    assert a.trained is False
+    assert set(a.speculators) == set(DRAFTER_KINDS) == {"eagle3", "p-eagle", "dflash", "dspark"}
+    assert (a.target / "config.json").is_file() and (a.target / "model.safetensors").is_file()
+    assert (a.tokenizer / "tokenizer.json").is_file()
+    for kind, p in a.speculators.items():
+        cfg = json.loads((p / "config.json").read_text())
+        # the verifier points at the final target, not the temporary build dir
+        assert cfg["speculators_config"]["verifier"]["name_or_path"] == str(a.target), kind
+        assert cfg["transformer_layer_config"]["num_hidden_layers"] == 1
+        assert len(cfg["transformer_layer_config"]["layer_types"]) == 1
+    assert not list(a.root.parent.glob(".*building*")), "temporary build dirs left behind"
+
+
+def test_idempotent_and_fast(built):
+    cache, a, _ = built
+    t0 = time.perf_counter()
+    b = ensure_assets(cache, progress=False)
+    assert time.perf_counter() - t0 < 2.0
+    assert b.root == a.root and b.info == a.info
+
+
+def test_tokenizer(built):
+    from transformers import AutoTokenizer
+
+    _, a, _ = built
+    tok = AutoTokenizer.from_pretrained(a.tokenizer)
+    assert len(tok) == 4096
+    for t in SPECIAL_TOKENS:
+        assert tok.convert_tokens_to_ids(t) < len(SPECIAL_TOKENS)
+    text = "def f(x):\n    return x + 1\n"
+    assert tok.decode(tok(text)["input_ids"]) == text
+    msgs = [{"role": "user", "content": "hi"}]
+    plain = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    assert plain == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert (
+        tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True, enable_thinking=False)
+        == plain
+    )
+
+
+def test_resolve_speculator(built):
+    _, a, _ = built
+    assert resolve_speculator("tiny:eagle3", a) == a.speculators["eagle3"]
+    assert resolve_speculator("tiny:p-eagle", a) == a.speculators["p-eagle"]
+    with pytest.raises(ValueError, match="dflash, dspark, eagle3, p-eagle"):
+        resolve_speculator("tiny:medusa", a)
+    with pytest.raises(ValueError):
+        resolve_speculator("eagle3", a)
+
+
+def test_dflash_served_non_causal_and_flip(built, tmp_path):
+    _, a, _ = built
+    src = a.speculators["dflash"]
+    assert dflash_served_causal(src) is False
+    flipped = flip_dflash_attention(src, tmp_path / "flipped")
+    assert dflash_served_causal(flipped) is True
+    assert json.loads((flipped / "config.json").read_text())[FLAG] is False
+    assert (flipped / "model.safetensors").read_bytes() == (src / "model.safetensors").read_bytes()
+
+
+def test_seeded_weights_are_deterministic(built, tmp_path):
+    from safetensors.torch import load_file
+
+    _, a, _ = built
+    b = ensure_assets(tmp_path, progress=False)
+    wa, wb = load_file(a.target / "model.safetensors"), load_file(b.target / "model.safetensors")
+    assert all((wa[k] == wb[k]).all() for k in wa)
+    da = load_file(a.speculators["eagle3"] / "model.safetensors")
+    db = load_file(b.speculators["eagle3"] / "model.safetensors")
+    assert all((da[k] == db[k]).all() for k in da)
+
+
+def test_failed_build_leaves_no_cache(tmp_path, monkeypatch):
+    import specbench.assets as assets
+
+    def boom(*a, **k):
+        raise RuntimeError("interrupted")
+
+    monkeypatch.setattr(assets, "build_target", boom)
+    with pytest.raises(RuntimeError):
+        ensure_assets(tmp_path, progress=False, seed=7)
+    assert [p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")] == []
