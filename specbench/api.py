@@ -1,0 +1,159 @@
+"""The Python API: validate / plan / run / analyze / report.
+
+Each CLI command calls one function here. ``analyze`` rebuilds
+``summary.json`` from the raw records alone, so every number in a report can
+be recomputed without an engine.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from specbench import metrics, store
+from specbench.plan import Cell, Plan, expand, vllm_serve_command
+from specbench.runner import Progress, Runner, detect_platform, resolve_engine
+from specbench.suite import Suite, SuiteError, load_suite
+from specbench.summary import RunSummary
+
+
+def validate(paths: list[Path]) -> list[str]:
+    """All error lines of all suites (empty when every suite is valid)."""
+    errors: list[str] = []
+    for p in paths:
+        try:
+            load_suite(p)
+        except SuiteError as exc:
+            errors.extend(exc.messages)
+    return errors
+
+
+def dry_run(suite: Suite, platform: str | None = None) -> list[dict[str, Any]]:
+    """Every engine's exact configuration, without starting anything."""
+    platform = platform or detect_platform()
+    plan = expand(suite)
+    out = []
+    for cfg in plan.engines:
+        res = resolve_engine(cfg, platform)
+        out.append(
+            {
+                "engine": cfg.key,
+                "kind": cfg.target.engine,
+                "method": cfg.method.method,
+                "speculative_config": res.engine_kwargs.get("speculative_config"),
+                "llm_kwargs": res.engine_kwargs,
+                "env": res.env,
+                "vllm_serve": vllm_serve_command(cfg, res.engine_kwargs),
+                "cells": len(plan.cells_for(cfg.key)),
+            }
+        )
+    return out
+
+
+def results_root(out: Path | None) -> Path:
+    return Path(out) if out is not None else Path.cwd() / "results"
+
+
+def reports_dir_for(run_dir: Path) -> Path:
+    root = run_dir.parent.parent
+    return root.parent / "reports" if root.name == "results" else root / "reports"
+
+
+def _manifest(suite: Suite, plan: Plan, run_id: str, platform: str, limit: int | None) -> dict[str, Any]:
+    src = Path(suite.source_path) if suite.source_path else None
+    return {
+        "schema_version": store.SCHEMA_VERSION,
+        "run_id": run_id,
+        "suite_name": suite.name,
+        "suite_path": str(src) if src else None,
+        "suite": suite.model_dump(mode="json"),
+        "plan": plan.model_dump(mode="json"),
+        "limit": limit,
+        "seed": suite.sampling.seed,
+        "platform": platform,
+        "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "git_commit": store.git_commit(src.parent if src else None),
+        "versions": store.package_versions(),
+        "hardware": store.hardware(),
+        "command": os.environ.get("SPECBENCH_COMMAND"),
+    }
+
+
+def run(
+    suite_path: Path,
+    *,
+    out: Path | None = None,
+    limit: int | None = None,
+    resume: Path | None = None,
+    progress: Progress | None = None,
+    platform: str | None = None,
+) -> Path:
+    """Run a suite (or resume a run) and write records, summary and reports.
+
+    Returns the run directory.
+    """
+    platform = platform or detect_platform()
+    if resume is not None:
+        run_dir = Path(resume)
+        manifest = store.read_manifest(run_dir)
+        suite = load_suite(manifest.get("suite_path") or suite_path)
+        plan = Plan.model_validate(manifest["plan"])
+        run_id = manifest["run_id"]
+        limit = manifest.get("limit") if limit is None else limit
+        manifest.setdefault("resumed_at", []).append(dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+    else:
+        suite = load_suite(suite_path)
+        plan = expand(suite)
+        run_id = store.new_run_id()
+        run_dir = results_root(out) / suite.name / run_id
+        run_dir.mkdir(parents=True, exist_ok=False)
+        manifest = _manifest(suite, plan, run_id, platform, limit)
+    store.write_json(run_dir / store.MANIFEST, manifest)
+    runner = Runner(suite, plan, run_dir, run_id, limit=limit, progress=progress, platform=platform)
+    try:
+        runner.run()
+    finally:
+        manifest["engines"] = [
+            {"key": k, **v} for k, v in runner.engine_status.items()
+        ]
+        manifest["finished_at"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        store.write_json(run_dir / store.MANIFEST, manifest)
+    analyze(run_dir)
+    return run_dir
+
+
+def analyze(run_dir: Path) -> RunSummary:
+    """Rebuild ``summary.json`` from the run's raw records."""
+    run_dir = Path(run_dir)
+    manifest = store.read_manifest(run_dir)
+    cells = [Cell.model_validate(c) for c in manifest["plan"]["cells"]]
+    summary = metrics.summarize(
+        manifest["run_id"],
+        manifest["suite_name"],
+        cells,
+        store.read_cells(run_dir),
+        store.read_requests(run_dir),
+        references=manifest["suite"].get("references", []),
+    )
+    summary.checks = metrics.counter_checks(summary)
+    store.write_json(run_dir / store.SUMMARY, summary.model_dump(mode="json"))
+    return summary
+
+
+def load_summary(run_dir: Path) -> RunSummary:
+    p = Path(run_dir) / store.SUMMARY
+    if not p.exists():
+        return analyze(Path(run_dir))
+    return RunSummary.model_validate(json.loads(p.read_text()))
+
+
+def report(run_dir: Path, out_dir: Path | None = None) -> dict[str, Path]:
+    """Write the markdown and HTML reports of a run."""
+    from specbench.report import write_reports
+
+    run_dir = Path(run_dir)
+    load_summary(run_dir)
+    return write_reports(run_dir, out_dir or reports_dir_for(run_dir))

@@ -1,0 +1,195 @@
+"""Typer front end. Each command calls one function of :mod:`specbench.api`.
+
+Exit codes: 0 ok, 1 regression (gate), 2 bad input or configuration,
+3 nothing measured / run errors (gate).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from specbench import api
+from specbench.datasets import DatasetError
+from specbench.methods import METHODS
+from specbench.suite import SuiteError
+
+app = typer.Typer(
+    help="specbench: benchmark speculative decoding on vLLM.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+console = Console()
+err = Console(stderr=True)
+
+EXIT_BAD_INPUT = 2
+
+
+def _bad_input(lines: list[str]) -> None:
+    for line in lines:
+        err.print(f"[red]error[/red] {line}", highlight=False, soft_wrap=True)
+    raise typer.Exit(EXIT_BAD_INPUT)
+
+
+@app.command()
+def validate(suites: Annotated[list[Path], typer.Argument(help="suite YAML files")]) -> None:
+    """Validate suite files (exit 2 with file:line messages when one is bad)."""
+    errors = api.validate(suites)
+    if errors:
+        _bad_input(errors)
+    for s in suites:
+        console.print(f"[green]ok[/green] {s}")
+
+
+@app.command("list")
+def list_(what: Annotated[str, typer.Argument(help="methods | datasets")]) -> None:
+    """List the registered methods or dataset kinds."""
+    if what == "methods":
+        t = Table("method", "vLLM method", "needs speculator", "max K", "platforms", "description")
+        for m in METHODS.values():
+            t.add_row(
+                m.name, m.vllm_method or "–", "yes" if m.needs_speculator else "no",
+                str(m.max_k or "–"), ",".join(m.platforms) or "all", m.description,
+            )
+        console.print(t)
+    elif what == "datasets":
+        from specbench.datasets import DESCRIPTIONS
+
+        t = Table("kind", "description")
+        for k, v in DESCRIPTIONS.items():
+            t.add_row(k, v)
+        console.print(t)
+    else:
+        _bad_input([f"unknown list {what!r}: use 'methods' or 'datasets'"])
+
+
+class _RichProgress:
+    """Adapts runner progress events to a rich progress bar."""
+
+    def __init__(self, progress: Progress, total: int):
+        self.p = progress
+        self.task = progress.add_task("cells", total=total)
+
+    def __call__(self, event: str, cell, msg: str) -> None:
+        if event == "engine_start":
+            self.p.update(self.task, description=f"starting {msg}")
+        elif event == "cell_start":
+            self.p.update(self.task, description=cell.cell_id)
+        elif event in ("cell_ok", "cell_failed", "cell_skipped"):
+            self.p.advance(self.task)
+            if event != "cell_ok":
+                label = "failed" if event == "cell_failed" else "skipped"
+                first = msg.strip().splitlines()[0][:160] if msg.strip() else ""
+                self.p.console.print(f"[yellow]{label}[/yellow] {cell.cell_id}: {first}", highlight=False)
+
+
+@app.command()
+def run(
+    suite: Annotated[Path, typer.Argument(help="suite YAML")],
+    limit: Annotated[int | None, typer.Option(help="at most N prompts per dataset")] = None,
+    out: Annotated[Path | None, typer.Option(help="results root (default ./results)")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="print each engine's exact configuration")] = False,
+    resume: Annotated[Path | None, typer.Option(help="continue an interrupted run directory")] = None,
+    report: Annotated[bool, typer.Option(help="write the reports at the end")] = True,
+) -> None:
+    """Run a suite on real engines; write records, summary and reports."""
+    try:
+        suite_obj = api.load_suite(suite)
+    except SuiteError as exc:
+        _bad_input(exc.messages)
+    if dry_run:
+        for e in api.dry_run(suite_obj):
+            console.rule(f"engine {e['engine']} ({e['kind']}, {e['cells']} cells)")
+            console.print("speculative_config:", highlight=False)
+            console.print(json.dumps(e["speculative_config"], indent=2, sort_keys=True), highlight=False)
+            console.print(f"LLM(**{json.dumps(e['llm_kwargs'], sort_keys=True)})", highlight=False, soft_wrap=True)
+            if e["env"]:
+                console.print("env: " + " ".join(f"{k}={v}" for k, v in e["env"].items()), highlight=False)
+            console.print(e["vllm_serve"], highlight=False, soft_wrap=True)
+        return
+    from specbench.plan import expand
+
+    total = len(expand(suite_obj).cells)
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    ) as p:
+        try:
+            run_dir = api.run(suite, out=out, limit=limit, resume=resume, progress=_RichProgress(p, total))
+        except SuiteError as exc:
+            _bad_input(exc.messages)
+        except (api.store.StoreError, DatasetError) as exc:
+            _bad_input([str(exc)])
+    console.print(f"results: {run_dir}")
+    _print_summary(run_dir)
+    if report:
+        for kind, path in api.report(run_dir).items():
+            console.print(f"{kind} report: {path}")
+
+
+def _print_summary(run_dir: Path) -> None:
+    s = api.load_summary(run_dir)
+    t = Table("target", "dataset", "method", "K", "status", "τ [95% CI]", "tok/s", "speedup", "greedy match")
+    for g in s.groups:
+        t.add_row(
+            g.target, g.dataset, g.method, str(g.k or "–"), g.status,
+            g.tau.fmt() if g.tau else "–",
+            g.output_tps.fmt(0) if g.output_tps else "–",
+            g.speedup.fmt() if g.speedup else "–",
+            g.greedy_match.fmt(0, pct=True) if g.greedy_match else "–",
+        )
+    console.print(t)
+    bad = [c for c in s.checks if not c["ok"]]
+    if bad:
+        for c in bad:
+            err.print(f"[red]check failed[/red] {c['group_id']}: {c['check']}")
+
+
+@app.command()
+def analyze(run_dir: Annotated[Path, typer.Argument(help="a results/<suite>/<run-id> directory")]) -> None:
+    """Rebuild summary.json from the raw records (no engine needed)."""
+    try:
+        api.analyze(run_dir)
+    except api.store.StoreError as exc:
+        _bad_input([str(exc)])
+    _print_summary(run_dir)
+
+
+@app.command("report")
+def report_cmd(
+    run_dir: Annotated[Path, typer.Argument(help="a results/<suite>/<run-id> directory")],
+    out: Annotated[Path | None, typer.Option(help="reports directory")] = None,
+) -> None:
+    """Write the markdown and HTML reports of a run."""
+    try:
+        paths = api.report(run_dir, out)
+    except api.store.StoreError as exc:
+        _bad_input([str(exc)])
+    for kind, path in paths.items():
+        console.print(f"{kind} report: {path}")
+
+
+@app.command()
+def assets(
+    train: Annotated[bool, typer.Option(help="train the zoo (target + drafters)")] = False,
+    quick: Annotated[bool, typer.Option(help="train for seconds only (tests)")] = False,
+    cache_dir: Annotated[Path | None, typer.Option(help="cache directory")] = None,
+) -> None:
+    """Build (or find in the cache) the tiny local target and speculators."""
+    from specbench.assets import ensure_assets
+
+    a = ensure_assets(cache_dir, train=train or quick, quick=quick)
+    console.print(f"target: {a.target}")
+    for k, v in a.speculators.items():
+        console.print(f"{k}: {v}")
+
+
+def main() -> None:  # pragma: no cover
+    sys.exit(app())

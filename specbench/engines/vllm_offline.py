@@ -1,0 +1,324 @@
+"""vLLM offline engine, isolated in a child process.
+
+The parent (:class:`VllmOfflineEngine`) talks to a spawned worker over a
+pipe. The worker owns one ``vllm.LLM``; its stdout/stderr go to a log file so
+that when it crashes (or is killed, or runs out of memory) the parent fails
+only the affected cells and keeps the log tail as the reason.
+
+Counters come from ``LLM.get_metrics()`` (cumulative over the engine's life,
+so each cell takes the delta around its own requests). Per-request counters
+come from vLLM's per-request spec-decode metrics (``detailed``).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from specbench.engines.base import (
+    CellFailed,
+    CellOutcome,
+    CellRequest,
+    EmitRecord,
+    EngineUnavailable,
+)
+from specbench.plan import EngineConfig
+from specbench.records import RequestRecord, SpecCounters
+
+START_TIMEOUT_S = float(os.environ.get("SPECBENCH_ENGINE_START_TIMEOUT", "900"))
+CELL_TIMEOUT_S = float(os.environ.get("SPECBENCH_CELL_TIMEOUT", "3600"))
+
+# Phrases in a start-up log that say a configuration cannot run on this
+# platform. Only a hint for log scanning: whether a cell is *skipped* rather
+# than *failed* is decided by the runner from the method registry.
+UNSUPPORTED_MARKERS = ("not supported", "only supported", "unsupported", "model runner v2")
+
+
+def tail(path: Path | None, n_chars: int = 4000) -> str:
+    if path is None or not path.exists():
+        return ""
+    data = path.read_bytes()[-n_chars:]
+    return data.decode("utf-8", "replace")
+
+
+# ---------------------------------------------------------------------------
+# worker side (runs in the child process)
+
+
+def counters_from_metrics(metrics: list[Any]) -> SpecCounters:
+    """Extract spec-decode counters from ``LLM.get_metrics()`` output."""
+    c = SpecCounters()
+    for m in metrics:
+        name = m.name.removesuffix("_total")
+        if name == "vllm:spec_decode_num_drafts":
+            c.num_drafts += int(m.value)
+        elif name == "vllm:spec_decode_num_draft_tokens":
+            c.num_draft_tokens += int(m.value)
+        elif name == "vllm:spec_decode_num_accepted_tokens":
+            c.num_accepted_tokens += int(m.value)
+        elif name == "vllm:spec_decode_num_accepted_tokens_per_pos":
+            c = c + SpecCounters(accepted_per_pos=[int(v) for v in m.values])
+    return c
+
+
+def counters_from_request_metrics(sd: Any, k: int | None) -> SpecCounters | None:
+    """Per-request counters from vLLM's ``RequestSpecDecodeMetrics``.
+
+    Chain acceptance: a verify step that accepted ``j`` drafts accepted
+    positions ``0..j-1``, so position ``i`` counts steps with ``j > i``.
+    """
+    if sd is None:
+        return None
+    hist = list(sd.histogram)
+    width = max(k or 0, len(hist) - 1)
+    per_pos = [sum(hist[j] for j in range(i + 1, len(hist))) for i in range(width)]
+    return SpecCounters(
+        num_drafts=int(sum(hist)),
+        num_draft_tokens=int(sd.num_draft_tokens),
+        num_accepted_tokens=int(sum(j * c for j, c in enumerate(hist))),
+        accepted_per_pos=per_pos,
+    )
+
+
+def _request_record(req: CellRequest, engine_key: str, prompt_id: str, sample: int, out: Any, k: int | None) -> dict:
+    comp = out.outputs[0]
+    m = out.metrics
+    latency = ttft = None
+    itl = None
+    if m is not None and getattr(m, "first_token_ts", 0) and getattr(m, "scheduled_ts", 0):
+        # Engine-core monotonic timestamps: queue → first token → last token.
+        ttft = max(0.0, m.first_token_ts - m.queued_ts)
+        latency = max(0.0, m.last_token_ts - m.queued_ts)
+    lps = None
+    if comp.logprobs is not None:
+        lps = [{int(t): float(lp.logprob) for t, lp in pos.items()} for pos in comp.logprobs]
+    rec = RequestRecord(
+        run_id=req.run_id,
+        cell_id=req.cell.cell_id,
+        engine_key=engine_key,
+        prompt_id=prompt_id,
+        repeat=req.cell.repeat,
+        sample_index=sample,
+        seed=req.sampling.seed,
+        prompt_tokens=len(out.prompt_token_ids or []),
+        output_token_ids=list(comp.token_ids),
+        output_text=comp.text,
+        finish_reason=comp.finish_reason,
+        latency_s=latency,
+        ttft_s=ttft,
+        itl_s=itl,
+        spec=counters_from_request_metrics(getattr(comp, "spec_decode_metrics", None), k),
+        logprobs=lps,
+    )
+    return rec.model_dump(mode="json")
+
+
+def _worker_main(conn: Any, engine_kwargs: dict[str, Any], log_path: str, env: dict[str, str]) -> None:
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.environ.update(env)
+    try:
+        from vllm import LLM, SamplingParams
+
+        llm = LLM(**engine_kwargs)
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        traceback.print_exc()
+        conn.send(("start_error", f"{type(exc).__name__}: {exc}"))
+        return
+    conn.send(("ready", None))
+    spec = engine_kwargs.get("speculative_config") or {}
+    k = spec.get("num_speculative_tokens")
+    while True:
+        msg = conn.recv()
+        if msg[0] == "close":
+            conn.send(("closed", None))
+            return
+        req = CellRequest.model_validate(msg[1])
+        try:
+            before = counters_from_metrics(llm.get_metrics())
+            t0 = time.perf_counter()
+            todo = [
+                (p, s)
+                for p in req.prompts
+                for s in range(req.sampling.samples_per_prompt)
+                if (p.prompt_id, s) not in req.skip
+            ]
+            bs = max(1, req.cell.batch_size)
+            for i in range(0, len(todo), bs):
+                batch = todo[i : i + bs]
+                params = [
+                    SamplingParams(
+                        temperature=req.sampling.temperature,
+                        top_p=req.sampling.top_p,
+                        max_tokens=req.sampling.max_tokens,
+                        seed=req.sampling.seed + 7919 * s + 104729 * req.cell.repeat,
+                        logprobs=req.sampling.logprobs,
+                        stop=req.sampling.stop,
+                    )
+                    for _, s in batch
+                ]
+                if batch[0][0].messages is not None:
+                    outs = llm.chat(
+                        [p.messages for p, _ in batch],
+                        params,
+                        use_tqdm=False,
+                        chat_template_kwargs=msg[2].get("chat_template_kwargs") or None,
+                    )
+                else:
+                    outs = llm.generate([p.text for p, _ in batch], params, use_tqdm=False)
+                recs = [
+                    _request_record(req, msg[2]["engine_key"], p.prompt_id, s, o, k)
+                    for (p, s), o in zip(batch, outs)
+                ]
+                conn.send(("records", recs))
+            wall = time.perf_counter() - t0
+            delta = counters_from_metrics(llm.get_metrics()) - before
+            conn.send(("done", {"counters": delta.model_dump(), "wall": wall, "n": len(todo)}))
+        except BaseException as exc:  # noqa: BLE001
+            traceback.print_exc()
+            conn.send(("cell_error", f"{type(exc).__name__}: {exc}"))
+
+
+# ---------------------------------------------------------------------------
+# parent side
+
+
+def build_engine_kwargs(cfg: EngineConfig, model_path: str, speculator_path: str | None) -> dict[str, Any]:
+    """``vllm.LLM`` keyword arguments for an engine config."""
+    t = cfg.target
+    kwargs: dict[str, Any] = {
+        "model": model_path,
+        "tensor_parallel_size": t.tensor_parallel_size,
+        "dtype": t.dtype,
+        "seed": 0,
+        # get_metrics() needs stat logging (the offline LLM disables it by default).
+        "disable_log_stats": False,
+    }
+    if t.max_model_len is not None:
+        kwargs["max_model_len"] = t.max_model_len
+    if t.gpu_memory_utilization is not None:
+        kwargs["gpu_memory_utilization"] = t.gpu_memory_utilization
+    spec = cfg.speculative_config_resolved(speculator_path)
+    if spec is not None:
+        kwargs["speculative_config"] = spec
+        kwargs["per_request_spec_decode_metrics"] = "detailed"
+    kwargs.update(t.engine_args)
+    return kwargs
+
+
+class VllmOfflineEngine:
+    """One ``vllm.LLM`` in a child process."""
+
+    def __init__(self, config: EngineConfig, engine_kwargs: dict[str, Any], log_path: Path, env: dict[str, str]):
+        self.config = config
+        self.engine_kwargs = engine_kwargs
+        self.log_path = log_path
+        self.env = env
+        self._proc: Any = None
+        self._conn: Any = None
+
+    def describe(self) -> dict[str, Any]:
+        return {"engine": "vllm-offline", "llm_kwargs": self.engine_kwargs}
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def start(self) -> None:
+        ctx = mp.get_context("spawn")
+        parent, child = ctx.Pipe()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._proc = ctx.Process(
+            target=_worker_main,
+            args=(child, self.engine_kwargs, str(self.log_path), self.env),
+            daemon=False,
+            name=f"specbench-engine-{self.config.key}",
+        )
+        self._proc.start()
+        child.close()
+        self._conn = parent
+        kind, payload = self._recv(START_TIMEOUT_S, starting=True)
+        if kind == "start_error":
+            self._reap()
+            # Whether this is a "skip" (method unsupported on this platform) is decided by
+            # the runner from the method registry; the reason is always vLLM's own text.
+            raise EngineUnavailable(payload, log_tail=tail(self.log_path))
+
+    def _recv(self, timeout: float, starting: bool = False) -> tuple[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._conn.poll(0.2):
+                try:
+                    return self._conn.recv()
+                except (EOFError, OSError):
+                    break
+            if not self._proc.is_alive():
+                if self._conn.poll(0):
+                    continue
+                break
+            if time.monotonic() > deadline:
+                self.kill()
+                what = "start" if starting else "finish the cell"
+                reason = f"engine did not {what} within {timeout:.0f} s"
+                if starting:
+                    raise EngineUnavailable(reason, log_tail=tail(self.log_path))
+                raise CellFailed(reason, engine_dead=True, log_tail=tail(self.log_path))
+        code = self._proc.exitcode if self._proc is not None else None
+        self._reap()
+        reason = f"engine process died (exit code {code})"
+        if starting:
+            raise EngineUnavailable(reason, log_tail=tail(self.log_path))
+        raise CellFailed(reason, engine_dead=True, log_tail=tail(self.log_path))
+
+    def run_cell(self, request: CellRequest, emit: EmitRecord) -> CellOutcome:
+        if self._proc is None or not self._proc.is_alive():
+            raise CellFailed("engine is not running", engine_dead=True, log_tail=tail(self.log_path))
+        opts = {
+            "engine_key": self.config.key,
+            "chat_template_kwargs": self.config.target.chat_template_kwargs,
+        }
+        self._conn.send(("cell", request.model_dump(mode="json"), opts))
+        while True:
+            kind, payload = self._recv(CELL_TIMEOUT_S)
+            if kind == "records":
+                for r in payload:
+                    emit(RequestRecord.model_validate(r))
+            elif kind == "done":
+                counters = SpecCounters.model_validate(payload["counters"])
+                return CellOutcome(
+                    counters=None if self.config.speculative_config is None else counters,
+                    wall_time_s=payload["wall"],
+                    num_requests=payload["n"],
+                )
+            elif kind == "cell_error":
+                raise CellFailed(payload, log_tail=tail(self.log_path))
+
+    def kill(self) -> None:
+        if self._proc is not None and self._proc.is_alive():
+            self._proc.kill()
+        self._reap()
+
+    def _reap(self) -> None:
+        if self._proc is not None:
+            self._proc.join(timeout=10)
+        self._proc = None
+
+    def close(self) -> None:
+        if self._proc is None:
+            return
+        try:
+            if self._proc.is_alive():
+                self._conn.send(("close",))
+                self._conn.poll(30)
+        except (OSError, EOFError, BrokenPipeError):
+            pass
+        if self._proc is not None:
+            self._proc.join(timeout=30)
+            if self._proc.is_alive():
+                self._proc.kill()
+        self._reap()

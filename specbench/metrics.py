@@ -1,0 +1,306 @@
+"""Acceptance, speed and agreement metrics over raw records (pure).
+
+Definitions (see DESIGN.md):
+
+* τ (mean acceptance length) = 1 + accepted / drafts, counting the bonus
+  token, so 1 ≤ τ ≤ K+1. *Pooled* τ uses the engine's counters summed over
+  the group (long completions weigh more); *per-request* τ is the mean of
+  each request's own τ.
+* per-position rate i = accepted_i / drafts.
+* draft acceptance rate = accepted / draft tokens.
+* output tokens/s = Σ output tokens / Σ request latency (the rate one
+  stream sees); throughput = Σ output tokens / Σ cell wall time.
+* speedup = a method's output tokens/s over the baseline group's with the
+  same target, dataset, temperature and load, bootstrapped over prompts
+  paired across the two groups.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from specbench import stats
+from specbench.plan import Cell
+from specbench.records import CellRecord, RequestRecord, SpecCounters
+from specbench.stats import Estimate
+from specbench.summary import CellStatusLine, GroupSummary, RunSummary
+
+PairKey = tuple[str, int, int]  # prompt_id, sample_index, repeat
+
+
+def latest_cell_records(cell_records: Iterable[CellRecord]) -> dict[str, CellRecord]:
+    """The last attempt of each cell (records are append-only)."""
+    out: dict[str, CellRecord] = {}
+    for c in cell_records:
+        out[c.cell_id] = c
+    return out
+
+
+def unique_requests(records: Iterable[RequestRecord]) -> list[RequestRecord]:
+    """Drop accidental duplicates (same cell, prompt, sample), keeping the first."""
+    seen: set[tuple[str, str, int]] = set()
+    out = []
+    for r in records:
+        key = (r.cell_id, r.prompt_id, r.sample_index)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(r)
+    return out
+
+
+def sum_counters(items: Iterable[SpecCounters | None]) -> SpecCounters | None:
+    total: SpecCounters | None = None
+    for c in items:
+        if c is None:
+            continue
+        total = c if total is None else total + c
+    return total
+
+
+def tau_value(c: SpecCounters) -> float | None:
+    return 1.0 + c.num_accepted_tokens / c.num_drafts if c.num_drafts > 0 else None
+
+
+def acceptance(counters: SpecCounters, requests: Sequence[RequestRecord], k: int | None) -> dict:
+    """τ (pooled and per request), per-position rates and draft acceptance rate.
+
+    Values come from the engine's pooled ``counters``; intervals from a
+    bootstrap over the requests' own counters when every request has them.
+    """
+    per_req = [r.spec for r in requests if r.error is None]
+    have = bool(per_req) and all(s is not None for s in per_req)
+    specs: list[SpecCounters] = [s for s in per_req if s is not None] if have else []
+    width = max(k or 0, len(counters.accepted_per_pos))
+    n = len(specs)
+
+    def with_value(est: Estimate, value: float | None) -> Estimate:
+        return est.model_copy(update={"value": value})
+
+    if counters.num_drafts == 0:
+        return {
+            "tau": Estimate(value=None, n=n),
+            "tau_per_request": Estimate(value=None, n=n),
+            "per_position": [Estimate(value=None, n=n) for _ in range(width)],
+            "draft_acceptance_rate": Estimate(value=None, n=n),
+        }
+    tau = 1.0 + counters.num_accepted_tokens / counters.num_drafts
+    acc = np.array([s.num_accepted_tokens for s in specs], float)
+    drafts = np.array([s.num_drafts for s in specs], float)
+    dtoks = np.array([s.num_draft_tokens for s in specs], float)
+    if have:
+        tau_est = with_value(stats.ratio_ci(acc, drafts), None)
+        if tau_est.ci_low is not None and tau_est.ci_high is not None:
+            tau_est = tau_est.model_copy(update={"ci_low": 1 + tau_est.ci_low, "ci_high": 1 + tau_est.ci_high})
+        tau_est = with_value(tau_est, tau)
+        mask = drafts > 0
+        tau_req = stats.mean_ci(list(1.0 + acc[mask] / drafts[mask]))
+        rate = with_value(stats.ratio_ci(acc, dtoks), counters.num_accepted_tokens / max(1, counters.num_draft_tokens))
+        pos = []
+        for i in range(width):
+            ai = np.array([s.accepted_per_pos[i] if i < len(s.accepted_per_pos) else 0 for s in specs], float)
+            total_i = counters.accepted_per_pos[i] if i < len(counters.accepted_per_pos) else 0
+            pos.append(with_value(stats.ratio_ci(ai, drafts), total_i / counters.num_drafts))
+    else:
+        tau_est = Estimate(value=tau, n=len(requests))
+        tau_req = Estimate(value=None, n=0)
+        rate = Estimate(value=counters.num_accepted_tokens / max(1, counters.num_draft_tokens), n=len(requests))
+        pos = [
+            Estimate(
+                value=(counters.accepted_per_pos[i] if i < len(counters.accepted_per_pos) else 0) / counters.num_drafts,
+                n=len(requests),
+            )
+            for i in range(width)
+        ]
+    return {"tau": tau_est, "tau_per_request": tau_req, "per_position": pos, "draft_acceptance_rate": rate}
+
+
+def speed(requests: Sequence[RequestRecord]) -> dict:
+    ok = [r for r in requests if r.error is None and r.latency_s]
+    toks = [r.num_output_tokens for r in ok]
+    lats = [float(r.latency_s or 0.0) for r in ok]
+    ttfts = [r.ttft_s for r in ok if r.ttft_s is not None]
+    return {
+        "output_tps": stats.ratio_ci(toks, lats),
+        "latency_s": stats.mean_ci(lats),
+        "latency_p50_s": stats.percentile(lats, 50),
+        "latency_p90_s": stats.percentile(lats, 90),
+        "latency_p99_s": stats.percentile(lats, 99),
+        "ttft_s": stats.mean_ci([float(t) for t in ttfts]),
+    }
+
+
+def _pair_map(requests: Sequence[RequestRecord]) -> dict[PairKey, RequestRecord]:
+    return {(r.prompt_id, r.sample_index, r.repeat): r for r in requests if r.error is None}
+
+
+def paired_speedup(method: Sequence[RequestRecord], baseline: Sequence[RequestRecord]) -> Estimate:
+    """(Σ tok_m / Σ lat_m) / (Σ tok_b / Σ lat_b) over prompts present in both.
+
+    Bootstrap over prompt ids (all samples and repeats of a prompt move
+    together), so prompt difficulty is paired out.
+    """
+    m, b = _pair_map(method), _pair_map(baseline)
+    by_prompt: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
+    for key in m.keys() & b.keys():
+        rm, rb = m[key], b[key]
+        if not rm.latency_s or not rb.latency_s:
+            continue
+        row = by_prompt[key[0]]
+        row[0] += rm.num_output_tokens
+        row[1] += rm.latency_s
+        row[2] += rb.num_output_tokens
+        row[3] += rb.latency_s
+    if not by_prompt:
+        return Estimate(value=None, n=0)
+    arr = np.array([by_prompt[p] for p in sorted(by_prompt)], float)
+
+    def ratio(a: np.ndarray) -> float:
+        s = a.sum(axis=0)
+        if s[1] <= 0 or s[2] <= 0 or s[3] <= 0:
+            return float("nan")
+        return float((s[0] / s[1]) / (s[2] / s[3]))
+
+    return stats.bootstrap(arr, ratio)
+
+
+def greedy_match(method: Sequence[RequestRecord], baseline: Sequence[RequestRecord]) -> Estimate:
+    """Share of paired requests whose token ids equal the baseline's."""
+    m, b = _pair_map(method), _pair_map(baseline)
+    keys = sorted(m.keys() & b.keys())
+    same = sum(1 for k in keys if m[k].output_token_ids == b[k].output_token_ids)
+    return stats.wilson(same, len(keys))
+
+
+def _group_status(statuses: list[str]) -> str:
+    if not statuses:
+        return "pending"
+    if all(s == "ok" for s in statuses):
+        return "ok"
+    if all(s == "skipped" for s in statuses):
+        return "skipped"
+    if all(s == "failed" for s in statuses):
+        return "failed"
+    return "partial"
+
+
+def summarize(
+    run_id: str,
+    suite_name: str,
+    cells: Sequence[Cell],
+    cell_records: Iterable[CellRecord],
+    requests: Iterable[RequestRecord],
+    references: Sequence[dict] = (),
+) -> RunSummary:
+    """Every group's metrics, from the plan's cells and the raw records."""
+    latest = latest_cell_records(cell_records)
+    reqs = unique_requests(requests)
+    by_cell: dict[str, list[RequestRecord]] = defaultdict(list)
+    for r in reqs:
+        by_cell[r.cell_id].append(r)
+    groups: dict[str, list[Cell]] = defaultdict(list)
+    for c in cells:
+        groups[c.group_id].append(c)
+
+    summaries: dict[str, GroupSummary] = {}
+    group_requests: dict[str, list[RequestRecord]] = {}
+    for gid, gcells in groups.items():
+        c0 = gcells[0]
+        lines = []
+        statuses = []
+        for c in gcells:
+            cr = latest.get(c.cell_id)
+            st = cr.status if cr else "pending"
+            statuses.append(st)
+            lines.append(
+                CellStatusLine(
+                    cell_id=c.cell_id,
+                    status=st,
+                    reason=cr.reason if cr else None,
+                    engine_log_tail=cr.engine_log_tail if cr else None,
+                )
+            )
+        ok_cells = [c for c in gcells if (latest.get(c.cell_id) and latest[c.cell_id].status == "ok")]
+        greqs = [r for c in ok_cells for r in by_cell.get(c.cell_id, [])]
+        group_requests[gid] = greqs
+        g = GroupSummary(
+            group_id=gid,
+            target=c0.target,
+            method=c0.method,
+            method_kind=c0.method_kind,
+            k=c0.k,
+            dataset=c0.dataset,
+            temperature=c0.temperature,
+            batch_size=c0.batch_size,
+            status=_group_status(statuses),
+            reasons=sorted({ln.reason for ln in lines if ln.reason and ln.status != "ok"}),
+            cells=lines,
+            n_requests=len(greqs),
+            n_errors=sum(1 for r in greqs if r.error is not None),
+            output_tokens=sum(r.num_output_tokens for r in greqs if r.error is None),
+        )
+        counters = sum_counters(latest[c.cell_id].counters for c in ok_cells)
+        if counters is not None and c0.method_kind != "baseline":
+            g.counters = counters
+            acc = acceptance(counters, greqs, c0.k)
+            g.tau = acc["tau"]
+            g.tau_per_request = acc["tau_per_request"]
+            g.per_position = acc["per_position"]
+            g.draft_acceptance_rate = acc["draft_acceptance_rate"]
+        if greqs:
+            sp = speed(greqs)
+            for key, val in sp.items():
+                setattr(g, key, val)
+            walls = [latest[c.cell_id].wall_time_s for c in ok_cells]
+            if all(w for w in walls):
+                per_rep = [
+                    sum(r.num_output_tokens for r in by_cell.get(c.cell_id, [])) / (latest[c.cell_id].wall_time_s or 1)
+                    for c in ok_cells
+                ]
+                g.throughput_tps = stats.t_interval(per_rep) if len(per_rep) > 1 else Estimate(
+                    value=per_rep[0], n=1
+                )
+        for ref in references:
+            if ref.get("target") == g.target and ref.get("method") == g.method and ref.get("dataset") in (None, g.dataset):
+                g.reference = {**(g.reference or {}), ref.get("metric", "tau"): ref}
+        summaries[gid] = g
+
+    # Comparisons against the baseline group of the same target/dataset/T/load.
+    baselines = {
+        (g.target, g.dataset, g.temperature, g.batch_size): gid
+        for gid, g in summaries.items()
+        if g.method_kind == "baseline" and g.status in ("ok", "partial")
+    }
+    for gid, g in summaries.items():
+        if g.method_kind == "baseline" or not group_requests[gid]:
+            continue
+        bid = baselines.get((g.target, g.dataset, g.temperature, g.batch_size))
+        if bid is None:
+            continue
+        base = group_requests[bid]
+        g.speedup = paired_speedup(group_requests[gid], base)
+        if g.temperature == 0:
+            g.greedy_match = greedy_match(group_requests[gid], base)
+    return RunSummary(run_id=run_id, suite_name=suite_name, groups=list(summaries.values()))
+
+
+def counter_checks(summary: RunSummary) -> list[dict]:
+    """Internal-consistency checks on every group's counters (see DESIGN.md)."""
+    out = []
+    for g in summary.groups:
+        c = g.counters
+        if c is None or c.num_drafts == 0:
+            continue
+        tau = tau_value(c) or 1.0
+        k = g.k or len(c.accepted_per_pos)
+        checks = {
+            "accepted <= draft tokens": c.num_accepted_tokens <= c.num_draft_tokens,
+            "per-position sum = accepted": sum(c.accepted_per_pos) == c.num_accepted_tokens,
+            "1 <= tau <= K+1": 1.0 <= tau <= k + 1 + 1e-9,
+        }
+        for name, ok in checks.items():
+            out.append({"group_id": g.group_id, "check": name, "ok": bool(ok)})
+    return out

