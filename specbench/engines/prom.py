@@ -1,0 +1,191 @@
+"""Spec-decode counters from a vLLM server's Prometheus ``/metrics``.
+
+vLLM exports, per engine (labels ``engine``, ``model_name``):
+
+* ``vllm:spec_decode_num_drafts_total`` — verify steps that had drafts;
+* ``vllm:spec_decode_num_draft_tokens_total`` — draft tokens proposed;
+* ``vllm:spec_decode_num_accepted_tokens_total`` — draft tokens accepted;
+* ``vllm:spec_decode_num_accepted_tokens_per_pos_total{position="i"}``.
+
+They are cumulative over the server's life, so a cell scrapes before and
+after and keeps the delta. Samples are summed over every other label (data
+parallel engines, several API server processes). Pooled mean acceptance
+length τ = 1 + accepted / drafts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.request
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from specbench.records import SpecCounters
+
+SPEC = "vllm:spec_decode_"
+DRAFTS = SPEC + "num_drafts"
+DRAFT_TOKENS = SPEC + "num_draft_tokens"
+ACCEPTED = SPEC + "num_accepted_tokens"
+PER_POS = SPEC + "num_accepted_tokens_per_pos"
+
+# Other counters worth a delta per cell (cross-checks against the client's view).
+OTHER_COUNTERS = (
+    "vllm:generation_tokens",
+    "vllm:prompt_tokens",
+    "vllm:request_success",
+)
+
+
+class CounterReset(ValueError):
+    """A counter went backwards between two scrapes (the server restarted)."""
+
+
+@dataclass
+class PromSnapshot:
+    """The counters of one ``/metrics`` scrape.
+
+    ``spec`` is ``None`` when the server exports no spec-decode counters
+    (speculation off).
+    """
+
+    spec: SpecCounters | None
+    totals: dict[str, float] = field(default_factory=dict)
+
+    def __sub__(self, before: PromSnapshot) -> PromSnapshot:
+        return PromSnapshot(spec_delta(before.spec, self.spec), _totals_delta(before.totals, self.totals))
+
+
+def _base_name(sample_name: str) -> str | None:
+    """A counter sample's name without ``_total``; ``None`` for ``_created`` and friends."""
+    if sample_name.endswith("_created"):
+        return None
+    return sample_name.removesuffix("_total")
+
+
+def parse_metrics(text: str) -> PromSnapshot:
+    """Parse Prometheus exposition text into a :class:`PromSnapshot`."""
+    drafts = draft_tokens = accepted = 0.0
+    per_pos: dict[int, float] = {}
+    found = False
+    totals: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            name = _base_name(s.name)
+            if name is None:
+                continue
+            if name.startswith(SPEC):
+                if name == DRAFTS:
+                    drafts += s.value
+                elif name == DRAFT_TOKENS:
+                    draft_tokens += s.value
+                elif name == ACCEPTED:
+                    accepted += s.value
+                elif name == PER_POS:
+                    pos = s.labels.get("position")
+                    if pos is None:
+                        continue
+                    per_pos[int(pos)] = per_pos.get(int(pos), 0.0) + s.value
+                else:
+                    continue
+                found = True
+            elif name in OTHER_COUNTERS:
+                totals[name] = totals.get(name, 0.0) + s.value
+    spec = None
+    if found:
+        width = max(per_pos) + 1 if per_pos else 0
+        spec = SpecCounters(
+            num_drafts=int(round(drafts)),
+            num_draft_tokens=int(round(draft_tokens)),
+            num_accepted_tokens=int(round(accepted)),
+            accepted_per_pos=[int(round(per_pos.get(i, 0.0))) for i in range(width)],
+        )
+    return PromSnapshot(spec, totals)
+
+
+def parse_spec_counters(text: str) -> SpecCounters | None:
+    """Just the spec-decode counters of a scrape (``None`` when absent)."""
+    return parse_metrics(text).spec
+
+
+def spec_delta(before: SpecCounters | None, after: SpecCounters | None) -> SpecCounters | None:
+    """``after - before``; raises :class:`CounterReset` if any counter decreased."""
+    if after is None:
+        if before is not None:
+            raise CounterReset("spec-decode counters disappeared between scrapes (server restarted?)")
+        return None
+    d = after - (before or SpecCounters())
+    values = [d.num_drafts, d.num_draft_tokens, d.num_accepted_tokens, *d.accepted_per_pos]
+    if any(v < 0 for v in values):
+        raise CounterReset(f"spec-decode counters went backwards between scrapes (server restarted?): {d}")
+    return d
+
+
+def _totals_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    out = {}
+    for k, v in after.items():
+        d = v - before.get(k, 0.0)
+        if d < 0:
+            raise CounterReset(f"{k} went backwards between scrapes (server restarted?)")
+        out[k] = d
+    return out
+
+
+def tau(c: SpecCounters | None) -> float | None:
+    """Pooled mean acceptance length 1 + accepted / drafts (``None`` without drafts)."""
+    if c is None or c.num_drafts <= 0:
+        return None
+    return 1.0 + c.num_accepted_tokens / c.num_drafts
+
+
+def per_position_rates(c: SpecCounters) -> list[float]:
+    """Acceptance rate at each draft position: accepted_i / drafts."""
+    if c.num_drafts <= 0:
+        return [0.0 for _ in c.accepted_per_pos]
+    return [a / c.num_drafts for a in c.accepted_per_pos]
+
+
+# ---------------------------------------------------------------------------
+# scraping
+
+
+def scrape_text(base_url: str, timeout_s: float = 10.0) -> str:
+    """``GET {base_url}/metrics`` (blocking)."""
+    with urllib.request.urlopen(base_url.rstrip("/") + "/metrics", timeout=timeout_s) as r:  # noqa: S310
+        return r.read().decode("utf-8", "replace")
+
+
+async def scrape(session, base_url: str, timeout_s: float = 10.0) -> PromSnapshot:  # noqa: ANN001 - aiohttp session
+    """``GET {base_url}/metrics`` and parse it (async, aiohttp)."""
+    import aiohttp
+
+    async with session.get(
+        base_url.rstrip("/") + "/metrics", timeout=aiohttp.ClientTimeout(total=timeout_s)
+    ) as r:
+        r.raise_for_status()
+        return parse_metrics(await r.text())
+
+
+async def scrape_settled(
+    session,
+    base_url: str,
+    *,
+    interval_s: float = 0.05,
+    max_wait_s: float = 2.0,  # noqa: ANN001
+) -> PromSnapshot:
+    """Scrape until two consecutive reads agree (or ``max_wait_s`` passes).
+
+    vLLM updates its counters from the engine's stats as it processes each
+    step's outputs; the last step of a cell may land a moment after the
+    client saw its final chunk.
+    """
+    snap = await scrape(session, base_url)
+    waited = 0.0
+    while waited < max_wait_s:
+        await asyncio.sleep(interval_s)
+        waited += interval_s
+        nxt = await scrape(session, base_url)
+        if nxt == snap:
+            return nxt
+        snap = nxt
+    return snap

@@ -1,0 +1,589 @@
+"""Load generator and attach-mode server engine against a fake loopback SSE server.
+
+The fake speaks vLLM's streaming formats (completions and chat, with
+``token_ids``, a final usage chunk carrying ``metrics.speculative_decoding``,
+``/metrics``) and misbehaves on request: the prompt text selects HTTP errors,
+stalls, dropped connections and error events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from specbench.engines.base import CellFailed, CellRequest, PreparedPrompt, SamplingRequest
+from specbench.engines.loadgen import (
+    LoadProfile,
+    RequestItem,
+    build_item,
+    make_session,
+    run_load,
+    run_warmup,
+    spec_counters_from_response,
+    stream_request,
+    to_record,
+    token_timing,
+)
+from specbench.engines.prom import parse_metrics
+from specbench.engines.vllm_server import VllmServerEngine, server_cli_args, start_failure
+from specbench.plan import Cell, EngineConfig
+from specbench.records import RequestRecord, SpecCounters
+from specbench.suite import MethodSpec, TargetSpec
+
+K = 3
+
+
+class FakeServer:
+    """A vLLM-like streaming server on 127.0.0.1 in a background thread.
+
+    Per request it streams ``max_tokens`` tokens in chunks of ``chunk`` tokens
+    (default 1) ``gap_s`` apart; every request "accepts" ``accept`` drafts per
+    verify step, and ``/metrics`` reports the cumulative counters.
+    """
+
+    def __init__(self, gap_s: float = 0.002, chunk: int = 1, accept: int = 2):
+        self.gap_s = gap_s
+        self.chunk = chunk
+        self.accept = accept
+        self.requests: list[dict[str, Any]] = []
+        self.inflight = 0
+        self.max_inflight = 0
+        self.arrivals: list[float] = []
+        self.counters = SpecCounters(accepted_per_pos=[0] * K)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.port = 0
+        self._ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self._thread = threading.Thread(target=self._main, daemon=True)
+
+    # -- plumbing
+    def __enter__(self) -> FakeServer:
+        self._thread.start()
+        assert self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.loop is not None and self._stop is not None
+        self.loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _main(self) -> None:
+        asyncio.run(self._serve())
+
+    async def _serve(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        app = web.Application()
+        app.router.add_post("/v1/completions", self._completions)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/health", lambda r: web.Response(text=""))
+        app.router.add_get("/v1/models", lambda r: web.json_response({"data": [{"id": "fake-model"}]}))
+        runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=0.5)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._ready.set()
+        await self._stop.wait()
+        await runner.cleanup()
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        c = self.counters
+        lines = [
+            "# TYPE vllm:spec_decode_num_drafts counter",
+            f'vllm:spec_decode_num_drafts_total{{engine="0",model_name="m"}} {c.num_drafts}.0',
+            "# TYPE vllm:spec_decode_num_draft_tokens counter",
+            f'vllm:spec_decode_num_draft_tokens_total{{engine="0",model_name="m"}} {c.num_draft_tokens}.0',
+            "# TYPE vllm:spec_decode_num_accepted_tokens counter",
+            f'vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="m"}} {c.num_accepted_tokens}.0',
+            "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter",
+        ]
+        for i, v in enumerate(c.accepted_per_pos):
+            lines.append(
+                f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="{i}"}} {v}.0'
+            )
+        return web.Response(text="\n".join(lines) + "\n")
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._stream(request, chat=False)
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._stream(request, chat=True)
+
+    async def _stream(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        body = await request.json()
+        self.requests.append(body)
+        self.arrivals.append(time.perf_counter())
+        prompt = json.dumps(body.get("messages")) if chat else body["prompt"]
+        if "http500" in prompt:
+            return web.Response(status=500, text="boom")
+        self.inflight += 1
+        self.max_inflight = max(self.max_inflight, self.inflight)
+        try:
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            n = int(body["max_tokens"])
+            if chat:
+                first = {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
+                await resp.write(b"data: " + json.dumps(first).encode() + b"\n\n")
+            sent = 0
+            steps = []
+            while sent < n:
+                await asyncio.sleep(self.gap_s)
+                if "stall" in prompt and sent >= 2:
+                    await asyncio.sleep(30)
+                if "drop" in prompt and sent >= 2:
+                    request.transport.close()  # type: ignore[union-attr]
+                    return resp
+                if "errevent" in prompt and sent >= 2:
+                    await resp.write(b'data: {"error": {"message": "engine exploded", "code": 500}}\n\n')
+                    await resp.write(b"data: [DONE]\n\n")
+                    return resp
+                m = min(self.chunk if sent else 1, n - sent)
+                ids = [100 + sent + i for i in range(m)]
+                text = "".join(f"t{i}" for i in ids)
+                sent += m
+                if len(steps) or sent > 1:
+                    steps.append(min(m - 1, K))
+                finish = "length" if sent >= n else None
+                if chat:
+                    choice: dict[str, Any] = {"index": 0, "delta": {"content": text}, "token_ids": ids}
+                else:
+                    choice = {"index": 0, "text": text, "token_ids": ids}
+                choice["finish_reason"] = finish
+                if body.get("logprobs"):
+                    if chat:
+                        choice["logprobs"] = {
+                            "content": [
+                                {
+                                    "token": f"token_id:{i}",
+                                    "logprob": -0.5,
+                                    "top_logprobs": [
+                                        {"token": f"token_id:{i}", "logprob": -0.5},
+                                        {"token": "token_id:7", "logprob": -1.5},
+                                    ],
+                                }
+                                for i in ids
+                            ]
+                        }
+                    else:
+                        choice["logprobs"] = {
+                            "top_logprobs": [{f"token_id:{i}": -0.5, "token_id:7": -1.5} for i in ids]
+                        }
+                await resp.write(b"data: " + json.dumps({"choices": [choice]}).encode() + b"\n\n")
+            # Spec metrics: each request "verifies" n//(accept+1) steps accepting `accept` drafts each.
+            hist = [0] * (K + 1)
+            n_steps = max(1, n // (self.accept + 1))
+            hist[self.accept] = n_steps
+            sd = {
+                "acceptance_histogram": hist,
+                "num_draft_tokens": K * n_steps,
+                "num_spec_tokens": K,
+                "num_accepted_draft_tokens": self.accept * n_steps,
+            }
+            self.counters = self.counters + spec_counters_from_response(sd, K)  # type: ignore[operator]
+            usage = {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": n}}
+            usage["metrics"] = {"speculative_decoding": sd}
+            await resp.write(b"data: " + json.dumps(usage).encode() + b"\n\n")
+            await resp.write(b"data: [DONE]\n\n")
+            await resp.write_eof()
+            return resp
+        finally:
+            self.inflight -= 1
+
+
+def _item(prompt: str, n: int = 6, pid: str = "p") -> RequestItem:
+    p = PreparedPrompt(prompt_id=pid, text=prompt)
+    return build_item(p, SamplingRequest(temperature=0.0, max_tokens=n), "fake-model")
+
+
+def _run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+# ---------------------------------------------------------------------------
+# the timing rule
+
+
+def test_token_timing_spreads_multi_token_chunks() -> None:
+    ttft, itl, lat = token_timing(10.0, [(10.5, 1), (10.8, 3), (11.0, 1), (11.2, 0)])
+    assert ttft == pytest.approx(0.5)
+    assert itl == pytest.approx([0.1, 0.1, 0.1, 0.2])
+    assert lat == pytest.approx(1.0)
+    assert sum(itl) == pytest.approx(lat - ttft)
+
+
+def test_token_timing_first_chunk_extra_tokens_get_zero_gaps() -> None:
+    ttft, itl, lat = token_timing(0.0, [(1.0, 3), (2.0, 2)])
+    assert ttft == 1.0 and lat == 2.0
+    assert itl == pytest.approx([0.0, 0.0, 0.5, 0.5])
+    assert len(itl) == 5 - 1
+
+
+def test_token_timing_no_tokens() -> None:
+    assert token_timing(0.0, []) == (None, None, None)
+    assert token_timing(0.0, [(1.0, 0)]) == (None, None, None)
+
+
+def test_spec_counters_from_response_matches_chain_rule() -> None:
+    sd = {"acceptance_histogram": [1, 2, 0, 3], "num_draft_tokens": 18, "num_spec_tokens": 3}
+    c = spec_counters_from_response(sd, 3)
+    assert c is not None
+    assert c.num_drafts == 6
+    assert c.num_accepted_tokens == 0 * 1 + 1 * 2 + 3 * 3
+    assert c.accepted_per_pos == [5, 3, 3]
+    assert sum(c.accepted_per_pos) == c.num_accepted_tokens
+    assert spec_counters_from_response(None, 3) is None
+
+
+def test_build_item_bodies() -> None:
+    s = SamplingRequest(temperature=0.7, max_tokens=9, seed=3, logprobs=2, stop=["\n"])
+    chat = build_item(
+        PreparedPrompt(prompt_id="a", messages=[{"role": "user", "content": "hi"}]),
+        s,
+        "m",
+        sample=1,
+        repeat=2,
+        chat_template_kwargs={"enable_thinking": False},
+    )
+    assert chat.path == "/v1/chat/completions"
+    assert chat.body["return_token_ids"] is True and chat.body["stream"] is True
+    assert chat.body["stream_options"] == {"include_usage": True}
+    assert chat.body["top_logprobs"] == 2 and chat.body["logprobs"] is True
+    assert chat.body["chat_template_kwargs"] == {"enable_thinking": False}
+    assert chat.body["seed"] == 3 + 7919 * 1 + 104729 * 2 == chat.seed
+    comp = build_item(PreparedPrompt(prompt_id="b", text="x"), s, "m")
+    assert comp.path == "/v1/completions" and comp.body["logprobs"] == 2 and comp.body["stop"] == ["\n"]
+
+
+# ---------------------------------------------------------------------------
+# streaming against the fake
+
+
+@pytest.fixture
+def server() -> Any:
+    with FakeServer() as srv:
+        yield srv
+
+
+def test_completion_stream_counts_tokens_not_chunks() -> None:
+    with FakeServer(gap_s=0.01, chunk=3) as srv:
+
+        async def go() -> Any:
+            async with make_session(1) as s:
+                return await stream_request(s, srv.url, _item("hello", n=7), 10)
+
+        res = _run(go())
+    assert res.ok, res.error
+    assert res.token_ids == [100, 101, 102, 103, 104, 105, 106]
+    assert [n for _, n in res.chunks] == [1, 3, 3]
+    ttft, itl, lat = res.timing()
+    assert len(itl) == 6
+    # Each 3-token chunk's gap (~10 ms) is spread: ~3.3 ms per token.
+    assert 0.002 < itl[0] < 0.008 and itl[0] == itl[1] == itl[2]
+    assert sum(itl) == pytest.approx(lat - ttft)
+    assert res.finish_reason == "length" and res.prompt_tokens == 5
+    assert res.text.startswith("t100t101")
+    rec = to_record(res, run_id="r", cell=_cell(), engine_key="e", k=K)
+    assert (
+        rec.spec is not None
+        and rec.spec.num_drafts == 7 // 3
+        and rec.spec.num_accepted_tokens == 2 * (7 // 3)
+    )
+
+
+def test_chat_stream_and_logprobs(server: FakeServer) -> None:
+    s = SamplingRequest(temperature=0.0, max_tokens=4, logprobs=2)
+    item = build_item(
+        PreparedPrompt(prompt_id="c", messages=[{"role": "user", "content": "hi"}]), s, "fake-model"
+    )
+
+    async def go() -> Any:
+        async with make_session(1) as sess:
+            return await stream_request(sess, server.url, item, 10)
+
+    res = _run(go())
+    assert res.ok, res.error
+    assert res.token_ids == [100, 101, 102, 103]
+    assert res.num_tokens == 4 and len(res.timing()[1]) == 3
+    assert res.logprobs == [{i: -0.5, 7: -1.5} for i in res.token_ids]
+    assert server.requests[-1]["messages"] == [{"role": "user", "content": "hi"}]
+
+
+def test_completion_logprobs(server: FakeServer) -> None:
+    item = build_item(
+        PreparedPrompt(prompt_id="c", text="x"), SamplingRequest(temperature=0, max_tokens=3, logprobs=2), "m"
+    )
+
+    async def go() -> Any:
+        async with make_session(1) as sess:
+            return await stream_request(sess, server.url, item, 10)
+
+    res = _run(go())
+    assert res.logprobs == [{100: -0.5, 7: -1.5}, {101: -0.5, 7: -1.5}, {102: -0.5, 7: -1.5}]
+
+
+def test_errors_are_recorded_never_dropped(server: FakeServer) -> None:
+    items = [
+        _item("ok", pid="ok"),
+        _item("http500", pid="h"),
+        _item("stall", pid="s"),
+        _item("drop", pid="d"),
+        _item("errevent", pid="e"),
+    ]
+    got: list[Any] = []
+
+    async def go() -> Any:
+        async with make_session(5) as sess:
+            prof = LoadProfile(concurrency=5, request_timeout_s=1.0)
+            return await run_load(sess, server.url, items, prof, got.append)
+
+    report = _run(go())
+    kinds = {r.item.prompt_id: r.error_kind for r in got}
+    assert kinds == {"ok": None, "h": "http", "s": "timeout", "d": "incomplete", "e": "stream"}
+    assert report.error_counts() == {"http": 1, "timeout": 1, "incomplete": 1, "stream": 1}
+    assert len(report.results) == 5
+    # Partial output is kept on the failed stream.
+    assert next(r for r in got if r.item.prompt_id == "d").token_ids == [100, 101]
+    assert "engine exploded" in next(r for r in got if r.item.prompt_id == "e").error
+
+
+def test_fixed_concurrency_keeps_n_in_flight() -> None:
+    with FakeServer(gap_s=0.005) as srv:
+        items = [_item(f"q{i}", n=5, pid=f"q{i}") for i in range(12)]
+        got: list[Any] = []
+
+        async def go() -> Any:
+            async with make_session(4) as sess:
+                return await run_load(sess, srv.url, items, LoadProfile(concurrency=4), got.append)
+
+        report = _run(go())
+        assert srv.max_inflight == 4
+    assert sorted(r.item.prompt_id for r in got) == sorted(f"q{i}" for i in range(12))
+    assert all(r.ok for r in got) and report.not_sent == 0 and report.wall_time_s > 0
+
+
+def test_num_requests_and_duration_bound_a_cell(server: FakeServer) -> None:
+    items = [_item(f"q{i}", n=3, pid=f"q{i}") for i in range(50)]
+
+    async def go(prof: LoadProfile) -> Any:
+        async with make_session(2) as sess:
+            return await run_load(sess, server.url, items, prof, lambda r: None)
+
+    assert len(_run(go(LoadProfile(concurrency=2, num_requests=7))).results) == 7
+    rep = _run(go(LoadProfile(concurrency=1, duration_s=0.05)))
+    assert 1 <= len(rep.results) < 50 and rep.not_sent == 50 - len(rep.results)
+
+
+def test_poisson_is_seeded_and_open_loop() -> None:
+    def arrivals(seed: int) -> list[float]:
+        with FakeServer(gap_s=0.001) as srv:
+            items = [_item(f"q{i}", n=2, pid=f"q{i}") for i in range(20)]
+
+            async def go() -> Any:
+                async with make_session(None) as sess:
+                    return await run_load(
+                        sess, srv.url, items, LoadProfile(request_rate=200.0, seed=seed), lambda r: None
+                    )
+
+            rep = _run(go())
+            assert len(rep.results) == 20
+            t = sorted(srv.arrivals)
+            return [b - a for a, b in zip(t, t[1:], strict=False)]
+
+    a, b, c = arrivals(1), arrivals(1), arrivals(2)
+    # Same seed → same inter-arrival pattern (within scheduling jitter); mean ~ 1/rate.
+    assert sum(abs(x - y) for x, y in zip(a, b, strict=True)) / len(a) < 0.004
+    assert sum(abs(x - y) for x, y in zip(a, c, strict=True)) / len(a) > sum(
+        abs(x - y) for x, y in zip(a, b, strict=True)
+    ) / len(a)
+    assert 0.001 < sum(a) / len(a) < 0.02
+
+
+def test_abort_cancels_in_flight_and_records_each_once() -> None:
+    with FakeServer(gap_s=0.02) as srv:
+        items = [_item(f"q{i}", n=50, pid=f"q{i}") for i in range(10)]
+        got: list[Any] = []
+
+        async def go() -> Any:
+            abort = asyncio.Event()
+            asyncio.get_running_loop().call_later(0.15, abort.set)
+            async with make_session(3) as sess:
+                return await run_load(
+                    sess, srv.url, items, LoadProfile(concurrency=3), got.append, abort=abort
+                )
+
+        rep = _run(go())
+    assert rep.aborted is not None
+    assert len(got) == 3 and len({r.item.prompt_id for r in got}) == 3
+    assert all(r.error_kind == "cancelled" and r.token_ids for r in got)
+    assert rep.not_sent == 7
+
+
+def test_warmup_is_not_reported(server: FakeServer) -> None:
+    items = [_item(f"q{i}", n=2, pid=f"q{i}") for i in range(3)]
+
+    async def go() -> Any:
+        async with make_session(2) as sess:
+            warm = await run_warmup(sess, server.url, items, 5, 2, 10)
+            rep = await run_load(sess, server.url, items, LoadProfile(concurrency=2), lambda r: None)
+            return warm, rep
+
+    warm, rep = _run(go())
+    assert len(warm) == 5 and len(rep.results) == 3 and len(server.requests) == 8
+
+
+# ---------------------------------------------------------------------------
+# the engine in attach mode (no vLLM needed)
+
+
+def _config(spec: bool = True) -> EngineConfig:
+    t = TargetSpec(
+        name="t", model="fake-model", engine="vllm-server", methods=[MethodSpec(method="baseline")]
+    )
+    m = (
+        MethodSpec(method="draft_model", num_speculative_tokens=K, speculator="target")
+        if spec
+        else MethodSpec(method="baseline")
+    )
+    sc = {"method": "draft_model", "num_speculative_tokens": K} if spec else None
+    return EngineConfig(
+        key="t--m", target=t, method=m, vllm_method="draft_model" if spec else None, speculative_config=sc
+    )
+
+
+def _cell(bs: int = 2, cell_id: str = "t/m/d/T0/b2/r0") -> Cell:
+    return Cell(
+        cell_id=cell_id,
+        engine_key="t--m",
+        target="t",
+        method="m",
+        method_kind="draft_model",
+        k=K,
+        dataset="d",
+        temperature=0.0,
+        batch_size=bs,
+        repeat=0,
+    )
+
+
+def test_engine_attach_mode_counters_and_records(server: FakeServer, tmp_path: Path) -> None:
+    eng = VllmServerEngine(
+        _config(), {"model": "fake-model"}, tmp_path / "log", {}, base_url=server.url + "/"
+    )
+    eng.start()
+    assert eng.model_name == "fake-model"
+    prompts = [PreparedPrompt(prompt_id=f"p{i}", text=f"hello {i}") for i in range(5)]
+    req = CellRequest(
+        run_id="r",
+        cell=_cell(bs=2),
+        prompts=prompts,
+        sampling=SamplingRequest(temperature=0.0, max_tokens=8),
+        skip={("p0", 0)},
+    )
+    recs: list[RequestRecord] = []
+    out = eng.run_cell(req, recs.append, load=LoadProfile(concurrency=2, warmup_requests=2))
+    eng.close()
+    assert out.num_requests == 4 == len(recs)
+    assert sorted(r.prompt_id for r in recs) == ["p1", "p2", "p3", "p4"]
+    assert len(server.requests) == 6 and server.max_inflight <= 2
+    per_request = sum((r.spec for r in recs if r.spec is not None), SpecCounters())
+    # Warmup requests are excluded from the cell's counters.
+    assert out.counters == per_request
+    assert out.counters is not None and out.counters.num_drafts == 4 * (8 // 3)
+    assert all(r.error is None and len(r.output_token_ids) == 8 and len(r.itl_s or []) == 7 for r in recs)
+    assert eng.last_cell["errors"] == {}
+
+
+def test_engine_attach_all_failed_fails_the_cell(server: FakeServer, tmp_path: Path) -> None:
+    eng = VllmServerEngine(_config(spec=False), {"model": "m"}, tmp_path / "log", {}, base_url=server.url)
+    eng.start()
+    req = CellRequest(
+        run_id="r",
+        cell=_cell(),
+        prompts=[PreparedPrompt(prompt_id="x", text="http500")],
+        sampling=SamplingRequest(temperature=0.0, max_tokens=4),
+    )
+    recs: list[RequestRecord] = []
+    with pytest.raises(CellFailed, match="all 1 requests failed"):
+        eng.run_cell(req, recs.append)
+    assert len(recs) == 1 and recs[0].error is not None and recs[0].error.startswith("http: 500")
+
+
+def test_engine_attach_unreachable(tmp_path: Path) -> None:
+    from specbench.engines.base import EngineUnavailable
+    from specbench.engines.vllm_server import free_port
+
+    eng = VllmServerEngine(
+        _config(),
+        {"model": "m"},
+        tmp_path / "log",
+        {},
+        base_url=f"http://127.0.0.1:{free_port()}",
+        start_timeout_s=1.0,
+    )
+    with pytest.raises(EngineUnavailable, match="did not answer /health"):
+        eng.start()
+
+
+# ---------------------------------------------------------------------------
+# server command line and start-up failures
+
+
+def test_server_cli_args() -> None:
+    args = server_cli_args(
+        {
+            "model": "/m",
+            "seed": 0,
+            "disable_log_stats": False,
+            "enforce_eager": True,
+            "trust_remote_code": False,
+            "max_model_len": None,
+            "speculative_config": {"method": "draft_model", "num_speculative_tokens": 3},
+        }
+    )
+    assert args[:4] == ["--model", "/m", "--seed", "0"]
+    assert (
+        "--disable-log-stats" not in args and "--enforce-eager" in args and "--no-trust-remote-code" in args
+    )
+    assert "--max-model-len" not in args
+    i = args.index("--speculative-config")
+    assert json.loads(args[i + 1]) == {"method": "draft_model", "num_speculative_tokens": 3}
+
+
+def test_start_failure_classification() -> None:
+    log = (
+        "WARNING 01-01 cpu.py:1] Pin memory is not supported on CPU, falling back\n"
+        "Traceback (most recent call last):\n"
+        '  File "x.py", line 1, in <module>\n'
+        "NotImplementedError: DSpark is only supported with model runner V2\n"
+        "RuntimeError: Engine core initialization failed. See root cause above.\n"
+    )
+    reason, unsupported = start_failure(log)
+    assert unsupported and "model runner V2" in reason
+    reason, unsupported = start_failure(
+        "Traceback\nValueError: bad value\nRuntimeError: Engine core failed\n"
+    )
+    assert not unsupported and reason == "RuntimeError: Engine core failed"
+    reason, unsupported = start_failure("WARNING something is not supported here, falling back\nKilled\n")
+    assert not unsupported and reason == "Killed"
+
+
+def test_parse_metrics_of_fake_matches(server: FakeServer) -> None:
+    import urllib.request
+
+    with urllib.request.urlopen(server.url + "/metrics") as r:
+        snap = parse_metrics(r.read().decode())
+    assert snap.spec == SpecCounters(accepted_per_pos=[0, 0, 0])

@@ -1,0 +1,161 @@
+"""Serving summaries from hand-built records."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specbench.plan import Cell
+from specbench.records import RequestRecord, SpecCounters
+from specbench.serving_metrics import (
+    SLO,
+    dist,
+    group_records,
+    meets_slo,
+    request_tpot,
+    speedup,
+    speedup_table_markdown,
+    speedups_vs_concurrency,
+    summarize_cell,
+)
+
+
+def rec(
+    pid: str,
+    *,
+    n: int = 5,
+    ttft: float = 0.1,
+    tpot: float = 0.01,
+    cell: str = "c",
+    error: str | None = None,
+    prompt_tokens: int = 10,
+    spec: SpecCounters | None = None,
+) -> RequestRecord:
+    itl = [tpot] * (n - 1)
+    return RequestRecord(
+        run_id="r",
+        cell_id=cell,
+        engine_key="e",
+        prompt_id=pid,
+        prompt_tokens=prompt_tokens,
+        output_token_ids=list(range(n)),
+        output_text="x" * n,
+        ttft_s=ttft,
+        itl_s=itl,
+        latency_s=ttft + sum(itl),
+        error=error,
+        spec=spec,
+    )
+
+
+def test_request_tpot() -> None:
+    assert request_tpot(rec("a", n=5, ttft=0.1, tpot=0.02)) == pytest.approx(0.02)
+    assert request_tpot(rec("a", n=1)) is None
+
+
+def test_dist_percentiles() -> None:
+    d = dist([float(i) for i in range(1, 101)] + [None])  # type: ignore[list-item]
+    assert d.n == 100 and d.mean == pytest.approx(50.5)
+    assert d.p50 == pytest.approx(50.5) and d.p90 == pytest.approx(90.1) and d.p99 == pytest.approx(99.01)
+    assert dist([]).n == 0 and dist([]).p50 is None
+
+
+def test_summarize_cell_counts_throughput_goodput_and_errors() -> None:
+    spec = SpecCounters(num_drafts=2, num_draft_tokens=6, num_accepted_tokens=4, accepted_per_pos=[2, 1, 1])
+    records = [
+        rec("a", n=5, ttft=0.1, tpot=0.01, spec=spec),
+        rec("b", n=11, ttft=0.3, tpot=0.02),
+        rec("c", n=2, ttft=0.05, tpot=0.05, error="timeout: no complete response"),
+        rec("d", n=0, error="http: 500 boom"),
+    ]
+    counters = SpecCounters(
+        num_drafts=10, num_draft_tokens=30, num_accepted_tokens=25, accepted_per_pos=[10, 9, 6]
+    )
+    s = summarize_cell(records, 2.0, slo=SLO(ttft_s=0.2, tpot_s=0.015), counters=counters, concurrency=4)
+    assert s.num_requests == 4 and s.num_ok == 2
+    assert s.errors == {"timeout": 1, "http": 1}
+    assert s.output_tokens == 16 and s.prompt_tokens == 20
+    assert s.output_throughput == pytest.approx(8.0) and s.total_throughput == pytest.approx(18.0)
+    assert s.request_throughput == pytest.approx(1.0)
+    assert s.ttft.n == 2 and s.ttft.p50 == pytest.approx(0.2)
+    assert s.tpot.mean == pytest.approx(0.015)
+    assert s.itl.n == 4 + 10  # every token gap of successful requests
+    assert s.goodput == pytest.approx(0.5) and s.goodput_fraction == pytest.approx(0.25)  # only "a"
+    assert s.tau_pooled == pytest.approx(3.5) and s.tau_mean_per_request == pytest.approx(3.0)
+
+
+def test_meets_slo() -> None:
+    assert meets_slo(rec("a", ttft=0.1, tpot=0.01), SLO(ttft_s=0.1, tpot_s=0.0101, latency_s=1.0))
+    assert not meets_slo(rec("a", ttft=0.11), SLO(ttft_s=0.1))
+    assert not meets_slo(rec("a", n=50, tpot=0.03), SLO(latency_s=1.0))
+    assert meets_slo(rec("a", n=1), SLO(tpot_s=0.001))  # one token: no TPOT to violate
+    assert not meets_slo(rec("a", error="http: 500"), SLO())
+
+
+def test_speedup_point_and_interval() -> None:
+    rng = np.random.default_rng(0)
+    base = [rec(f"b{i}", n=20, tpot=float(t)) for i, t in enumerate(rng.normal(0.02, 0.002, 60))]
+    meth = [rec(f"m{i}", n=20, tpot=float(t)) for i, t in enumerate(rng.normal(0.01, 0.001, 60))]
+    est = speedup(base, meth, "tpot")
+    point = np.mean([request_tpot(r) for r in base]) / np.mean([request_tpot(r) for r in meth])
+    assert est.value == pytest.approx(point)
+    assert est.ci_low is not None and est.ci_high is not None
+    assert est.ci_low < est.value < est.ci_high and 1.8 < est.value < 2.2
+    assert est.ci_high - est.ci_low < 0.3
+    # Seeded: same records, same interval.
+    assert speedup(base, meth, "tpot") == est
+    thr = speedup(base, meth, "throughput")
+    # Same token counts: the per-stream rate ratio is the latency ratio (TTFT included).
+    assert thr.value == pytest.approx(sum(r.latency_s for r in base) / sum(r.latency_s for r in meth))
+    # Failed requests are ignored; empty arms give no estimate.
+    assert speedup(base, [rec("x", error="http: 500")], "tpot").value is None
+
+
+def _cell(method: str, bs: int, repeat: int = 0) -> Cell:
+    return Cell(
+        cell_id=f"t/{method}/d/T0/b{bs}/r{repeat}",
+        engine_key=f"t--{method}",
+        target="t",
+        method=method,
+        method_kind=method,
+        k=None,
+        dataset="d",
+        temperature=0.0,
+        batch_size=bs,
+        repeat=repeat,
+    )
+
+
+def test_speedup_vs_concurrency_table() -> None:
+    cells = [_cell(m, bs, r) for m in ("baseline", "eagle3") for bs in (1, 4) for r in (0, 1)]
+    records = []
+    for c in cells:
+        slow = 2.0 if c.method == "baseline" else 1.0
+        slow *= 1.0 if c.batch_size == 1 else 1.5
+        records += [rec(f"p{i}", n=10, tpot=0.01 * slow * (1 + 0.01 * i), cell=c.cell_id) for i in range(8)]
+    groups = group_records(records, cells)
+    assert list(groups) == [("t", "d", 0.0)]
+    g = groups[("t", "d", 0.0)]
+    assert len(g[("eagle3", 4)]) == 16  # repeats pooled
+    sp = speedups_vs_concurrency(g, resamples=200)
+    assert [(s.method, s.concurrency, s.metric) for s in sp] == [
+        ("eagle3", 1, "tpot"),
+        ("eagle3", 1, "throughput"),
+        ("eagle3", 4, "tpot"),
+        ("eagle3", 4, "throughput"),
+    ]
+    tp = [s for s in sp if s.metric == "tpot"]
+    assert all(s.estimate.value == pytest.approx(2.0) for s in tp)
+    md = speedup_table_markdown(sp, title="Speedup vs concurrency")
+    lines = md.strip().splitlines()
+    assert lines[0] == "**Speedup vs concurrency**"
+    assert lines[2] == "| concurrency | eagle3 TPOT | eagle3 throughput | n |"
+    assert lines[4].startswith("| 1 | 2.00× [") and lines[4].endswith("| 16 |")
+    assert lines[5].startswith("| 4 | 2.00×")
+    assert speedup_table_markdown([]) == ""
+
+
+def test_speedup_skips_concurrency_without_baseline() -> None:
+    g = {("eagle3", 8): [rec("a")], ("baseline", 1): [rec("b")], ("eagle3", 1): [rec("c")]}
+    sp = speedups_vs_concurrency(g, metrics=("tpot",))
+    assert [(s.concurrency, s.estimate.method) for s in sp] == [(1, "none")]
