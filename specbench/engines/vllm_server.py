@@ -1,0 +1,489 @@
+"""vLLM server engine: launch (or attach to) an OpenAI-compatible vLLM server
+and measure it from the client side.
+
+Launch mode starts ``python -m vllm.entrypoints.openai.api_server`` on
+127.0.0.1 and a free port, in its own process group (so stopping it takes its
+EngineCore children too), with its output in ``log_path``. Attach mode
+(``base_url``) only measures a server someone else runs.
+
+Per cell: optional warmup requests, a ``/metrics`` scrape, the load (see
+:mod:`specbench.engines.loadgen`), another scrape; the spec-decode counter
+delta is the cell's counters. One :class:`RequestRecord` is emitted per
+request sent, as soon as it finishes, errors included.
+
+Faults: a server that fails to start raises :class:`EngineUnavailable` with
+its log tail (``skipped=True`` when the error says the configuration is not
+supported here); a server that dies mid-cell fails the cell with
+``engine_dead=True`` after the records of everything sent so far were
+emitted (in-flight requests with ``error`` set); requests not yet sent are
+not recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+from specbench.engines.base import CellFailed, CellOutcome, CellRequest, EmitRecord, EngineUnavailable
+from specbench.engines.loadgen import (
+    LoadProfile,
+    LoadReport,
+    RequestItem,
+    RequestResult,
+    build_item,
+    make_session,
+    run_load,
+    run_warmup,
+    to_record,
+)
+from specbench.engines.prom import CounterReset, PromSnapshot, scrape_settled
+from specbench.engines.vllm_offline import tail
+from specbench.plan import EngineConfig
+
+START_TIMEOUT_S = float(os.environ.get("SPECBENCH_ENGINE_START_TIMEOUT", "900"))
+REQUEST_TIMEOUT_S = float(os.environ.get("SPECBENCH_REQUEST_TIMEOUT", "600"))
+HOST = "127.0.0.1"
+
+# vLLM server options that are plain ``store_true`` (no ``--no-…`` form); every
+# other boolean of ``vllm serve`` (0.32) is a BooleanOptionalAction.
+STORE_TRUE_FLAGS = frozenset(
+    {
+        "disable_log_stats",
+        "headless",
+        "grpc",
+        "data_parallel_multi_port_external_lb",
+        "aggregate_engine_logging",
+    }
+)
+
+# Phrases in a start-up *exception* line meaning "this configuration cannot run
+# on this platform" (the runner also marks skips from the method registry).
+UNSUPPORTED_MARKERS = (
+    "not supported",
+    "only supported",
+    "unsupported",
+    "requires cuda",
+    "requires triton",
+    "model runner v2",
+    "is not available on",
+)
+
+_EXC_LINE = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Exit)\b:?.*$")
+
+T = TypeVar("T")
+
+
+def server_cli_args(server_args: dict[str, Any]) -> list[str]:
+    """``vllm.LLM`` keyword arguments (as ``build_engine_kwargs`` makes them) → server flags.
+
+    ``model`` becomes ``--model``; dicts and lists are passed as JSON; ``None``
+    is omitted; ``True`` → ``--flag``; ``False`` → ``--no-flag`` (omitted for
+    the few ``store_true`` options, whose default is already off).
+    """
+    out: list[str] = []
+    for key, value in server_args.items():
+        if value is None:
+            continue
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            if value:
+                out.append(flag)
+            elif key not in STORE_TRUE_FLAGS:
+                out.append("--no-" + key.replace("_", "-"))
+        elif isinstance(value, dict | list):
+            out += [flag, json.dumps(value, sort_keys=True)]
+        else:
+            out += [flag, str(value)]
+    return out
+
+
+def free_port(host: str = HOST) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def start_failure(log_text: str) -> tuple[str, bool]:
+    """``(reason, unsupported)`` from a server log that ended in a start-up failure.
+
+    The reason is the exception line naming an unsupported configuration if
+    any, else the last exception line. Only exception lines are searched, so
+    warnings such as "X is not supported, falling back" do not count.
+    """
+    exc_lines = [ln.strip() for ln in log_text.splitlines() if _EXC_LINE.match(ln)]
+    for ln in exc_lines:
+        if any(m in ln.lower() for m in UNSUPPORTED_MARKERS):
+            return ln, True
+    if exc_lines:
+        return exc_lines[-1], False
+    lines = [ln.strip() for ln in log_text.splitlines() if ln.strip()]
+    return (lines[-1] if lines else "no output"), False
+
+
+def _http_get(url: str, timeout_s: float) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as r:  # noqa: S310 - loopback/user URL
+            return r.status, r.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, b""
+    except (urllib.error.URLError, OSError, TimeoutError):
+        return 0, b""
+
+
+def _run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine on a fresh event loop (uvloop when installed: less client overhead)."""
+    try:
+        import uvloop
+
+        factory = uvloop.new_event_loop
+    except ImportError:  # pragma: no cover
+        factory = None
+    if sys.version_info >= (3, 11):
+        with asyncio.Runner(loop_factory=factory) as runner:
+            return runner.run(coro)
+    return asyncio.run(coro)  # pragma: no cover
+
+
+class VllmServerEngine:
+    """A vLLM OpenAI-compatible server, launched here or attached to via ``base_url``.
+
+    ``server_args`` is the same dict :func:`~specbench.engines.vllm_offline.build_engine_kwargs`
+    makes for ``vllm.LLM``; it becomes the server's command line. ``load`` is
+    the default :class:`LoadProfile` for cells (``run_cell(..., load=…)``
+    overrides it per cell); without one a cell runs at
+    ``concurrency = cell.batch_size``.
+    """
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        server_args: dict[str, Any],
+        log_path: Path,
+        env: dict[str, str],
+        base_url: str | None = None,
+        *,
+        load: LoadProfile | None = None,
+        start_timeout_s: float = START_TIMEOUT_S,
+    ):
+        self.config = config
+        self.server_args = dict(server_args)
+        self.log_path = Path(log_path)
+        self.env = dict(env)
+        self.attach_url = base_url.rstrip("/") if base_url else None
+        self.load = load
+        self.start_timeout_s = start_timeout_s
+        self.base_url: str | None = self.attach_url
+        self.model_name: str | None = None
+        self.command: list[str] | None = None
+        self.last_cell: dict[str, Any] = {}
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._atexit_registered = False
+        spec = self.server_args.get("speculative_config") or config.speculative_config or {}
+        self.k: int | None = spec.get("num_speculative_tokens") if spec else None
+
+    # -- lifecycle ---------------------------------------------------------
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id (also its process group id); ``None`` in attach mode."""
+        return self._proc.pid if self._proc is not None else None
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "engine": "vllm-server",
+            "mode": "attach" if self.attach_url else "launch",
+            "base_url": self.base_url,
+            "command": self.command
+            or [sys.executable, "-m", "vllm.entrypoints.openai.api_server"] + self._flags(0),
+            "server_args": self.server_args,
+            "env": self.env,
+        }
+
+    def _flags(self, port: int) -> list[str]:
+        args = dict(self.server_args)
+        if args.get("speculative_config") is not None:
+            args.setdefault("per_request_spec_decode_metrics", "detailed")
+        args.setdefault("disable_uvicorn_access_log", True)
+        return server_cli_args(args) + ["--host", HOST, "--port", str(port)]
+
+    def start(self) -> None:
+        if self.attach_url is not None:
+            self._wait_ready(self.attach_url, proc=None)
+            self.model_name = self._fetch_model(self.attach_url)
+            return
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        for _attempt in range(3):
+            port = free_port()
+            url = f"http://{HOST}:{port}"
+            self.command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *self._flags(port)]
+            mark = self.log_path.stat().st_size if self.log_path.exists() else 0
+            with open(self.log_path, "ab") as log:
+                log.write(f"\n[specbench] starting: {' '.join(self.command)}\n".encode())
+                log.flush()
+                env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
+                self._proc = subprocess.Popen(
+                    self.command,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=env,
+                    start_new_session=True,
+                )
+            if not self._atexit_registered:
+                atexit.register(self.close)
+                self._atexit_registered = True
+            try:
+                self._wait_ready(url, proc=self._proc)
+            except EngineUnavailable as exc:
+                new_log = self._log_since(mark)
+                self._stop()
+                if "address already in use" in new_log.lower():
+                    continue  # lost the race for the port: try another
+                raise exc
+            self.base_url = url
+            self.model_name = self._fetch_model(url)
+            return
+        raise EngineUnavailable(
+            "server could not bind a free port (3 attempts)", log_tail=tail(self.log_path)
+        )
+
+    def _log_since(self, offset: int) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(offset)
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def _wait_ready(self, url: str, proc: subprocess.Popen[bytes] | None) -> None:
+        deadline = time.monotonic() + self.start_timeout_s
+        while True:
+            if proc is not None and proc.poll() is not None:
+                reason, unsupported = start_failure(tail(self.log_path, 20000))
+                raise EngineUnavailable(
+                    f"vLLM server exited during start-up (exit code {proc.returncode}): {reason}",
+                    skipped=unsupported,
+                    log_tail=tail(self.log_path),
+                )
+            status, _ = _http_get(url + "/health", timeout_s=2.0)
+            if status == 200:
+                return
+            if time.monotonic() > deadline:
+                what = "start" if proc is not None else "answer /health"
+                raise EngineUnavailable(
+                    f"vLLM server at {url} did not {what} within {self.start_timeout_s:.0f} s",
+                    log_tail=tail(self.log_path) if proc is not None else None,
+                )
+            time.sleep(0.5)
+
+    def _fetch_model(self, url: str) -> str:
+        status, body = _http_get(url + "/v1/models", timeout_s=10.0)
+        if status == 200:
+            try:
+                return str(json.loads(body)["data"][0]["id"])
+            except (ValueError, KeyError, IndexError):
+                pass
+        # Fall back to what the server was told to serve.
+        return str(
+            self.server_args.get("served_model_name")
+            or self.server_args.get("model")
+            or self.config.target.model
+        )
+
+    def alive(self) -> bool:
+        if self._proc is not None:
+            return self._proc.poll() is None
+        if self.attach_url is not None:
+            return _http_get(self.attach_url + "/health", timeout_s=2.0)[0] == 200
+        return False
+
+    def kill(self) -> None:
+        """SIGKILL the whole server process group (fault injection, last resort)."""
+        if self._proc is not None:
+            self._signal_group(signal.SIGKILL)
+
+    def _signal_group(self, sig: int) -> bool:
+        assert self._proc is not None
+        try:
+            os.killpg(self._proc.pid, sig)
+            return True
+        except (ProcessLookupError, PermissionError):
+            return False
+
+    def _stop(self) -> None:
+        """SIGINT, then SIGTERM, then SIGKILL to the server's process group."""
+        if self._proc is None:
+            return
+        for sig, wait_s in ((signal.SIGINT, 20.0), (signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+            if self._proc.poll() is not None:
+                break
+            self._signal_group(sig)
+            try:
+                self._proc.wait(timeout=wait_s)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        # Whatever of the group outlived its leader (e.g. an EngineCore) goes too.
+        self._signal_group(signal.SIGKILL)
+        try:
+            self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover
+            pass
+        self._proc = None
+
+    def close(self) -> None:
+        if self._proc is not None:
+            self._stop()
+        if self._atexit_registered:
+            atexit.unregister(self.close)
+            self._atexit_registered = False
+
+    # -- cells -------------------------------------------------------------
+
+    def profile_for(self, request: CellRequest, load: LoadProfile | None = None) -> LoadProfile:
+        """The load profile for a cell: ``load`` › the engine default › ``concurrency = batch_size``."""
+        prof = load or self.load or LoadProfile(request_timeout_s=REQUEST_TIMEOUT_S)
+        if prof.concurrency is None and prof.request_rate is None:
+            prof = prof.model_copy(update={"concurrency": max(1, request.cell.batch_size)})
+        return prof
+
+    def items_for(self, request: CellRequest) -> list[RequestItem]:
+        assert self.model_name is not None
+        return [
+            build_item(
+                p,
+                request.sampling,
+                self.model_name,
+                sample=s,
+                repeat=request.cell.repeat,
+                chat_template_kwargs=self.config.target.chat_template_kwargs or None,
+            )
+            for p in request.prompts
+            for s in range(request.sampling.samples_per_prompt)
+            if (p.prompt_id, s) not in request.skip
+        ]
+
+    def run_cell(
+        self, request: CellRequest, emit: EmitRecord, load: LoadProfile | None = None
+    ) -> CellOutcome:
+        if self.base_url is None or (self._proc is not None and self._proc.poll() is not None):
+            raise CellFailed("vLLM server is not running", engine_dead=True, log_tail=self._tail())
+        profile = self.profile_for(request, load)
+        items = self.items_for(request)
+        emitted: list[RequestResult] = []
+
+        def on_result(res: RequestResult) -> None:
+            emitted.append(res)
+            emit(
+                to_record(res, run_id=request.run_id, cell=request.cell, engine_key=self.config.key, k=self.k)
+            )
+
+        report, before, after, prom_error = _run_async(self._cell(items, profile, on_result))
+        errors = report.error_counts()
+        self.last_cell = {
+            "cell_id": request.cell.cell_id,
+            "profile": profile.model_dump(),
+            "requests": len(report.results),
+            "errors": errors,
+            "not_sent": report.not_sent,
+            "wall_time_s": report.wall_time_s,
+            "aborted": report.aborted,
+        }
+        if report.aborted is not None or not self.alive():
+            done = sum(r.ok for r in report.results)
+            raise CellFailed(
+                f"vLLM server died during the cell ({report.aborted or 'not alive'}): {done} requests completed, "
+                f"{len(report.results) - done} recorded with errors {errors}, {report.not_sent} not sent",
+                engine_dead=True,
+                log_tail=self._tail(),
+            )
+        if report.results and not any(r.ok for r in report.results):
+            raise CellFailed(
+                f"all {len(report.results)} requests failed: {errors}; first: {report.results[0].error}",
+                engine_dead="timeout" in errors,
+                log_tail=self._tail(),
+            )
+        counters = None
+        if self.config.speculative_config is not None:
+            if prom_error is not None:
+                raise CellFailed(f"spec-decode counters unavailable: {prom_error}", log_tail=self._tail())
+            if before is not None and after is not None:
+                try:
+                    delta = after - before
+                except CounterReset as exc:
+                    raise CellFailed(str(exc), log_tail=self._tail()) from exc
+                counters = delta.spec
+                self.last_cell["prom_totals"] = delta.totals
+        return CellOutcome(counters=counters, wall_time_s=report.wall_time_s, num_requests=len(emitted))
+
+    async def _cell(
+        self, items: list[RequestItem], profile: LoadProfile, on_result: Any
+    ) -> tuple[LoadReport, PromSnapshot | None, PromSnapshot | None, str | None]:
+        assert self.base_url is not None
+        url = self.base_url
+        abort = asyncio.Event()
+        dead_reason: list[str] = []
+
+        async def watchdog() -> None:
+            while self._proc is not None:
+                if self._proc.poll() is not None:
+                    dead_reason.append(f"server process exited with code {self._proc.returncode}")
+                    abort.set()
+                    return
+                await asyncio.sleep(0.1)
+
+        async def check_alive() -> bool:
+            if self._proc is not None:
+                await asyncio.sleep(0.2)  # let the watchdog see a dying process
+                return self._proc.poll() is None
+            loop = asyncio.get_running_loop()
+            status, _ = await loop.run_in_executor(None, _http_get, url + "/health", 2.0)
+            return status == 200
+
+        async with make_session(profile.concurrency) as session:
+            dog = asyncio.create_task(watchdog())
+            try:
+                if profile.warmup_requests:
+                    await run_warmup(
+                        session,
+                        url,
+                        items,
+                        profile.warmup_requests,
+                        profile.concurrency or 1,
+                        profile.request_timeout_s,
+                    )
+                prom_error = None
+                before = after = None
+                try:
+                    before = await scrape_settled(session, url)
+                except Exception as exc:  # noqa: BLE001 - a server without /metrics still gets measured
+                    prom_error = f"{type(exc).__name__}: {exc}"
+                report = await run_load(
+                    session, url, items, profile, on_result, abort=abort, check_alive=check_alive
+                )
+                if dead_reason and report.aborted:
+                    report.aborted = dead_reason[0]
+                if report.aborted is None and prom_error is None:
+                    try:
+                        after = await scrape_settled(session, url)
+                    except Exception as exc:  # noqa: BLE001
+                        prom_error = f"{type(exc).__name__}: {exc}"
+            finally:
+                dog.cancel()
+        return report, before, after, prom_error
+
+    def _tail(self) -> str | None:
+        return tail(self.log_path) if self.attach_url is None else None
