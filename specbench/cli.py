@@ -99,6 +99,9 @@ def run(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print each engine's exact configuration")] = False,
     resume: Annotated[Path | None, typer.Option(help="continue an interrupted run directory")] = None,
     report: Annotated[bool, typer.Option(help="write the reports at the end")] = True,
+    platform: Annotated[
+        str | None, typer.Option(help="cpu | cuda (default: detected); e.g. dry-run a GPU suite on a laptop")
+    ] = None,
 ) -> None:
     """Run a suite on real engines; write records, summary and reports."""
     try:
@@ -106,7 +109,7 @@ def run(
     except SuiteError as exc:
         _bad_input(exc.messages)
     if dry_run:
-        for e in api.dry_run(suite_obj):
+        for e in api.dry_run(suite_obj, platform=platform):
             console.rule(f"engine {e['engine']} ({e['kind']}, {e['cells']} cells)")
             console.print("speculative_config:", highlight=False)
             console.print(json.dumps(e["speculative_config"], indent=2, sort_keys=True), highlight=False)
@@ -122,7 +125,9 @@ def run(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
     ) as p:
         try:
-            run_dir = api.run(suite, out=out, limit=limit, resume=resume, progress=_RichProgress(p, total))
+            run_dir = api.run(
+                suite, out=out, limit=limit, resume=resume, progress=_RichProgress(p, total), platform=platform
+            )
         except SuiteError as exc:
             _bad_input(exc.messages)
         except (api.store.StoreError, DatasetError) as exc:

@@ -255,7 +255,7 @@ class Runner:
         restarts = 0
         try:
             if self.suite.warmup:
-                self._warmup(engine, cells[0])
+                self._warmup(engine, cells)
             for i, cell in enumerate(cells):
                 ok = self._run_cell(engine, cfg, cell, partial.get(cell.cell_id, []), records, cells_out)
                 if ok is False and i + 1 < len(cells):
@@ -273,18 +273,22 @@ class Runner:
         finally:
             engine.close()
 
-    def _warmup(self, engine: Engine, cell: Cell) -> None:
-        prompts = self.prompts(cell.dataset, self._chat(cell))[:1]
-        req = CellRequest(
-            run_id=self.run_id,
-            cell=cell.model_copy(update={"cell_id": "warmup", "batch_size": 1}),
-            prompts=prompts,
-            sampling=SamplingRequest(temperature=0.0, max_tokens=8),
-        )
-        try:
-            engine.run_cell(req, lambda r: None)
-        except CellFailed:
-            pass  # the first real cell reports the problem
+    def _warmup(self, engine: Engine, cells: list[Cell]) -> None:
+        """Unrecorded requests in the shape of each load the engine will see
+        (CPU kernels are prepared per batch shape on first use)."""
+        for bs in sorted({c.batch_size for c in cells}):
+            cell = next(c for c in cells if c.batch_size == bs)
+            prompts = self.prompts(cell.dataset, self._chat(cell))[:bs]
+            req = CellRequest(
+                run_id=self.run_id,
+                cell=cell.model_copy(update={"cell_id": f"warmup-b{bs}"}),
+                prompts=prompts,
+                sampling=SamplingRequest(temperature=0.0, max_tokens=16),
+            )
+            try:
+                engine.run_cell(req, lambda r: None)
+            except CellFailed:
+                return  # the first real cell reports the problem
 
     def _chat(self, cell: Cell) -> bool:
         target = next(t for t in self.suite.targets if t.name == cell.target)

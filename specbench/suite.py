@@ -302,6 +302,10 @@ def check_semantics(suite: Suite, base_dir: Path) -> list[tuple[tuple[Any, ...],
         names = [t.name for t in suite.targets]
         if r.target not in names:
             problems.append(((*loc, "target"), _unknown("target", r.target, names)))
+        else:
+            labels = [m.label for t in suite.targets if t.name == r.target for m in t.methods]
+            if r.method not in labels:
+                problems.append(((*loc, "method"), _unknown("method", r.method, labels)))
         if r.dataset is not None and r.dataset not in [d.name for d in suite.datasets]:
             problems.append(((*loc, "dataset"), _unknown("dataset", r.dataset, [d.name for d in suite.datasets])))
     return problems

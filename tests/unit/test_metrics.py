@@ -1,0 +1,90 @@
+"""Metrics on hand-built records with known answers."""
+
+from specbench.metrics import acceptance, counter_checks, greedy_match, paired_speedup, summarize
+from specbench.plan import Cell
+from specbench.records import CellRecord, RequestRecord, SpecCounters
+
+
+def req(cell, pid, toks, lat, spec=None, sample=0, repeat=0):
+    return RequestRecord(
+        run_id="r", cell_id=cell, engine_key="e", prompt_id=pid, prompt_tokens=5, output_token_ids=toks,
+        output_text="", latency_s=lat, spec=spec, sample_index=sample, repeat=repeat,
+    )
+
+
+def cell(method, kind, k=None):
+    return Cell(
+        cell_id=f"t/{method}/d/T0/b1/r0", engine_key=f"t--{method}", target="t", method=method,
+        method_kind=kind, k=k, dataset="d", temperature=0.0, batch_size=1, repeat=0,
+    )
+
+
+def test_tau_self_drafting_is_k_plus_one():
+    # Every draft fully accepted: 10 rounds of K=3 → τ = 4 exactly, per position 1.
+    per = SpecCounters(num_drafts=5, num_draft_tokens=15, num_accepted_tokens=15, accepted_per_pos=[5, 5, 5])
+    pooled = per + per
+    reqs = [req("c", "a", [1] * 20, 1.0, per), req("c", "b", [1] * 20, 1.0, per)]
+    acc = acceptance(pooled, reqs, 3)
+    assert acc["tau"].value == 4.0 and acc["tau"].ci_low == 4.0 and acc["tau"].ci_high == 4.0
+    assert [p.value for p in acc["per_position"]] == [1.0, 1.0, 1.0]
+    assert acc["draft_acceptance_rate"].value == 1.0
+
+
+def test_tau_pooled_vs_per_request():
+    # Request a: 1 draft, 0 accepted (τ 1); request b: 3 drafts, 9 accepted (τ 4).
+    a = SpecCounters(num_drafts=1, num_draft_tokens=3, num_accepted_tokens=0, accepted_per_pos=[0, 0, 0])
+    b = SpecCounters(num_drafts=3, num_draft_tokens=9, num_accepted_tokens=9, accepted_per_pos=[3, 3, 3])
+    acc = acceptance(a + b, [req("c", "a", [1], 1.0, a), req("c", "b", [1] * 12, 1.0, b)], 3)
+    assert acc["tau"].value == 1 + 9 / 4  # pooled weighs the long request more
+    assert acc["tau_per_request"].value == (1.0 + 4.0) / 2
+    assert acc["tau"].n == 2
+    assert acc["per_position"][0].value == 3 / 4
+
+
+def test_speedup_paired_and_known():
+    base = [req("b", p, [1] * 10, 1.0) for p in "abcd"]
+    fast = [req("m", p, [1] * 10, 0.5) for p in "abcd"]
+    est = paired_speedup(fast, base)
+    assert est.value == 2.0 and est.ci_low == 2.0 and est.n == 4
+
+
+def test_greedy_match_counts_pairs():
+    base = [req("b", p, [1, 2, 3], 1.0) for p in "abcd"]
+    m = [req("m", "a", [1, 2, 3], 1.0), req("m", "b", [1, 2, 4], 1.0), req("m", "c", [1, 2, 3], 1.0)]
+    est = greedy_match(m, base)
+    assert est.n == 3 and abs(est.value - 2 / 3) < 1e-12
+    assert est.ci_low < 2 / 3 < est.ci_high
+
+
+def test_summarize_groups_baseline_and_checks():
+    cb, cm, cs = cell("baseline", "baseline"), cell("eagle3", "eagle3", 3), cell("dspark", "dspark", 3)
+    spec = SpecCounters(num_drafts=4, num_draft_tokens=12, num_accepted_tokens=6, accepted_per_pos=[3, 2, 1])
+    reqs = [req(cb.cell_id, "a", [1, 2, 3, 4], 1.0), req(cm.cell_id, "a", [1, 2, 3, 4], 0.5, spec)]
+    cells = [
+        CellRecord(run_id="r", cell_id=cb.cell_id, engine_key="e", status="ok", wall_time_s=1.0),
+        CellRecord(run_id="r", cell_id=cm.cell_id, engine_key="e", status="failed", reason="boom"),
+        # a later attempt of the same cell wins (append-only records)
+        CellRecord(run_id="r", cell_id=cm.cell_id, engine_key="e", status="ok", counters=spec, wall_time_s=0.5),
+        CellRecord(run_id="r", cell_id=cs.cell_id, engine_key="e", status="skipped", reason="GPU only"),
+    ]
+    s = summarize("r", "s", [cb, cm, cs], cells, reqs)
+    g = s.group(cm.group_id)
+    assert g.status == "ok" and g.tau.value == 1 + 6 / 4
+    assert g.speedup.value == 2.0
+    assert g.greedy_match.value == 1.0
+    assert s.group(cs.group_id).status == "skipped" and s.group(cs.group_id).reasons == ["GPU only"]
+    assert s.group(cb.group_id).tau is None
+    checks = counter_checks(s)
+    assert checks and all(c["ok"] for c in checks)
+
+
+def test_counter_checks_catch_inconsistency():
+    cm = cell("eagle3", "eagle3", 3)
+    bad = SpecCounters(num_drafts=2, num_draft_tokens=6, num_accepted_tokens=7, accepted_per_pos=[2, 2, 2])
+    s = summarize(
+        "r", "s", [cm],
+        [CellRecord(run_id="r", cell_id=cm.cell_id, engine_key="e", status="ok", counters=bad, wall_time_s=1)],
+        [req(cm.cell_id, "a", [1], 1.0)],
+    )
+    failed = {c["check"] for c in counter_checks(s) if not c["ok"]}
+    assert failed == {"accepted <= draft tokens", "per-position sum = accepted", "1 <= tau <= K+1"}
