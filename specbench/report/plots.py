@@ -1,0 +1,362 @@
+"""Figures of a run (matplotlib's Agg canvas, no pyplot state), as PNG bytes.
+
+:func:`make_figures` returns only the figures the summary has data for:
+
+* ``tau`` — τ by method × dataset with 95% interval bars and published τ;
+* ``per_position`` — per-position acceptance curves per method;
+* ``speedup_vs_load`` / ``latency_vs_throughput`` — when groups sweep load
+  (batch size or concurrency);
+* ``serving_speedup`` — from ``summary.extra["serving"]`` rows with
+  ``concurrency`` and ``speedup``;
+* ``accuracy_speedup`` — task accuracy beside speedup.
+
+Every method keeps one colour in every figure (:func:`method_colors`); the
+figures have an opaque light face and a border so they read on light and dark
+pages alike.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import zlib
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import NullLocator
+
+from specbench.report import as_estimate
+from specbench.stats import Estimate
+from specbench.summary import GroupSummary, RunSummary
+
+FACE = "#ffffff"
+BORDER = "#9aa0a6"
+INK = "#202124"
+GRID = "#dadce0"
+DPI = 110
+
+#: Fixed colours for the registry's methods (Tableau 10); other labels hash into PALETTE.
+KNOWN_COLORS = {
+    "baseline": "#7f7f7f", "eagle3": "#1f77b4", "p-eagle": "#ff7f0e", "dflash": "#2ca02c",
+    "dspark": "#d62728", "ngram": "#9467bd", "draft_model": "#8c564b", "suffix": "#e377c2",
+    "mtp": "#bcbd22", "pard": "#17becf",
+}
+PALETTE = [
+    "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354",
+    "#756bb1", "#636363", "#6baed6", "#fd8d3c", "#74c476", "#9e9ac8", "#969696", "#ad494a",
+]
+
+TITLES = {
+    "tau": "Mean acceptance length τ by method and dataset",
+    "per_position": "Acceptance rate by draft position",
+    "speedup_vs_load": "Speedup over the baseline by load",
+    "latency_vs_throughput": "Latency against throughput across loads",
+    "serving_speedup": "Serving: speedup over the baseline by concurrency",
+    "accuracy_speedup": "Task accuracy beside speedup",
+}
+
+
+def method_colors(methods: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """Colour per method label, stable across figures and runs.
+
+    ``methods`` are ``(label, kind)`` pairs. A registry name keeps its fixed
+    colour; a custom label takes its kind's colour when no other label uses
+    it, otherwise a slot of PALETTE chosen by a CRC32 of the label (probing
+    to the next free slot, in sorted order, so that one run's methods never
+    share a colour while the palette lasts).
+    """
+    pairs = sorted(set(methods))
+    out: dict[str, str] = {label: KNOWN_COLORS[label] for label, _ in pairs if label in KNOWN_COLORS}
+    used = set(out.values())
+    for label, kind in pairs:
+        if label in out:
+            continue
+        if kind in KNOWN_COLORS and KNOWN_COLORS[kind] not in used:
+            out[label] = KNOWN_COLORS[kind]
+        else:
+            start = zlib.crc32(label.encode()) % len(PALETTE)
+            free = [PALETTE[(start + i) % len(PALETTE)] for i in range(len(PALETTE))]
+            out[label] = next((c for c in free if c not in used), free[0])
+        used.add(out[label])
+    return out
+
+
+# --------------------------------------------------------------------------
+# helpers
+
+
+def _figure(n_panels: int, *, cols: int = 2, panel: tuple[float, float] = (5.2, 3.4)) -> tuple[Figure, list[Axes]]:
+    cols = max(1, min(cols, n_panels))
+    rows = math.ceil(n_panels / cols)
+    if cols == 1:
+        panel = (max(panel[0], 8.0), panel[1])
+    fig = Figure(figsize=(panel[0] * cols, panel[1] * rows + 0.6), dpi=DPI, facecolor=FACE,
+                 edgecolor=BORDER, linewidth=2, layout="constrained")
+    axes = [fig.add_subplot(rows, cols, i + 1) for i in range(n_panels)]
+    for ax in axes:
+        ax.set_facecolor(FACE)
+        ax.grid(True, color=GRID, linewidth=0.8)
+        ax.set_axisbelow(True)
+        for side in ("top", "right"):
+            ax.spines[side].set_visible(False)
+    return fig, axes
+
+
+def _png(fig: Figure, title: str) -> bytes:
+    fig.suptitle(title, color=INK, fontsize=12)
+    FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", facecolor=FACE, edgecolor=BORDER, metadata={"Software": None})
+    return buf.getvalue()
+
+
+def _yerr(ests: Sequence[Estimate | None]) -> list[list[float]]:
+    lo, hi = [], []
+    for e in ests:
+        if e is None or e.value is None or e.ci_low is None or e.ci_high is None:
+            lo.append(0.0)
+            hi.append(0.0)
+        else:
+            lo.append(max(0.0, e.value - e.ci_low))
+            hi.append(max(0.0, e.ci_high - e.value))
+    return [lo, hi]
+
+
+def _ok(g: GroupSummary) -> bool:
+    return g.status in ("ok", "partial")
+
+
+def _panels(summary: RunSummary, pred) -> dict[tuple[str, str], list[GroupSummary]]:
+    out: dict[tuple[str, str], list[GroupSummary]] = {}
+    for g in summary.groups:
+        if _ok(g) and pred(g):
+            out.setdefault((g.target, g.dataset), []).append(g)
+    return out
+
+
+def _lowest_load(groups: list[GroupSummary]) -> list[GroupSummary]:
+    """One group per (method, dataset, temperature): the one at the smallest load."""
+    best: dict[tuple[str, str, float], GroupSummary] = {}
+    for g in groups:
+        key = (g.method, g.dataset, g.temperature)
+        if key not in best or g.batch_size < best[key].batch_size:
+            best[key] = g
+    return list(best.values())
+
+
+def _legend(ax: Axes) -> None:
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(fontsize=8, frameon=True, facecolor=FACE, edgecolor=GRID)
+
+
+# --------------------------------------------------------------------------
+# figures
+
+
+def _tau(summary: RunSummary, colors: dict[str, str]) -> bytes | None:
+    targets: dict[str, list[GroupSummary]] = {}
+    for g in summary.groups:
+        if _ok(g) and g.tau is not None and g.tau.value is not None:
+            targets.setdefault(g.target, []).append(g)
+    if not targets:
+        return None
+    multi_t = len({g.temperature for g in summary.groups}) > 1
+    fig, axes = _figure(len(targets), cols=1, panel=(9.0, 3.6))
+    for ax, (target, groups) in zip(axes, targets.items(), strict=True):
+        groups = _lowest_load(groups)
+        ref_labelled = False
+        cats = list(dict.fromkeys((g.dataset, g.temperature) for g in groups))
+        methods = list(dict.fromkeys(g.method for g in groups))
+        width = 0.8 / len(methods)
+        for mi, m in enumerate(methods):
+            xs, ests, refs = [], [], []
+            for ci, cat in enumerate(cats):
+                g = next((g for g in groups if g.method == m and (g.dataset, g.temperature) == cat), None)
+                if g is None:
+                    continue
+                x = ci - 0.4 + width * (mi + 0.5)
+                xs.append(x)
+                ests.append(g.tau)
+                ref = (g.reference or {}).get("tau")
+                if ref and isinstance(ref.get("value"), (int, float)):
+                    refs.append((x, float(ref["value"])))
+            ax.bar(xs, [e.value for e in ests], width * 0.92, yerr=_yerr(ests), capsize=3,
+                   color=colors[m], edgecolor=INK, linewidth=0.4, label=m, error_kw={"ecolor": INK, "lw": 1})
+            if refs:
+                ax.scatter([r[0] for r in refs], [r[1] for r in refs], marker="D", s=28, color=INK, zorder=5,
+                           label=None if ref_labelled else "published τ")
+                ref_labelled = True
+        ax.axhline(1.0, color=BORDER, linestyle="--", linewidth=1)
+        ax.grid(False, axis="x")
+        ax.set_xticks(range(len(cats)), [f"{d}\nT={t:g}" if multi_t else d for d, t in cats])
+        ax.set_ylabel("τ (tokens per target step)")
+        ax.set_xlabel("dataset")
+        ax.set_ylim(bottom=0)
+        ax.set_title(target, fontsize=10, color=INK)
+        _legend(ax)
+    return _png(fig, TITLES["tau"] + " (95% intervals, smallest load)")
+
+
+def _per_position(summary: RunSummary, colors: dict[str, str]) -> bytes | None:
+    panels = _panels(summary, lambda g: any(p.value is not None for p in g.per_position))
+    if not panels:
+        return None
+    fig, axes = _figure(len(panels))
+    for ax, ((target, dataset), groups) in zip(axes, panels.items(), strict=True):
+        for g in _lowest_load(groups):
+            xs = [i + 1 for i, p in enumerate(g.per_position) if p.value is not None]
+            ests = [p for p in g.per_position if p.value is not None]
+            ax.errorbar(xs, [e.value for e in ests], yerr=_yerr(ests), marker="o", capsize=3, color=colors[g.method],
+                        label=g.method if len({h.temperature for h in groups}) == 1 else f"{g.method} T={g.temperature:g}")
+        ax.set_xlabel("draft position")
+        ax.set_ylabel("acceptance rate (accepted / drafts)")
+        ax.set_ylim(0, 1.02)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.set_title(f"{target} · {dataset}", fontsize=10, color=INK)
+        _legend(ax)
+    return _png(fig, TITLES["per_position"] + " (95% intervals)")
+
+
+def _sweeps(summary: RunSummary) -> dict[tuple[str, str], list[GroupSummary]]:
+    panels = _panels(summary, lambda g: True)
+    return {k: v for k, v in panels.items() if len({g.batch_size for g in v}) > 1}
+
+
+def _series(groups: list[GroupSummary]) -> dict[tuple[str, float], list[GroupSummary]]:
+    out: dict[tuple[str, float], list[GroupSummary]] = {}
+    for g in sorted(groups, key=lambda g: g.batch_size):
+        out.setdefault((g.method, g.temperature), []).append(g)
+    return out
+
+
+def _speedup_vs_load(summary: RunSummary, colors: dict[str, str]) -> bytes | None:
+    panels = {k: v for k, v in _sweeps(summary).items() if any(g.speedup and g.speedup.value for g in v)}
+    if not panels:
+        return None
+    fig, axes = _figure(len(panels))
+    for ax, ((target, dataset), groups) in zip(axes, panels.items(), strict=True):
+        for (m, _t), gs in _series(groups).items():
+            gs = [g for g in gs if g.speedup is not None and g.speedup.value is not None]
+            if gs:
+                ests = [g.speedup for g in gs]
+                ax.errorbar([g.batch_size for g in gs], [e.value for e in ests], yerr=_yerr(ests), marker="o",
+                            capsize=3, color=colors[m], label=m)
+        _load_axes(ax, "load (batch size / concurrency)", [g.batch_size for g in groups])
+        ax.set_title(f"{target} · {dataset}", fontsize=10, color=INK)
+    return _png(fig, TITLES["speedup_vs_load"] + " (95% intervals)")
+
+
+def _load_axes(ax: Axes, xlabel: str, loads: Iterable[float]) -> None:
+    ax.axhline(1.0, color=BORDER, linestyle="--", linewidth=1, label="baseline")
+    ax.set_xscale("log", base=2)
+    ticks = sorted(set(loads))
+    ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("speedup (× baseline output tok/s)")
+    _legend(ax)
+
+
+def _latency_vs_throughput(summary: RunSummary, colors: dict[str, str]) -> bytes | None:
+    def point(g: GroupSummary) -> tuple[float, float] | None:
+        tput = g.throughput_tps or g.output_tps
+        lat = g.latency_p50_s if g.latency_p50_s is not None else (g.latency_s.value if g.latency_s else None)
+        return (tput.value, lat) if tput is not None and tput.value is not None and lat is not None else None
+
+    panels = {k: v for k, v in _sweeps(summary).items() if sum(point(g) is not None for g in v) > 1}
+    if not panels:
+        return None
+    fig, axes = _figure(len(panels))
+    for ax, ((target, dataset), groups) in zip(axes, panels.items(), strict=True):
+        for (m, _t), gs in _series(groups).items():
+            pts = [(point(g), g.batch_size) for g in gs if point(g) is not None]
+            if not pts:
+                continue
+            ax.plot([p[0][0] for p in pts], [p[0][1] for p in pts], marker="o", color=colors[m], label=m)
+            for (x, y), load in pts:
+                ax.annotate(str(load), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color=INK)
+        ax.set_xlabel("throughput (output tok/s)")
+        ax.set_ylabel("median request latency (s)")
+        ax.set_title(f"{target} · {dataset} (labels: load)", fontsize=10, color=INK)
+        _legend(ax)
+    return _png(fig, TITLES["latency_vs_throughput"])
+
+
+def _serving_speedup(summary: RunSummary, colors: dict[str, str]) -> bytes | None:
+    rows = summary.extra.get("serving")
+    rows = rows.get("rows") if isinstance(rows, dict) else rows
+    if not isinstance(rows, list):
+        return None
+    rows = [r for r in rows if isinstance(r, dict) and "concurrency" in r and as_estimate(r.get("speedup"))]
+    if not rows:
+        return None
+    panels: dict[tuple[str, str], dict[str, list[tuple[float, Estimate]]]] = {}
+    for r in rows:
+        key = (str(r.get("target", "")), str(r.get("dataset", "")))
+        est = as_estimate(r["speedup"])
+        if est is not None and est.value is not None:
+            panels.setdefault(key, {}).setdefault(str(r.get("method", "?")), []).append((float(r["concurrency"]), est))
+    if not panels:
+        return None
+    fig, axes = _figure(len(panels))
+    for ax, ((target, dataset), series) in zip(axes, panels.items(), strict=True):
+        for m, pts in series.items():
+            pts.sort(key=lambda p: p[0])
+            ests = [p[1] for p in pts]
+            ax.errorbar([p[0] for p in pts], [e.value for e in ests], yerr=_yerr(ests), marker="o", capsize=3,
+                        color=colors.get(m, KNOWN_COLORS.get(m, PALETTE[0])), label=m)
+        _load_axes(ax, "concurrent requests", [p[0] for pts in series.values() for p in pts])
+        ax.set_title(" · ".join(x for x in (target, dataset) if x), fontsize=10, color=INK)
+    return _png(fig, TITLES["serving_speedup"] + " (95% intervals)")
+
+
+def _accuracy_speedup(summary: RunSummary, colors: dict[str, str]) -> bytes | None:
+    panels = _panels(summary, lambda g: bool(g.accuracy))
+    if not panels:
+        return None
+    fig, axes = _figure(2 * len(panels), cols=2, panel=(5.0, 3.2))
+    for i, ((target, dataset), groups) in enumerate(panels.items()):
+        groups = sorted(_lowest_load(groups), key=lambda g: (g.method_kind != "baseline",))
+        key = sorted({k for g in groups for k in g.accuracy})[0]
+        ax_acc, ax_sp = axes[2 * i], axes[2 * i + 1]
+        names = [g.method for g in groups]
+        accs = [g.accuracy.get(key) for g in groups]
+        ax_acc.bar(range(len(groups)), [100 * (e.value or 0) if e else 0 for e in accs],
+                   yerr=[[100 * v for v in side] for side in _yerr(accs)], capsize=3,
+                   color=[colors[n] for n in names], edgecolor=INK, linewidth=0.4)
+        ax_acc.set_ylabel(f"{key} (%)")
+        ax_acc.set_ylim(0, 100)
+        ax_acc.set_title(f"{target} · {dataset}: accuracy", fontsize=10, color=INK)
+        sps = [Estimate(value=1.0) if g.method_kind == "baseline" else g.speedup for g in groups]
+        ax_sp.bar(range(len(groups)), [e.value if e and e.value is not None else 0 for e in sps], yerr=_yerr(sps),
+                  capsize=3, color=[colors[n] for n in names], edgecolor=INK, linewidth=0.4)
+        ax_sp.axhline(1.0, color=BORDER, linestyle="--", linewidth=1)
+        ax_sp.set_ylabel("speedup (× baseline tok/s)")
+        ax_sp.set_title(f"{target} · {dataset}: speedup", fontsize=10, color=INK)
+        for ax in (ax_acc, ax_sp):
+            ax.grid(False, axis="x")
+            ax.set_xticks(range(len(groups)), names, rotation=20, ha="right")
+            ax.set_xlabel("method")
+    return _png(fig, TITLES["accuracy_speedup"] + " (95% intervals, smallest load)")
+
+
+def make_figures(summary: RunSummary) -> dict[str, bytes]:
+    """Every figure the summary has data for, as ``{name: PNG bytes}`` in a fixed order."""
+    colors = method_colors((g.method, g.method_kind) for g in summary.groups)
+    serving = summary.extra.get("serving")
+    rows: Any = serving.get("rows") if isinstance(serving, dict) else serving
+    if isinstance(rows, list):
+        extra = {(str(r.get("method")), str(r.get("method"))) for r in rows if isinstance(r, dict) and r.get("method")}
+        colors = method_colors({*((g.method, g.method_kind) for g in summary.groups), *extra})
+    out: dict[str, bytes] = {}
+    for name, fn in [("tau", _tau), ("per_position", _per_position), ("speedup_vs_load", _speedup_vs_load),
+                     ("latency_vs_throughput", _latency_vs_throughput), ("serving_speedup", _serving_speedup),
+                     ("accuracy_speedup", _accuracy_speedup)]:
+        png = fn(summary, colors)
+        if png is not None:
+            out[name] = png
+    return out
