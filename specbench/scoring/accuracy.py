@@ -1,0 +1,213 @@
+"""Task accuracy with uncertainty, from per-request scores (pure: numpy, no I/O).
+
+Inputs are ``{prompt_id: [bool, ...]}`` -- one entry per prompt, one bool per
+sample of that prompt (``group_scores`` builds it from ``(prompt_id, bool)``
+pairs). Every prompt weighs the same, however many samples it has.
+
+Intervals (95 % unless ``confidence`` says otherwise):
+
+* ``accuracy``: Wilson score interval when each prompt has exactly one sample
+  (independent Bernoulli trials); otherwise a percentile bootstrap over
+  prompts (samples of one prompt are correlated, so they are resampled together).
+* ``pass_at_k``: the unbiased estimator per prompt, averaged; percentile
+  bootstrap over prompts.
+* ``paired_delta``: method minus baseline on the prompt ids both scored;
+  percentile bootstrap resampling prompt ids (the pairs stay together), seeded.
+
+Results are :class:`specbench.stats.Estimate` subclasses; ``method`` names the
+interval that was used. Bootstraps default to 10 000 resamples and the
+project-wide seed (``specbench.stats.DEFAULT_SEED``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from statistics import NormalDist
+
+import numpy as np
+
+from specbench.stats import CONFIDENCE, DEFAULT_SEED, Estimate
+
+Scores = Mapping[str, Sequence[bool]]
+
+
+class AccuracyEstimate(Estimate):
+    """A :class:`specbench.stats.Estimate` (``value``, ``ci_low``, ``ci_high``,
+    ``n`` = prompts, ``method`` = interval) plus the samples it rests on."""
+
+    confidence: float = CONFIDENCE
+    n_samples: int = 0
+
+
+class PairedDelta(AccuracyEstimate):
+    """``value`` = mean over shared prompts of (method score - baseline score)."""
+
+    method_value: float = 0.0
+    baseline_value: float = 0.0
+    only_in_method: int = 0
+    only_in_baseline: int = 0
+
+
+def group_scores(pairs: Iterable[tuple[str, bool]]) -> dict[str, list[bool]]:
+    """``[(prompt_id, ok), ...]`` -> ``{prompt_id: [ok, ...]}`` (insertion order kept)."""
+    out: dict[str, list[bool]] = {}
+    for pid, ok in pairs:
+        out.setdefault(str(pid), []).append(bool(ok))
+    return out
+
+
+def wilson_interval(successes: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion."""
+    if n <= 0:
+        raise ValueError("n must be positive")
+    if not 0 <= successes <= n:
+        raise ValueError("successes must be within [0, n]")
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    lo = 0.0 if successes == 0 else max(0.0, centre - half)
+    hi = 1.0 if successes == n else min(1.0, centre + half)
+    return lo, hi
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k for one task: ``1 - C(n-c, k) / C(n, k)`` (Chen et al., 2021).
+
+    Computed as ``1 - prod_{i=n-c+1}^{n} (1 - k/i)``, which stays stable for
+    large ``n``. ``n`` samples, ``c`` of them correct.
+    """
+    if not (0 <= c <= n):
+        raise ValueError(f"need 0 <= c <= n, got c={c}, n={n}")
+    if not (1 <= k <= n):
+        raise ValueError(f"need 1 <= k <= n, got k={k}, n={n}")
+    if n - c < k:
+        return 1.0
+    return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
+
+
+def bootstrap_mean_ci(
+    values: Sequence[float] | np.ndarray,
+    *,
+    confidence: float = CONFIDENCE,
+    n_boot: int = 10_000,
+    seed: int = DEFAULT_SEED,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of ``values`` (resampling entries)."""
+    x = np.asarray(values, dtype=float)
+    if x.size == 0:
+        raise ValueError("no values")
+    rng = np.random.default_rng(seed)
+    means = np.empty(n_boot)
+    chunk = max(1, 2_000_000 // x.size)
+    for start in range(0, n_boot, chunk):
+        stop = min(n_boot, start + chunk)
+        idx = rng.integers(0, x.size, size=(stop - start, x.size))
+        means[start:stop] = x[idx].mean(axis=1)
+    alpha = (1 - confidence) / 2
+    lo, hi = np.quantile(means, [alpha, 1 - alpha])
+    return float(lo), float(hi)
+
+
+def _check(scores: Scores) -> None:
+    if not scores:
+        raise ValueError("no scores")
+    empty = [pid for pid, s in scores.items() if len(s) == 0]
+    if empty:
+        raise ValueError(f"prompts without samples: {empty[:5]}")
+
+
+def accuracy(
+    scores: Scores,
+    *,
+    confidence: float = CONFIDENCE,
+    n_boot: int = 10_000,
+    seed: int = DEFAULT_SEED,
+) -> AccuracyEstimate:
+    """Mean over prompts of each prompt's fraction of correct samples."""
+    _check(scores)
+    per_prompt = np.array([np.mean(s) for s in scores.values()], dtype=float)
+    n_samples = sum(len(s) for s in scores.values())
+    value = float(per_prompt.mean())
+    if n_samples == len(scores):
+        lo, hi = wilson_interval(int(round(per_prompt.sum())), len(scores), confidence)
+        method = "wilson"
+    else:
+        lo, hi = bootstrap_mean_ci(per_prompt, confidence=confidence, n_boot=n_boot, seed=seed)
+        method = "bootstrap-prompts"
+    return AccuracyEstimate(
+        value=value,
+        ci_low=lo,
+        ci_high=hi,
+        n=len(scores),
+        method=method,
+        confidence=confidence,
+        n_samples=n_samples,
+    )
+
+
+def pass_at_k_estimate(
+    scores: Scores,
+    k: int,
+    *,
+    confidence: float = CONFIDENCE,
+    n_boot: int = 10_000,
+    seed: int = DEFAULT_SEED,
+) -> AccuracyEstimate:
+    """pass@k per prompt (needs >= k samples each), averaged over prompts."""
+    _check(scores)
+    short = [pid for pid, s in scores.items() if len(s) < k]
+    if short:
+        raise ValueError(f"pass@{k} needs at least {k} samples per prompt; {len(short)} have fewer")
+    per_task = np.array([pass_at_k(len(s), int(sum(map(bool, s))), k) for s in scores.values()])
+    lo, hi = bootstrap_mean_ci(per_task, confidence=confidence, n_boot=n_boot, seed=seed)
+    n_samples = sum(len(s) for s in scores.values())
+    return AccuracyEstimate(
+        value=float(per_task.mean()),
+        ci_low=lo,
+        ci_high=hi,
+        n=len(scores),
+        method="bootstrap-prompts",
+        confidence=confidence,
+        n_samples=n_samples,
+    )
+
+
+def paired_delta(
+    method: Scores,
+    baseline: Scores,
+    *,
+    confidence: float = CONFIDENCE,
+    n_boot: int = 10_000,
+    seed: int = DEFAULT_SEED,
+) -> PairedDelta:
+    """Accuracy of ``method`` minus ``baseline`` over the prompt ids both scored.
+
+    Each prompt's score is its fraction of correct samples; the interval is a
+    seeded percentile bootstrap over the shared prompt ids.
+    """
+    _check(method)
+    _check(baseline)
+    shared = [pid for pid in method if pid in baseline]
+    if not shared:
+        raise ValueError("method and baseline share no prompt ids")
+    m = np.array([np.mean(method[pid]) for pid in shared], dtype=float)
+    b = np.array([np.mean(baseline[pid]) for pid in shared], dtype=float)
+    d = m - b
+    lo, hi = bootstrap_mean_ci(d, confidence=confidence, n_boot=n_boot, seed=seed)
+    n_samples = sum(len(method[p]) + len(baseline[p]) for p in shared)
+    return PairedDelta(
+        value=float(d.mean()),
+        ci_low=lo,
+        ci_high=hi,
+        n=len(shared),
+        method="paired-bootstrap-prompts",
+        confidence=confidence,
+        n_samples=n_samples,
+        method_value=float(m.mean()),
+        baseline_value=float(b.mean()),
+        only_in_method=len(method) - len(shared),
+        only_in_baseline=len(baseline) - len(shared),
+    )
