@@ -1,0 +1,4 @@
+"""Spins forever at import time: must end as a wall-clock timeout."""
+
+while True:
+    pass
