@@ -52,8 +52,7 @@ def require_code_exec(allow_code_exec: bool) -> None:
     """Raise :class:`CodeExecutionNotAllowed` unless execution was explicitly allowed."""
     if not allow_code_exec:
         raise CodeExecutionNotAllowed(
-            "HumanEval scoring executes model-generated code; pass allow_code_exec=True "
-            "(suite: scoring.allow_code_exec: true) to run it in the sandbox"
+            "HumanEval scoring executes model-generated code; pass allow_code_exec=True to run it in the sandbox"
         )
 
 
