@@ -117,6 +117,13 @@ def _request_record(req: CellRequest, engine_key: str, prompt_id: str, sample: i
     return rec.model_dump(mode="json")
 
 
+def _render_chat(tokenizer: Any, messages: list[dict[str, str]], opts: dict[str, Any]) -> str:
+    """The target's chat template applied to one conversation (as text)."""
+    return tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True, **(opts.get("chat_template_kwargs") or {})
+    )
+
+
 def _worker_main(conn: Any, engine_kwargs: dict[str, Any], log_path: str, env: dict[str, str]) -> None:
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
@@ -130,6 +137,7 @@ def _worker_main(conn: Any, engine_kwargs: dict[str, Any], log_path: str, env: d
         traceback.print_exc()
         conn.send(("start_error", f"{type(exc).__name__}: {exc}"))
         return
+    tokenizer = llm.get_tokenizer()
     conn.send(("ready", None))
     spec = engine_kwargs.get("speculative_config") or {}
     k = spec.get("num_speculative_tokens")
@@ -162,15 +170,11 @@ def _worker_main(conn: Any, engine_kwargs: dict[str, Any], log_path: str, env: d
                     )
                     for _, s in batch
                 ]
-                if batch[0][0].messages is not None:
-                    outs = llm.chat(
-                        [p.messages for p, _ in batch],
-                        params,
-                        use_tqdm=False,
-                        chat_template_kwargs=msg[2].get("chat_template_kwargs") or None,
-                    )
-                else:
-                    outs = llm.generate([p.text for p, _ in batch], params, use_tqdm=False)
+                texts = [
+                    p.text if p.messages is None else _render_chat(tokenizer, p.messages, msg[2])
+                    for p, _ in batch
+                ]
+                outs = llm.generate(texts, params, use_tqdm=False)
                 recs = [
                     _request_record(req, msg[2]["engine_key"], p.prompt_id, s, o, k)
                     for (p, s), o in zip(batch, outs)
