@@ -443,6 +443,7 @@ async def run_load(
     *,
     abort: asyncio.Event | None = None,
     check_alive: Callable[[], Awaitable[bool]] | None = None,
+    alive_hint: Callable[[], bool] | None = None,
 ) -> LoadReport:
     """Offer ``items`` to the server under ``profile``; ``on_result`` gets every sent request once.
 
@@ -450,6 +451,8 @@ async def run_load(
     set (by a watchdog, or here when a connection error meets a failed
     ``check_alive``), no new request is sent and those in flight are
     cancelled; each still reaches ``on_result`` with ``error`` set.
+    ``alive_hint`` (cheap, synchronous: e.g. "is the server process still
+    running") is asked before every send; ``False`` aborts the run.
     """
     abort = abort or asyncio.Event()
     todo: deque[RequestItem] = deque(items[: profile.num_requests] if profile.num_requests else items)
@@ -468,6 +471,9 @@ async def run_load(
         on_result(res)
 
     def may_send() -> bool:
+        if alive_hint is not None and not abort.is_set() and not alive_hint():
+            reason.append("server process is gone")
+            abort.set()
         return bool(todo) and not abort.is_set() and (deadline is None or time.perf_counter() < deadline)
 
     async def one(item: RequestItem) -> None:

@@ -69,16 +69,22 @@ STORE_TRUE_FLAGS = frozenset(
     }
 )
 
-# Phrases in a start-up *exception* line meaning "this configuration cannot run
-# on this platform" (the runner also marks skips from the method registry).
+# Phrases in a start-up exception meaning "this configuration cannot run on
+# this platform" (skipped, not failed). Deliberately narrower than "not
+# supported": vLLM also says "Model architectures [...] are not supported"
+# for a bad checkpoint, which is a failure. The runner additionally marks
+# skips from the method registry.
 UNSUPPORTED_MARKERS = (
-    "not supported",
-    "only supported",
-    "unsupported",
+    "model runner v1 does not support",  # e.g. DSpark on CPU (V2 GPU runner only)
+    "model runner v2 does not yet support",
+    "not supported on cpu",
+    "not supported on this platform",
+    "only supported on",
     "requires cuda",
     "requires triton",
-    "model runner v2",
+    "triton is not available",
     "is not available on",
+    "unsupported platform",
 )
 
 _EXC_LINE = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Exit)\b:?.*$")
@@ -119,18 +125,33 @@ def free_port(host: str = HOST) -> int:
 def start_failure(log_text: str) -> tuple[str, bool]:
     """``(reason, unsupported)`` from a server log that ended in a start-up failure.
 
-    The reason is the exception line naming an unsupported configuration if
-    any, else the last exception line. Only exception lines are searched, so
-    warnings such as "X is not supported, falling back" do not count.
+    The reason is the exception naming an unsupported configuration if any,
+    else the last exception, each with its indented continuation lines (where
+    pydantic puts the actual message), cut to 400 characters. Only exceptions
+    are searched, so warnings such as "X is not supported, falling back" do
+    not count.
     """
-    exc_lines = [ln.strip() for ln in log_text.splitlines() if _EXC_LINE.match(ln)]
-    for ln in exc_lines:
-        if any(m in ln.lower() for m in UNSUPPORTED_MARKERS):
-            return ln, True
-    if exc_lines:
-        return exc_lines[-1], False
-    lines = [ln.strip() for ln in log_text.splitlines() if ln.strip()]
-    return (lines[-1] if lines else "no output"), False
+    lines = log_text.splitlines()
+    blocks: list[str] = []
+    for i, ln in enumerate(lines):
+        if not _EXC_LINE.match(ln):
+            continue
+        parts = [ln.strip()]
+        for nxt in lines[i + 1 : i + 4]:
+            if not nxt.startswith((" ", "\t")) or nxt.lstrip().startswith(
+                ("File ", "For further information")
+            ):
+                break
+            parts.append(nxt.strip())
+        block = " ".join(parts)
+        blocks.append(block if len(block) <= 400 else block[:397] + "...")
+    for block in blocks:
+        if any(m in block.lower() for m in UNSUPPORTED_MARKERS):
+            return block, True
+    if blocks:
+        return blocks[-1], False
+    rest = [ln.strip() for ln in lines if ln.strip()]
+    return (rest[-1] if rest else "no output"), False
 
 
 def _http_get(url: str, timeout_s: float) -> tuple[int, bytes]:
@@ -471,8 +492,16 @@ class VllmServerEngine:
                     before = await scrape_settled(session, url)
                 except Exception as exc:  # noqa: BLE001 - a server without /metrics still gets measured
                     prom_error = f"{type(exc).__name__}: {exc}"
+                proc = self._proc
                 report = await run_load(
-                    session, url, items, profile, on_result, abort=abort, check_alive=check_alive
+                    session,
+                    url,
+                    items,
+                    profile,
+                    on_result,
+                    abort=abort,
+                    check_alive=check_alive,
+                    alive_hint=(lambda: proc.poll() is None) if proc is not None else None,
                 )
                 if dead_reason and report.aborted:
                     report.aborted = dead_reason[0]

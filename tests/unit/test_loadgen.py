@@ -291,8 +291,9 @@ def test_completion_stream_counts_tokens_not_chunks() -> None:
     assert [n for _, n in res.chunks] == [1, 3, 3]
     ttft, itl, lat = res.timing()
     assert len(itl) == 6
-    # Each 3-token chunk's gap (~10 ms) is spread: ~3.3 ms per token.
-    assert 0.002 < itl[0] < 0.008 and itl[0] == itl[1] == itl[2]
+    # Each 3-token chunk's gap (~10 ms, more on a busy machine) is spread evenly over its tokens.
+    assert itl[0] == itl[1] == itl[2] and itl[3] == itl[4] == itl[5]
+    assert 0 < itl[0] < 0.1 and 0 < itl[3] < 0.1
     assert sum(itl) == pytest.approx(lat - ttft)
     assert res.finish_reason == "length" and res.prompt_tokens == 5
     assert res.text.startswith("t100t101")
@@ -388,28 +389,33 @@ def test_num_requests_and_duration_bound_a_cell(server: FakeServer) -> None:
 
 
 def test_poisson_is_seeded_and_open_loop() -> None:
-    def arrivals(seed: int) -> list[float]:
-        with FakeServer(gap_s=0.001) as srv:
-            items = [_item(f"q{i}", n=2, pid=f"q{i}") for i in range(20)]
+    import random
 
-            async def go() -> Any:
-                async with make_session(None) as sess:
-                    return await run_load(
-                        sess, srv.url, items, LoadProfile(request_rate=200.0, seed=seed), lambda r: None
-                    )
+    rate, n = 50.0, 15
 
-            rep = _run(go())
-            assert len(rep.results) == 20
-            t = sorted(srv.arrivals)
-            return [b - a for a, b in zip(t, t[1:], strict=False)]
+    def expected(seed: int) -> list[float]:
+        rng = random.Random(seed)
+        return [rng.expovariate(rate) for _ in range(n)]
 
-    a, b, c = arrivals(1), arrivals(1), arrivals(2)
-    # Same seed → same inter-arrival pattern (within scheduling jitter); mean ~ 1/rate.
-    assert sum(abs(x - y) for x, y in zip(a, b, strict=True)) / len(a) < 0.004
-    assert sum(abs(x - y) for x, y in zip(a, c, strict=True)) / len(a) > sum(
-        abs(x - y) for x, y in zip(a, b, strict=True)
-    ) / len(a)
-    assert 0.001 < sum(a) / len(a) < 0.02
+    with FakeServer(gap_s=0.05) as srv:  # requests outlive the gaps: open loop, not one at a time
+        items = [_item(f"q{i}", n=2, pid=f"q{i}") for i in range(n)]
+
+        async def go() -> Any:
+            async with make_session(None) as sess:
+                return await run_load(
+                    sess, srv.url, items, LoadProfile(request_rate=rate, seed=7), lambda r: None
+                )
+
+        rep = _run(go())
+        assert len(rep.results) == n and all(r.ok for r in rep.results)
+        t = sorted(srv.arrivals)
+        observed = [b - a for a, b in zip(t, t[1:], strict=False)]
+        assert srv.max_inflight > 1
+    # Arrival gaps follow the seeded exponential schedule (up to scheduling jitter) …
+    want = expected(7)[1:]
+    assert sum(abs(o - w) for o, w in zip(observed, want, strict=True)) / len(want) < 0.006
+    # … which a different seed would not give.
+    assert sum(abs(x - y) for x, y in zip(expected(7), expected(8), strict=True)) / n > 0.006
 
 
 def test_abort_cancels_in_flight_and_records_each_once() -> None:
@@ -568,17 +574,26 @@ def test_start_failure_classification() -> None:
         "WARNING 01-01 cpu.py:1] Pin memory is not supported on CPU, falling back\n"
         "Traceback (most recent call last):\n"
         '  File "x.py", line 1, in <module>\n'
-        "NotImplementedError: DSpark is only supported with model runner V2\n"
+        "ValueError: Model Runner V1 does not support: dspark speculative decoding\n"
         "RuntimeError: Engine core initialization failed. See root cause above.\n"
     )
     reason, unsupported = start_failure(log)
-    assert unsupported and "model runner V2" in reason
+    assert unsupported and "dspark" in reason
     reason, unsupported = start_failure(
         "Traceback\nValueError: bad value\nRuntimeError: Engine core failed\n"
     )
     assert not unsupported and reason == "RuntimeError: Engine core failed"
-    reason, unsupported = start_failure("WARNING something is not supported here, falling back\nKilled\n")
+    reason, unsupported = start_failure("WARNING something is not supported on CPU, falling back\nKilled\n")
     assert not unsupported and reason == "Killed"
+    # A bad checkpoint is a failure, not a skip; pydantic's message is on the next line.
+    log = (
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig\n"
+        "  Value error, Model architectures ['Nope'] are not supported for now. Supported architectures: "
+        + "x" * 2000
+        + "\n    For further information visit https://errors.pydantic.dev/2.14/v/value_error\n"
+    )
+    reason, unsupported = start_failure(log)
+    assert not unsupported and "Model architectures ['Nope']" in reason and len(reason) <= 400
 
 
 def test_parse_metrics_of_fake_matches(server: FakeServer) -> None:
