@@ -32,6 +32,8 @@ from typing import Literal
 import numpy as np
 from scipy import special, stats
 
+from specbench.stats import Estimate, wilson
+
 GreedyKind = Literal["identical", "near_tie", "divergent", "unverifiable"]
 Verdict = Literal["equivalent", "divergent", "not shown equivalent"]
 CategoryOrder = Literal["probability", "token_id"]
@@ -81,6 +83,8 @@ def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, fl
     to nominal coverage at small ``n`` and at ``k`` in {0, n}, which is where
     identity rates live (a method matches 100/100 prompts: the interval is
     [0.963, 1], not [1, 1]). ``n == 0`` returns the uninformative (0, 1).
+    Computed by :func:`specbench.stats.wilson` (one formula for every report),
+    with the endpoints at ``k == 0`` / ``k == n`` pinned to exactly 0 / 1.
     """
     if n < 0 or k < 0 or k > n:
         raise ValueError(f"need 0 <= k <= n, got k={k}, n={n}")
@@ -88,13 +92,10 @@ def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, fl
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     if n == 0:
         return (0.0, 1.0)
-    z = float(stats.norm.ppf(0.5 + confidence / 2))
-    p = k / n
-    denom = 1 + z * z / n
-    center = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    lo = 0.0 if k == 0 else max(0.0, center - half)
-    hi = 1.0 if k == n else min(1.0, center + half)
+    est = wilson(k, n, confidence)
+    assert est.ci_low is not None and est.ci_high is not None
+    lo = 0.0 if k == 0 else est.ci_low
+    hi = 1.0 if k == n else est.ci_high
     return (lo, hi)
 
 
@@ -297,6 +298,22 @@ class GreedySummary:
     divergent_indices: tuple[int, ...]
     unverifiable_indices: tuple[int, ...]
     reason: str
+
+    @property
+    def match(self) -> Estimate:
+        """The identical-output rate as a report :class:`~specbench.stats.Estimate`."""
+        return _rate_estimate(self.n_identical, self.n, self.match_ci)
+
+    @property
+    def consistent(self) -> Estimate:
+        """Identical-or-near-tie rate as an :class:`~specbench.stats.Estimate`."""
+        return _rate_estimate(self.n_identical + self.n_near_tie, self.n, self.consistent_ci)
+
+
+def _rate_estimate(k: int, n: int, ci: tuple[float, float]) -> Estimate:
+    if n == 0:
+        return Estimate(value=None, n=0)
+    return Estimate(value=k / n, ci_low=ci[0], ci_high=ci[1], n=n, method="wilson")
 
 
 def summarize_greedy(results: Sequence[GreedyComparison], confidence: float = 0.95) -> GreedySummary:

@@ -192,12 +192,15 @@ def test_summarize_greedy_verdicts() -> None:
     assert s.verdict == "equivalent" and s.n == 10 and s.n_near_tie == 1
     assert s.match_rate == pytest.approx(0.9) and s.consistent_rate == pytest.approx(1.0)
     assert s.match_ci == pytest.approx(wilson_interval(9, 10))
+    assert s.match.value == pytest.approx(0.9) and s.match.n == 10 and s.match.method == "wilson"
+    assert s.consistent.ci_high == 1.0
     s = summarize_greedy([ident, unv, tie])
     assert s.verdict == "not shown equivalent" and s.unverifiable_indices == (1,)
     s = summarize_greedy([ident, unv, div])
     assert s.verdict == "divergent" and s.divergent_indices == (2,)
     s = summarize_greedy([])
     assert s.verdict == "not shown equivalent" and math.isnan(s.match_rate) and s.match_ci == (0.0, 1.0)
+    assert s.match.value is None and s.match.n == 0
 
 
 # ---------------------------------------------------------------------------
