@@ -90,6 +90,7 @@ def run(
     resume: Path | None = None,
     progress: Progress | None = None,
     platform: str | None = None,
+    allow_code_exec: bool | None = None,
 ) -> Path:
     """Run a suite (or resume a run) and write records, summary and reports.
 
@@ -121,26 +122,72 @@ def run(
         ]
         manifest["finished_at"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         store.write_json(run_dir / store.MANIFEST, manifest)
-    analyze(run_dir)
+    analyze(run_dir, allow_code_exec=allow_code_exec)
     return run_dir
 
 
-def analyze(run_dir: Path) -> RunSummary:
-    """Rebuild ``summary.json`` from the run's raw records."""
+def analyze(run_dir: Path, *, allow_code_exec: bool | None = None) -> RunSummary:
+    """Rebuild ``summary.json`` from the run's raw records.
+
+    ``allow_code_exec`` overrides the suite's ``scoring.allow_code_exec``
+    (HumanEval runs generated code, in the sandbox, only when allowed).
+    """
     run_dir = Path(run_dir)
     manifest = store.read_manifest(run_dir)
     cells = [Cell.model_validate(c) for c in manifest["plan"]["cells"]]
+    requests = store.read_requests(run_dir)
+    scores, notes = _scores(run_dir, manifest, cells, requests, allow_code_exec)
     summary = metrics.summarize(
         manifest["run_id"],
         manifest["suite_name"],
         cells,
         store.read_cells(run_dir),
-        store.read_requests(run_dir),
+        requests,
         references=manifest["suite"].get("references", []),
+        scores=scores,
     )
     summary.checks = metrics.counter_checks(summary)
+    if notes:
+        summary.extra["scoring_notes"] = notes
+        for g in summary.groups:
+            if any("HumanEval" in n for n in notes) and _dataset_kind(manifest, g.dataset) == "humaneval":
+                g.scoring_note = next(n for n in notes if "HumanEval" in n)
     store.write_json(run_dir / store.SUMMARY, summary.model_dump(mode="json"))
     return summary
+
+
+def _dataset_kind(manifest: dict[str, Any], name: str) -> str | None:
+    return next((d["kind"] for d in manifest["suite"]["datasets"] if d["name"] == name), None)
+
+
+def _scores(
+    run_dir: Path, manifest: dict[str, Any], cells: list[Cell], requests: list, allow_code_exec: bool | None
+) -> tuple[dict, list[str]]:
+    from specbench.scoring.apply import score_requests
+
+    prompts = list(store.iter_jsonl(run_dir / store.PROMPTS))
+    if not prompts:
+        return {}, []
+    scoring = manifest["suite"].get("scoring") or {}
+    allow = scoring.get("allow_code_exec", False) if allow_code_exec is None else allow_code_exec
+    cached = {(o["cell_id"], o["prompt_id"], o["sample_index"]): o["score"] for o in store.iter_jsonl(run_dir / store.SCORES)}
+    scores, notes = score_requests(
+        requests,
+        {c.cell_id: c.dataset for c in cells},
+        {d["name"]: d["kind"] for d in manifest["suite"]["datasets"]},
+        {(p["dataset"], p["prompt_id"]): p.get("reference") for p in prompts},
+        allow_code_exec=allow,
+        workers=int(scoring.get("workers", 4)),
+        timeout_s=float(scoring.get("timeout_s", 10.0)),
+        cached=cached,
+    )
+    new = {k: v for k, v in scores.items() if k not in cached}
+    if new:
+        out = store.JsonlAppender(run_dir / store.SCORES)
+        for (cid, pid, si), sc in new.items():
+            out.append({"cell_id": cid, "prompt_id": pid, "sample_index": si, "score": sc})
+        out.close()
+    return scores, notes
 
 
 def load_summary(run_dir: Path) -> RunSummary:

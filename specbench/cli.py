@@ -102,6 +102,9 @@ def run(
     platform: Annotated[
         str | None, typer.Option(help="cpu | cuda (default: detected); e.g. dry-run a GPU suite on a laptop")
     ] = None,
+    allow_code_exec: Annotated[
+        bool, typer.Option("--allow-code-exec", help="score HumanEval by running generated code in the sandbox")
+    ] = False,
 ) -> None:
     """Run a suite on real engines; write records, summary and reports."""
     try:
@@ -126,7 +129,8 @@ def run(
     ) as p:
         try:
             run_dir = api.run(
-                suite, out=out, limit=limit, resume=resume, progress=_RichProgress(p, total), platform=platform
+                suite, out=out, limit=limit, resume=resume, progress=_RichProgress(p, total), platform=platform,
+                allow_code_exec=allow_code_exec or None,
             )
         except SuiteError as exc:
             _bad_input(exc.messages)
@@ -158,10 +162,15 @@ def _print_summary(run_dir: Path) -> None:
 
 
 @app.command()
-def analyze(run_dir: Annotated[Path, typer.Argument(help="a results/<suite>/<run-id> directory")]) -> None:
+def analyze(
+    run_dir: Annotated[Path, typer.Argument(help="a results/<suite>/<run-id> directory")],
+    allow_code_exec: Annotated[
+        bool, typer.Option("--allow-code-exec", help="score HumanEval by running generated code in the sandbox")
+    ] = False,
+) -> None:
     """Rebuild summary.json from the raw records (no engine needed)."""
     try:
-        api.analyze(run_dir)
+        api.analyze(run_dir, allow_code_exec=allow_code_exec or None)
     except api.store.StoreError as exc:
         _bad_input([str(exc)])
     _print_summary(run_dir)

@@ -175,6 +175,33 @@ def greedy_match(method: Sequence[RequestRecord], baseline: Sequence[RequestReco
     return stats.wilson(same, len(keys))
 
 
+def _scores_by_metric(requests: Sequence[RequestRecord], scores: dict) -> dict[str, dict[str, list[bool]]]:
+    out: dict[str, dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
+    for r in requests:
+        for metric, ok in scores.get((r.cell_id, r.prompt_id, r.sample_index), {}).items():
+            if isinstance(ok, bool):
+                out[metric][r.prompt_id].append(ok)
+    return out
+
+
+def group_accuracy(requests: Sequence[RequestRecord], scores: dict) -> dict[str, Estimate]:
+    from specbench.scoring.accuracy import accuracy
+
+    return {m: accuracy(per_prompt) for m, per_prompt in _scores_by_metric(requests, scores).items() if per_prompt}
+
+
+def accuracy_delta(method: Sequence[RequestRecord], baseline: Sequence[RequestRecord], scores: dict) -> dict[str, Estimate]:
+    """Method accuracy minus baseline accuracy on the same prompts (paired)."""
+    from specbench.scoring.accuracy import paired_delta
+
+    m, b = _scores_by_metric(method, scores), _scores_by_metric(baseline, scores)
+    out: dict[str, Estimate] = {}
+    for metric in m.keys() & b.keys():
+        if set(m[metric]) & set(b[metric]):
+            out[metric] = paired_delta(m[metric], b[metric])
+    return out
+
+
 def _group_status(statuses: list[str]) -> str:
     if not statuses:
         return "pending"
@@ -194,8 +221,14 @@ def summarize(
     cell_records: Iterable[CellRecord],
     requests: Iterable[RequestRecord],
     references: Sequence[dict] = (),
+    scores: dict[tuple[str, str, int], dict] | None = None,
 ) -> RunSummary:
-    """Every group's metrics, from the plan's cells and the raw records."""
+    """Every group's metrics, from the plan's cells and the raw records.
+
+    ``scores`` (from :mod:`specbench.scoring.apply`) adds task accuracy per
+    group and its paired difference from the baseline group.
+    """
+    scores = scores or {}
     latest = latest_cell_records(cell_records)
     reqs = unique_requests(requests)
     by_cell: dict[str, list[RequestRecord]] = defaultdict(list)
@@ -263,6 +296,7 @@ def summarize(
                 g.throughput_tps = stats.t_interval(per_rep) if len(per_rep) > 1 else Estimate(
                     value=per_rep[0], n=1
                 )
+        g.accuracy = {m: est for m, est in group_accuracy(greqs, scores).items()}
         for ref in references:
             if ref.get("target") == g.target and ref.get("method") == g.method and ref.get("dataset") in (None, g.dataset):
                 g.reference = {**(g.reference or {}), ref.get("metric", "tau"): ref}
@@ -282,6 +316,7 @@ def summarize(
             continue
         base = group_requests[bid]
         g.speedup = paired_speedup(group_requests[gid], base)
+        g.accuracy_delta = accuracy_delta(group_requests[gid], base, scores)
         if g.temperature == 0:
             g.greedy_match = greedy_match(group_requests[gid], base)
     return RunSummary(run_id=run_id, suite_name=suite_name, groups=list(summaries.values()))

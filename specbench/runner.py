@@ -10,6 +10,7 @@ that cell and is restarted once for the cells left.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 from collections import defaultdict
 from collections.abc import Callable
@@ -29,7 +30,7 @@ from specbench.engines.base import (
 from specbench.methods import get_method
 from specbench.plan import Cell, EngineConfig, Plan
 from specbench.records import CellRecord, RequestRecord, SpecCounters
-from specbench.store import CELLS, RECORDS, JsonlAppender, read_cells, read_requests
+from specbench.store import CELLS, PROMPTS, RECORDS, JsonlAppender, read_cells, read_requests
 from specbench.suite import Suite
 
 Progress = Callable[[str, Cell | None, str], None]  # (event, cell, message)
@@ -175,6 +176,7 @@ class Runner:
         # Load every dataset first: a bad dataset is bad input, found before any engine starts.
         for c in self.plan.cells:
             self.prompts(c.dataset, self._chat(c))
+        self._write_prompts()
         done_cells, partial = self._resume_state()
         records = JsonlAppender(self.run_dir / RECORDS)
         cells_out = JsonlAppender(self.run_dir / CELLS)
@@ -188,6 +190,20 @@ class Runner:
         finally:
             records.close()
             cells_out.close()
+
+    def _write_prompts(self) -> None:
+        """``prompts.jsonl``: every prompt with its dataset and reference (for scoring)."""
+        seen: set[tuple[str, str]] = set()
+        rows = []
+        for (dataset, _chat), prompts in self._prompts.items():
+            for p in prompts:
+                if (dataset, p.prompt_id) in seen:
+                    continue
+                seen.add((dataset, p.prompt_id))
+                rows.append({"dataset": dataset, **p.model_dump(mode="json")})
+        with open(self.run_dir / PROMPTS, "w", encoding="utf-8") as fh:
+            for row in rows:
+                fh.write(json.dumps(row) + "\n")
 
     def _resume_state(self) -> tuple[set[str], dict[str, list[RequestRecord]]]:
         """Cells already finished (ok or skipped) and records of unfinished ones."""

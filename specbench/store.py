@@ -30,6 +30,8 @@ RECORDS = "records.jsonl"
 CELLS = "cells.jsonl"
 MANIFEST = "manifest.json"
 SUMMARY = "summary.json"
+PROMPTS = "prompts.jsonl"  # inputs with references (written at run start)
+SCORES = "scores.jsonl"  # derived task scores (a cache; rebuilt when deleted)
 
 
 class StoreError(ValueError):

@@ -99,6 +99,14 @@ class LoadSpec(Strict):
     warmup_requests: int = Field(0, ge=0)
 
 
+class ScoringSpec(Strict):
+    """Task scoring. HumanEval executes model-written code: off unless allowed."""
+
+    allow_code_exec: bool = False
+    workers: int = Field(4, ge=1)
+    timeout_s: float = Field(10.0, gt=0)
+
+
 class ReferenceValue(Strict):
     """A published number to show next to the measured one."""
 
@@ -121,7 +129,7 @@ class Suite(Strict):
     warmup: bool = True
     references: list[ReferenceValue] = Field(default_factory=list)
     equivalence: dict[str, Any] = Field(default_factory=dict)
-    scoring: dict[str, Any] = Field(default_factory=dict)
+    scoring: ScoringSpec = Field(default_factory=ScoringSpec)
 
     # Set by load_suite (not part of the YAML).
     source_path: str | None = Field(None, exclude=True)

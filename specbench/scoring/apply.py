@@ -1,0 +1,75 @@
+"""Score a run's records against their datasets' references.
+
+GSM8k answers are compared in-process (pure string work). HumanEval
+completions are *executed*, so they run only in the sandbox and only when
+the user opted in (``--allow-code-exec`` or ``scoring: {allow_code_exec:
+true}``); otherwise their scores are recorded as skipped with that reason.
+
+Scores are derived data: they are cached in ``scores.jsonl`` in the run
+directory and rebuilt when it is deleted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from specbench.records import RequestRecord
+from specbench.scoring.gsm8k import reference_answer, score_gsm8k
+
+ScoreKey = tuple[str, str, int]  # cell_id, prompt_id, sample_index
+NOT_ALLOWED = "HumanEval not scored: code execution is off (pass --allow-code-exec to run it in the sandbox)"
+
+
+def score_key(r: RequestRecord) -> ScoreKey:
+    return (r.cell_id, r.prompt_id, r.sample_index)
+
+
+def score_requests(
+    requests: Sequence[RequestRecord],
+    dataset_of_cell: Mapping[str, str],
+    kind_of_dataset: Mapping[str, str],
+    references: Mapping[tuple[str, str], str | None],
+    *,
+    allow_code_exec: bool,
+    workers: int = 4,
+    timeout_s: float = 10.0,
+    cached: Mapping[ScoreKey, dict[str, Any]] | None = None,
+) -> tuple[dict[ScoreKey, dict[str, Any]], list[str]]:
+    """Scores per request (``{"strict": bool, "flexible": bool}`` for GSM8k,
+    ``{"pass@1": bool}`` for HumanEval) and notes for the report."""
+    cached = cached or {}
+    out: dict[ScoreKey, dict[str, Any]] = {}
+    notes: list[str] = []
+    to_execute: list[RequestRecord] = []
+    for r in requests:
+        if r.error is not None:
+            continue
+        key = score_key(r)
+        if key in cached:
+            out[key] = dict(cached[key])
+            continue
+        ds = dataset_of_cell.get(r.cell_id)
+        kind = kind_of_dataset.get(ds or "")
+        if kind == "gsm8k":
+            ref = references.get((ds or "", r.prompt_id))
+            if ref:
+                s = score_gsm8k(r.output_text, reference_answer(ref))
+                out[key] = {"strict": s["strict"], "flexible": s["flexible"], "extracted": s["extracted"]}
+        elif kind == "humaneval":
+            to_execute.append(r)
+    if to_execute:
+        if not allow_code_exec:
+            notes.append(NOT_ALLOWED)
+        else:
+            from specbench.scoring.humaneval import score_humaneval
+
+            results = score_humaneval(to_execute, allow_code_exec=True, workers=workers, timeout_s=timeout_s)
+            for r, res in zip(to_execute, results):
+                out[score_key(r)] = {"pass@1": res.passed, "status": res.status, "isolation": res.isolation}
+            isolations = sorted({str(res.isolation) for res in results})
+            notes.append(f"HumanEval executed in the sandbox (isolation: {', '.join(isolations)})")
+    return out, notes
+
+
+METRICS_BY_KIND = {"gsm8k": ("strict", "flexible"), "humaneval": ("pass@1",)}
