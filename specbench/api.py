@@ -147,6 +147,10 @@ def analyze(run_dir: Path, *, allow_code_exec: bool | None = None) -> RunSummary
         scores=scores,
     )
     summary.checks = metrics.counter_checks(summary)
+    for gid, eq in _equivalence(run_dir, cells, requests).items():
+        g = summary.group(gid)
+        if g is not None:
+            g.equivalence = eq
     if notes:
         summary.extra["scoring_notes"] = notes
         for g in summary.groups:
@@ -154,6 +158,14 @@ def analyze(run_dir: Path, *, allow_code_exec: bool | None = None) -> RunSummary
                 g.scoring_note = next(n for n in notes if "HumanEval" in n)
     store.write_json(run_dir / store.SUMMARY, summary.model_dump(mode="json"))
     return summary
+
+
+def _equivalence(run_dir: Path, cells: list[Cell], requests: list) -> dict[str, dict[str, Any]]:
+    try:
+        from specbench.equivalence_run import equivalence_summaries
+    except ImportError:
+        return {}
+    return equivalence_summaries(run_dir, cells, requests)
 
 
 def _dataset_kind(manifest: dict[str, Any], name: str) -> str | None:

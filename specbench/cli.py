@@ -207,3 +207,5 @@ def assets(
 
 def main() -> None:  # pragma: no cover
     sys.exit(app())
+if __name__ == "__main__":  # python -m specbench.cli
+    main()

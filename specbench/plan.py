@@ -87,6 +87,10 @@ def expand(suite: Suite) -> Plan:
     engines: list[EngineConfig] = []
     cells: list[Cell] = []
     loads = suite.load.concurrency or suite.load.batch_sizes
+    temperatures = list(suite.sampling.temperatures)
+    sampled_t = sampled_equivalence_temperature(suite)
+    if sampled_t is not None and sampled_t not in temperatures:
+        temperatures.append(sampled_t)
     for t in suite.targets:
         for m in t.methods:
             info = get_method(m.method)
@@ -97,7 +101,7 @@ def expand(suite: Suite) -> Plan:
             )
             for r in range(suite.repeats):
                 for d in suite.datasets:
-                    for temp in suite.sampling.temperatures:
+                    for temp in temperatures:
                         for bs in loads:
                             gid = group_id(t.name, m.label, d.name, temp, bs)
                             cells.append(
@@ -115,6 +119,14 @@ def expand(suite: Suite) -> Plan:
                                 )
                             )
     return Plan(suite_name=suite.name, engines=engines, cells=cells)
+
+
+def sampled_equivalence_temperature(suite: Suite) -> float | None:
+    """The temperature of the suite's sampled equivalence test, if it asks for one."""
+    sampled = suite.equivalence.get("sampled")
+    if not sampled:
+        return None
+    return float(sampled.get("temperature", 1.0)) if isinstance(sampled, dict) else 1.0
 
 
 def vllm_serve_command(cfg: EngineConfig, engine_kwargs: dict[str, Any]) -> str:

@@ -28,7 +28,7 @@ from specbench.engines.base import (
     SamplingRequest,
 )
 from specbench.methods import get_method
-from specbench.plan import Cell, EngineConfig, Plan
+from specbench.plan import Cell, EngineConfig, Plan, sampled_equivalence_temperature
 from specbench.records import CellRecord, RequestRecord, SpecCounters
 from specbench.store import CELLS, PROMPTS, RECORDS, JsonlAppender, read_cells, read_requests
 from specbench.suite import Suite
@@ -122,6 +122,10 @@ def make_engine(res: ResolvedEngine, run_dir: Path) -> Engine:
 
 def sampling_for(suite: Suite, cell: Cell) -> SamplingRequest:
     s = suite.sampling
+    samples = s.samples_per_prompt if cell.temperature > 0 else 1
+    sampled = suite.equivalence.get("sampled")
+    if isinstance(sampled, dict) and cell.temperature == sampled_equivalence_temperature(suite):
+        samples = int(sampled.get("samples_per_prompt", samples))
     logprobs = None
     if suite.equivalence.get("greedy") and cell.temperature == 0:
         logprobs = int(suite.equivalence.get("logprobs", 5))
@@ -130,7 +134,7 @@ def sampling_for(suite: Suite, cell: Cell) -> SamplingRequest:
         max_tokens=s.max_tokens,
         top_p=s.top_p,
         seed=s.seed,
-        samples_per_prompt=s.samples_per_prompt if cell.temperature > 0 else 1,
+        samples_per_prompt=samples,
         logprobs=logprobs,
     )
 
@@ -190,6 +194,17 @@ class Runner:
         finally:
             records.close()
             cells_out.close()
+        if self.suite.equivalence.get("sampled"):
+            self._teacher_force()
+
+    def _teacher_force(self) -> None:
+        """Score sampled outputs under the target without speculation (issue: equivalence)."""
+        try:
+            from specbench.equivalence_run import teacher_force_run
+        except ImportError:
+            return
+        self.progress("engine_start", None, "teacher forcing (target without speculation)")
+        teacher_force_run(self.run_dir, self.suite, self.plan, self.platform)
 
     def _write_prompts(self) -> None:
         """``prompts.jsonl``: every prompt with its dataset and reference (for scoring)."""
