@@ -147,6 +147,9 @@ def analyze(run_dir: Path, *, allow_code_exec: bool | None = None) -> RunSummary
         scores=scores,
     )
     summary.checks = metrics.counter_checks(summary)
+    xc = metrics.cross_check(summary, manifest["suite"]["targets"])
+    if xc:
+        summary.extra["cross_check"] = xc
     for gid, eq in _equivalence(run_dir, cells, requests).items():
         g = summary.group(gid)
         if g is not None:

@@ -339,3 +339,42 @@ def counter_checks(summary: RunSummary) -> list[dict]:
         for name, ok in checks.items():
             out.append({"group_id": g.group_id, "check": name, "ok": bool(ok)})
     return out
+
+
+def cross_check(summary: RunSummary, targets: Sequence[dict]) -> list[dict]:
+    """Reference-simulator τ next to vLLM τ for the same model, method, K and prompts.
+
+    Targets are paired when they name the same ``model`` and one of them runs
+    ``engine: reference``. A gap is *flagged* when the two 95% intervals do
+    not overlap: either the checkpoint is served differently from how it was
+    trained (e.g. attention flags) or an engine has a bug.
+    """
+    engine_of = {t["name"]: t.get("engine", "vllm-offline") for t in targets}
+    model_of = {t["name"]: t.get("model") for t in targets}
+    out = []
+    refs = [g for g in summary.groups if engine_of.get(g.target) == "reference" and g.tau is not None]
+    for r in refs:
+        for g in summary.groups:
+            if (
+                engine_of.get(g.target) == "reference"
+                or model_of.get(g.target) != model_of.get(r.target)
+                or (g.method_kind, g.k, g.dataset, g.temperature) != (r.method_kind, r.k, r.dataset, r.temperature)
+                or g.tau is None
+            ):
+                continue
+            out.append(
+                {
+                    "method": g.method,
+                    "method_kind": g.method_kind,
+                    "k": g.k,
+                    "dataset": g.dataset,
+                    "vllm_group": g.group_id,
+                    "reference_group": r.group_id,
+                    "vllm_tau": g.tau.model_dump(),
+                    "reference_tau": r.tau.model_dump(),
+                    "target": f"{g.target} vs {r.target}",
+                    "flag": stats.significant_change(r.tau, g.tau),
+                    "note": "serving/training mismatch or engine bug" if stats.significant_change(r.tau, g.tau) else "",
+                }
+            )
+    return out

@@ -88,3 +88,20 @@ def test_counter_checks_catch_inconsistency():
     )
     failed = {c["check"] for c in counter_checks(s) if not c["ok"]}
     assert failed == {"accepted <= draft tokens", "per-position sum = accepted", "1 <= tau <= K+1"}
+
+
+def test_cross_check_flags_non_overlapping_tau():
+    from specbench.metrics import cross_check
+    from specbench.stats import Estimate
+    from specbench.summary import GroupSummary, RunSummary
+
+    def grp(target, lo, hi):
+        return GroupSummary(group_id=f"{target}/eagle3/d/T0/b1", target=target, method="eagle3", method_kind="eagle3",
+                            k=3, dataset="d", temperature=0.0, batch_size=1, status="ok",
+                            tau=Estimate(value=(lo + hi) / 2, ci_low=lo, ci_high=hi, n=8))
+
+    targets = [{"name": "v", "model": "tiny"}, {"name": "ref", "model": "tiny", "engine": "reference"}]
+    agree = cross_check(RunSummary(run_id="r", suite_name="s", groups=[grp("v", 2.0, 2.4), grp("ref", 2.2, 2.6)]), targets)
+    assert len(agree) == 1 and agree[0]["flag"] is False
+    flagged = cross_check(RunSummary(run_id="r", suite_name="s", groups=[grp("v", 1.5, 1.8), grp("ref", 2.2, 2.6)]), targets)
+    assert flagged[0]["flag"] is True and "mismatch" in flagged[0]["note"]
