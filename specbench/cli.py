@@ -191,6 +191,41 @@ def report_cmd(
 
 
 @app.command()
+def compare(
+    base_run: Annotated[Path, typer.Argument(help="baseline run directory")],
+    new_run: Annotated[Path, typer.Argument(help="new run directory")],
+) -> None:
+    """Match the two runs' cells and show each metric's change, with intervals."""
+    from specbench.compare import compare_runs, render_comparison_markdown
+
+    try:
+        base, new = api.load_summary(base_run), api.load_summary(new_run)
+    except api.store.StoreError as exc:
+        _bad_input([str(exc)])
+    console.print(render_comparison_markdown(compare_runs(base, new)), highlight=False, markup=False)
+
+
+@app.command()
+def gate(
+    new_run: Annotated[Path, typer.Argument(help="the run to judge")],
+    baseline: Annotated[Path, typer.Option(help="a stored run directory or a JSON of expected values")],
+    rules: Annotated[Path | None, typer.Option(help="gate rules YAML (default rules otherwise)")] = None,
+) -> None:
+    """CI regression gate. Exit 0 pass, 1 regression, 2 bad input/config, 3 nothing measured / run errors."""
+    from specbench.gate import GateConfigError, evaluate_gate, load_baseline, load_rules, render_gate
+
+    try:
+        rule_set = load_rules(rules)
+        base = load_baseline(baseline)
+        new = api.load_summary(new_run)
+    except (GateConfigError, api.store.StoreError, FileNotFoundError, ValueError) as exc:
+        _bad_input([str(exc)])
+    result = evaluate_gate(new, base, rule_set)
+    console.print(render_gate(result), highlight=False, markup=False)
+    raise typer.Exit(result.exit_code)
+
+
+@app.command()
 def assets(
     train: Annotated[bool, typer.Option(help="train the zoo (target + drafters)")] = False,
     quick: Annotated[bool, typer.Option(help="train for seconds only (tests)")] = False,

@@ -102,7 +102,7 @@ def resolve_engine(cfg: EngineConfig, platform: str, assets_factory: Callable[[]
     return ResolvedEngine(cfg, model_path, spec_path, kwargs, env)
 
 
-def make_engine(res: ResolvedEngine, run_dir: Path) -> Engine:
+def make_engine(res: ResolvedEngine, run_dir: Path, suite: Suite | None = None) -> Engine:
     log = run_dir / "engines" / f"{res.config.key}.log"
     engine = res.config.target.engine
     if engine == "vllm-offline":
@@ -110,9 +110,20 @@ def make_engine(res: ResolvedEngine, run_dir: Path) -> Engine:
 
         return VllmOfflineEngine(res.config, res.engine_kwargs, log, res.env)
     if engine == "vllm-server":
+        from specbench.engines.loadgen import LoadProfile
         from specbench.engines.vllm_server import VllmServerEngine
 
-        return VllmServerEngine(res.config, res.engine_kwargs, log, res.env, base_url=res.config.target.base_url)
+        load = None
+        if suite is not None:
+            # Concurrency comes from each cell (the plan puts load.concurrency there).
+            load = LoadProfile(
+                num_requests=suite.load.num_requests,
+                warmup_requests=suite.load.warmup_requests,
+                seed=suite.sampling.seed,
+            )
+        return VllmServerEngine(
+            res.config, res.engine_kwargs, log, res.env, base_url=res.config.target.base_url, load=load
+        )
     if engine == "reference":
         from specbench.engines.reference import ReferenceEngine
 
@@ -255,7 +266,7 @@ class Runner:
             res = resolve_engine(cfg, self.platform, self.assets_factory)
         except Exception as exc:  # noqa: BLE001 - a bad checkpoint/asset fails this engine only
             raise EngineUnavailable(f"cannot prepare engine: {type(exc).__name__}: {exc}") from exc
-        engine = make_engine(res, self.run_dir)
+        engine = make_engine(res, self.run_dir, self.suite)
         self.progress("engine_start", None, cfg.key)
         try:
             engine.start()
