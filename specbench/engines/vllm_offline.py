@@ -124,6 +124,77 @@ def _render_chat(tokenizer: Any, messages: list[dict[str, str]], opts: dict[str,
     )
 
 
+def _flat_rows(plp: Any, start: int, n: int, vocab: int) -> Any:
+    """Dense ``(n, vocab)`` raw logprobs of prompt positions ``start..start+n-1``."""
+    import numpy as np
+
+    out = np.full((n, vocab), -np.inf, dtype=np.float64)
+    flat = all(hasattr(plp, a) for a in ("start_indices", "end_indices", "token_ids", "logprobs"))
+    if flat:
+        ids = np.asarray(plp.token_ids, dtype=np.int64)
+        lps = np.asarray(plp.logprobs, dtype=np.float64)
+    for j in range(n):
+        pos = start + j
+        if flat:
+            a, b = plp.start_indices[pos], plp.end_indices[pos]
+            out[j, ids[a:b]] = lps[a:b]
+        else:
+            d = plp[pos]
+            out[j, list(d.keys())] = [lp.logprob for lp in d.values()]
+    return out
+
+
+def _score_items(llm: Any, tokenizer: Any, items: list[dict[str, Any]], opts: dict[str, Any]) -> list[dict[str, Any]]:
+    """Teacher forcing: score each item's generated tokens under this engine's target.
+
+    One prefill of prompt + generated ids with full-vocabulary prompt
+    logprobs (raw); the item's temperature/top-p are applied here and each
+    generated token is reduced to ``F(x-)`` and ``p(x)`` (see
+    :mod:`specbench.equivalence_run`).
+    """
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    from specbench.equivalence_run import pit_parts, process_logprobs
+
+    vocab = int(llm.llm_engine.model_config.get_vocab_size())
+    results: list[dict[str, Any] | None] = [None] * len(items)
+    prompts, params, where = [], [], []
+    for i, it in enumerate(items):
+        if it.get("messages") is not None:
+            text = _render_chat(tokenizer, it["messages"], opts)
+        elif it.get("text") is not None:
+            text = it["text"]
+        else:
+            results[i] = {"error": "prompt not found (prompts.jsonl)"}
+            continue
+        pids = list(tokenizer(text).input_ids)
+        want = it.get("prompt_tokens")
+        if want is not None and want != len(pids):
+            results[i] = {"error": f"prompt re-tokenizes to {len(pids)} tokens, the run had {want}"}
+            continue
+        prompts.append(TokensPrompt(prompt_token_ids=pids + [int(t) for t in it["output_token_ids"]]))
+        sp = dict(max_tokens=1, temperature=0.0, prompt_logprobs=-1, detokenize=False)
+        try:
+            params.append(SamplingParams(**sp, flat_logprobs=True))
+        except TypeError:
+            params.append(SamplingParams(**sp))
+        where.append((i, len(pids)))
+    if prompts:
+        outs = llm.generate(prompts, params, use_tqdm=False)
+        for (i, n_prompt), o in zip(where, outs):
+            it = items[i]
+            try:
+                toks = [int(t) for t in it["output_token_ids"]]
+                raw = _flat_rows(o.prompt_logprobs, n_prompt, len(toks), vocab)
+                probs = process_logprobs(raw, float(it["temperature"]), float(it.get("top_p", 1.0)))
+                f, p = pit_parts(probs, toks)
+                results[i] = {"f_minus": f.tolist(), "p": p.tolist()}
+            except Exception as exc:  # noqa: BLE001 - one request's failure
+                results[i] = {"error": f"{type(exc).__name__}: {exc}"}
+    return [r if r is not None else {"error": "not scored"} for r in results]
+
+
 def _worker_main(conn: Any, engine_kwargs: dict[str, Any], log_path: str, env: dict[str, str]) -> None:
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
@@ -146,6 +217,13 @@ def _worker_main(conn: Any, engine_kwargs: dict[str, Any], log_path: str, env: d
         if msg[0] == "close":
             conn.send(("closed", None))
             return
+        if msg[0] == "score":
+            try:
+                conn.send(("scored", _score_items(llm, tokenizer, msg[1], msg[2])))
+            except BaseException as exc:  # noqa: BLE001
+                traceback.print_exc()
+                conn.send(("score_error", f"{type(exc).__name__}: {exc}"))
+            continue
         req = CellRequest.model_validate(msg[1])
         try:
             before = counters_from_metrics(llm.get_metrics())
@@ -301,6 +379,28 @@ class VllmOfflineEngine:
                 )
             elif kind == "cell_error":
                 raise CellFailed(payload, log_tail=tail(self.log_path))
+
+    def score(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Teacher-force items (``text``/``messages``, ``prompt_tokens``,
+        ``output_token_ids``, ``temperature``, ``top_p``) through this engine.
+
+        Returns, per item, ``{"f_minus": [...], "p": [...]}`` (one entry per
+        generated token, under the processed full-vocabulary distribution)
+        or ``{"error": ...}``. The engine must be a plain target started with
+        ``max_logprobs=-1``. Raises :class:`CellFailed` when the engine fails.
+        """
+        if self._proc is None or not self._proc.is_alive():
+            raise CellFailed("engine is not running", engine_dead=True, log_tail=tail(self.log_path))
+        opts = {"chat_template_kwargs": self.config.target.chat_template_kwargs}
+        self._conn.send(("score", items, opts))
+        kind, payload = self._recv(CELL_TIMEOUT_S)
+        if kind == "score_error":
+            raise CellFailed(payload, log_tail=tail(self.log_path))
+        return payload
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.is_alive()
 
     def kill(self) -> None:
         if self._proc is not None and self._proc.is_alive():

@@ -1,0 +1,540 @@
+"""Equivalence checks on real runs: glue between records, engines and the pure
+statistics of :mod:`specbench.equivalence`.
+
+* Greedy (temperature 0): each speculative group's outputs are paired with
+  the baseline group's (same target, dataset, temperature and load; paired
+  by prompt, sample and repeat) and compared token by token, with the
+  baseline's recorded top-k logprobs telling near-ties from real divergences
+  (:func:`greedy_equivalence`).
+* Sampled (temperature > 0): every generated token of every speculative
+  *and* baseline sequence is scored under the target *without* speculation
+  by teacher forcing — one prefill of prompt + generated tokens through a
+  plain vLLM engine of the same target with full-vocabulary prompt logprobs
+  (:func:`teacher_force_run`). vLLM's prompt logprobs are the *raw*
+  log-softmax of the logits (``logprobs_mode`` only switches between logits
+  and logprobs; no temperature or top-p is applied to prompt logprobs), so
+  the cell's temperature and top-p are applied here, exactly as vLLM's
+  sampler does (logits / T, then nucleus by descending probability), with
+  the whole vocabulary — no tail bucket. Per token the derived file
+  ``equivalence.jsonl`` keeps ``F(x-)`` and ``p(x)`` of the processed
+  distribution in the pure module's canonical order (descending
+  probability, ties by token id), so :func:`sampled_equivalence` rebuilds
+  the randomized PIT values with a seeded rng and no engine.
+
+``equivalence.jsonl`` rows: ``{"cell_id", "prompt_id", "sample_index",
+"repeat", "temperature", "top_p", "order", "scorer", "f_minus": [...],
+"p": [...]}`` for a scored request, or the same keys with ``"error"`` (and
+no ``f_minus``/``p``) for one that could not be scored; an engine that
+could not start writes ``{"target", "error"}``. It is derived data: delete
+it and rerun :func:`teacher_force_run` to rebuild it.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specbench.equivalence import (
+    compare_greedy,
+    distribution_verdict,
+    summarize_greedy,
+)
+from specbench.plan import Cell, Plan
+from specbench.records import RequestRecord
+
+EQUIVALENCE = "equivalence.jsonl"
+SCORER = "vllm prompt_logprobs=-1 (full vocabulary, raw), temperature/top-p applied by specbench"
+ORDER = "probability"
+BASELINE_KIND = "baseline"
+#: Requests per teacher-forcing batch sent to the engine.
+SCORE_BATCH = 16
+
+
+# ---------------------------------------------------------------------------
+# pure helpers
+
+
+def process_logprobs(raw: np.ndarray, temperature: float, top_p: float = 1.0) -> np.ndarray:
+    """The sampler's processed distribution from raw logprobs, as probabilities.
+
+    ``raw`` is ``(n, V)`` raw logprobs (or logits: any per-row shift cancels).
+    Mirrors vLLM's sampler: divide by the temperature, then top-p by
+    descending probability (a token is kept when the mass of more likely
+    tokens is below ``top_p``; the top token always), renormalised.
+    """
+    if temperature <= 0:
+        raise ValueError("temperature must be > 0 for sampled equivalence")
+    z = np.asarray(raw, dtype=np.float64) / float(temperature)
+    z = z - z.max(axis=1, keepdims=True)
+    p = np.exp(z)
+    p /= p.sum(axis=1, keepdims=True)
+    if top_p < 1.0:
+        order = np.lexsort((np.broadcast_to(np.arange(p.shape[1]), p.shape), -p), axis=-1)
+        sp = np.take_along_axis(p, order, axis=1)
+        before = np.cumsum(sp, axis=1) - sp
+        kept = np.where(before < top_p, sp, 0.0)
+        kept[:, 0] = sp[:, 0]
+        out = np.empty_like(p)
+        np.put_along_axis(out, order, kept / kept.sum(axis=1, keepdims=True), axis=1)
+        p = out
+    return p
+
+
+def pit_parts(probs: np.ndarray, tokens: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """``F(x-)`` and ``p(x)`` of each observed token under full distributions.
+
+    Canonical order of :func:`specbench.equivalence.pit_values_array` with
+    ``order="probability"``: descending probability, ties by token id. With
+    the whole vocabulary there is no tail bucket, so ``u = F(x-) + V p(x)``
+    is exactly the randomized PIT.
+    """
+    p = np.asarray(probs, dtype=np.float64)
+    tok = np.asarray(tokens, dtype=np.int64).reshape(-1)
+    if p.ndim != 2 or p.shape[0] != tok.shape[0]:
+        raise ValueError(f"shape mismatch: probs {p.shape}, tokens {tok.shape}")
+    if (tok < 0).any() or (tok >= p.shape[1]).any():
+        raise ValueError("token id outside the scored vocabulary")
+    r = np.arange(tok.shape[0])
+    px = p[r, tok]
+    # Mass strictly before x: more likely tokens, plus equally likely ones with smaller ids.
+    ids = np.arange(p.shape[1])[None, :]
+    before = (p > px[:, None]) | ((p == px[:, None]) & (ids < tok[:, None]))
+    f = np.where(before, p, 0.0).sum(axis=1)
+    return np.clip(f, 0.0, 1.0), px
+
+
+def request_seed(cell_id: str, prompt_id: str, sample_index: int) -> int:
+    """Seed of a request's PIT randomization (stable across processes)."""
+    return zlib.crc32(f"{cell_id}|{prompt_id}|{sample_index}".encode())
+
+
+def pit_from_row(row: dict[str, Any]) -> np.ndarray:
+    """Randomized PIT values of one ``equivalence.jsonl`` row (seeded per request)."""
+    f = np.asarray(row["f_minus"], dtype=np.float64)
+    p = np.asarray(row["p"], dtype=np.float64)
+    rng = np.random.default_rng(request_seed(row["cell_id"], row["prompt_id"], int(row.get("sample_index", 0))))
+    return np.clip(f + rng.random(f.shape[0]) * p, 0.0, 1.0)
+
+
+def _finite(x: float | None) -> float | None:
+    if x is None:
+        return None
+    x = float(x)
+    return x if np.isfinite(x) else None
+
+
+# ---------------------------------------------------------------------------
+# grouping
+
+
+def _is_baseline(cell: Cell) -> bool:
+    return cell.method_kind == BASELINE_KIND
+
+
+def _groups(cells: Iterable[Cell]) -> tuple[dict[str, list[Cell]], dict[tuple, str]]:
+    """Cells by group id, and the baseline group id by baseline key."""
+    groups: dict[str, list[Cell]] = defaultdict(list)
+    baselines: dict[tuple, str] = {}
+    for c in cells:
+        groups[c.group_id].append(c)
+        if _is_baseline(c):
+            baselines.setdefault(c.baseline_group_key, c.group_id)
+    return groups, baselines
+
+
+def _records_by_group(cells: Iterable[Cell], requests: Iterable[RequestRecord]) -> dict[str, list[RequestRecord]]:
+    cell_group = {c.cell_id: c.group_id for c in cells}
+    out: dict[str, list[RequestRecord]] = defaultdict(list)
+    for r in requests:
+        gid = cell_group.get(r.cell_id)
+        if gid is not None and r.error is None:
+            out[gid].append(r)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# greedy
+
+
+def greedy_equivalence(
+    cells: Sequence[Cell], requests: Sequence[RequestRecord], *, max_examples: int = 5
+) -> dict[str, dict[str, Any]]:
+    """Greedy identity of every non-baseline group at temperature 0 vs its baseline.
+
+    Returns ``{group_id: {"greedy": {...}}}`` with the verdict, counts
+    (``n``, ``n_identical``, ``n_near_tie``, ``n_divergent``,
+    ``n_unverifiable``), ``match_rate`` with its Wilson interval, a reason
+    and up to ``max_examples`` ``first_divergences``. Requests without a
+    baseline partner are counted in ``n_unpaired`` and left out.
+    """
+    groups, baselines = _groups(cells)
+    recs = _records_by_group(cells, requests)
+    out: dict[str, dict[str, Any]] = {}
+    for gid, gcells in groups.items():
+        c0 = gcells[0]
+        if _is_baseline(c0) or c0.temperature != 0:
+            continue
+        bgid = baselines.get(c0.baseline_group_key)
+        if bgid is None:
+            continue
+        exact = {(r.prompt_id, r.sample_index, r.repeat): r for r in recs.get(bgid, [])}
+        loose: dict[tuple[str, int], RequestRecord] = {}
+        for r in sorted(recs.get(bgid, []), key=lambda r: r.repeat):
+            loose.setdefault((r.prompt_id, r.sample_index), r)
+        comps, which = [], []
+        unpaired = 0
+        for m in sorted(recs.get(gid, []), key=lambda r: (r.repeat, r.prompt_id, r.sample_index)):
+            b = exact.get((m.prompt_id, m.sample_index, m.repeat)) or loose.get((m.prompt_id, m.sample_index))
+            if b is None:
+                unpaired += 1
+                continue
+            comps.append(compare_greedy(b.output_token_ids, m.output_token_ids, b.logprobs))
+            which.append(m)
+        s = summarize_greedy(comps)
+        examples = [
+            {
+                "prompt_id": m.prompt_id,
+                "sample_index": m.sample_index,
+                "repeat": m.repeat,
+                "position": c.first_divergence,
+                "kind": c.kind,
+                "gap": _finite(c.logprob_gap),
+                "gap_is_bound": c.gap_is_bound,
+                "baseline_token": c.baseline_token,
+                "method_token": c.method_token,
+            }
+            for c, m in zip(comps, which)
+            if not c.identical
+        ]
+        # Real divergences first, then unverifiable ones, then near-ties.
+        rank = {"divergent": 0, "unverifiable": 1, "near_tie": 2}
+        examples.sort(key=lambda e: rank.get(e["kind"], 3))
+        out[gid] = {
+            "greedy": {
+                "verdict": s.verdict,
+                "reason": s.reason,
+                "baseline_group": bgid,
+                "n": s.n,
+                "n_identical": s.n_identical,
+                "n_near_tie": s.n_near_tie,
+                "n_divergent": s.n_divergent,
+                "n_unverifiable": s.n_unverifiable,
+                "n_unpaired": unpaired,
+                "match_rate": _finite(s.match_rate),
+                "match_ci": list(s.match_ci),
+                "consistent_rate": _finite(s.consistent_rate),
+                "first_divergences": examples[:max_examples],
+            }
+        }
+    return out
+
+
+# ---------------------------------------------------------------------------
+# sampled
+
+
+def read_scores(run_dir: Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / EQUIVALENCE
+    if not path.exists():
+        return []
+    rows = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a torn last line from a killed run
+    return rows
+
+
+def _score_key(row: dict[str, Any]) -> tuple[str, str, int]:
+    return (str(row["cell_id"]), str(row["prompt_id"]), int(row.get("sample_index", 0)))
+
+
+def _latest_scores(rows: Iterable[dict[str, Any]]) -> tuple[dict[tuple, dict], dict[tuple, str], list[str]]:
+    """Scored rows by request key (a success wins over errors), errors, engine errors."""
+    ok: dict[tuple, dict] = {}
+    err: dict[tuple, str] = {}
+    engine_errors: list[str] = []
+    for row in rows:
+        if "cell_id" not in row:
+            if row.get("error"):
+                engine_errors.append(f"{row.get('target')}: {row['error']}")
+            continue
+        key = _score_key(row)
+        if "f_minus" in row and not row.get("error"):
+            ok[key] = row
+            err.pop(key, None)
+        elif key not in ok:
+            err[key] = str(row.get("error"))
+    return ok, err, engine_errors
+
+
+def _group_pit(
+    gcells: Sequence[Cell], recs: Sequence[RequestRecord], ok: dict[tuple, dict], err: dict[tuple, str]
+) -> tuple[np.ndarray, int, int, list[str]]:
+    """Concatenated PIT values of a group; counts of scored and unscored requests."""
+    ids = {c.cell_id for c in gcells}
+    parts, n_scored, n_missing, errors = [], 0, 0, []
+    for r in sorted(recs, key=lambda r: (r.cell_id, r.prompt_id, r.sample_index)):
+        if r.cell_id not in ids or not r.output_token_ids:
+            continue
+        key = (r.cell_id, r.prompt_id, r.sample_index)
+        row = ok.get(key)
+        if row is None:
+            n_missing += 1
+            if key in err and len(errors) < 3:
+                errors.append(err[key])
+            continue
+        parts.append(pit_from_row(row))
+        n_scored += 1
+    u = np.concatenate(parts) if parts else np.zeros(0)
+    return u, n_scored, n_missing, errors
+
+
+def sampled_equivalence(
+    run_dir: Path,
+    cells: Sequence[Cell],
+    requests: Sequence[RequestRecord],
+    *,
+    alpha: float = 0.01,
+    power: float = 0.95,
+    target_tv: float | None = None,
+) -> dict[str, dict[str, Any]]:
+    """PIT verdict of every non-baseline group at temperature > 0.
+
+    Needs ``equivalence.jsonl`` (from :func:`teacher_force_run`). The
+    method's PIT values are tested for uniformity and against the baseline
+    group's own scored samples (:func:`~specbench.equivalence.distribution_verdict`).
+    Returns ``{group_id: {"sampled": {...}}}``; groups with nothing scored
+    get ``"not shown equivalent"`` with the reason.
+    """
+    kw: dict[str, Any] = {"alpha": alpha, "power": power}
+    if target_tv is not None:
+        kw["target_tv"] = target_tv
+    groups, baselines = _groups(cells)
+    recs = _records_by_group(cells, requests)
+    ok, err, engine_errors = _latest_scores(read_scores(run_dir))
+    out: dict[str, dict[str, Any]] = {}
+    for gid, gcells in groups.items():
+        c0 = gcells[0]
+        if _is_baseline(c0) or c0.temperature <= 0:
+            continue
+        u, n_scored, n_missing, errors = _group_pit(gcells, recs.get(gid, []), ok, err)
+        bgid = baselines.get(c0.baseline_group_key)
+        bu = None
+        b_scored = 0
+        if bgid is not None:
+            bu, b_scored, _, _ = _group_pit(groups[bgid], recs.get(bgid, []), ok, err)
+            if bu.size == 0:
+                bu = None
+        v = distribution_verdict(u, bu, **kw)
+        reason = v.reason
+        if n_scored == 0:
+            why = "; ".join(errors or engine_errors) or "no teacher-forced scores (equivalence.jsonl missing?)"
+            reason = f"no scored samples: {why}"
+        elif n_missing:
+            reason += f"; {n_missing} request(s) not scored"
+        if bgid is None:
+            reason += "; no baseline group to compare with"
+        out[gid] = {
+            "sampled": {
+                "verdict": v.verdict,
+                "reason": reason,
+                "baseline_group": bgid,
+                "temperature": c0.temperature,
+                "n_requests": n_scored,
+                "n_unscored": n_missing,
+                "n_tokens": v.n_tokens,
+                "n_baseline_tokens": int(bu.size) if bu is not None else 0,
+                "n_baseline_requests": b_scored,
+                "statistic": _finite(v.method.statistic),
+                "pvalue": _finite(v.pvalue),
+                "ks_pvalue": _finite(v.method.ks_pvalue),
+                "chi2_pvalue": _finite(v.method.chi2_pvalue),
+                "two_sample_pvalue": _finite(v.two_sample.pvalue) if v.two_sample else None,
+                "baseline_pvalue": _finite(v.baseline.pvalue) if v.baseline else None,
+                "alpha": alpha,
+                "detectable_tv": _finite(v.detectable_tv),
+                "min_detectable_tv": _finite(v.detectable_tv),
+                "target_tv": v.target_tv,
+                "min_tokens": v.min_tokens,
+                "scorer": SCORER,
+            }
+        }
+    return out
+
+
+def equivalence_summaries(
+    run_dir: Path, cells: Sequence[Cell], requests: Sequence[RequestRecord]
+) -> dict[str, dict[str, Any]]:
+    """Greedy and sampled results merged per group: ``{group_id: {"greedy": …, "sampled": …}}``.
+
+    Only groups with at least one test appear. Each test's dict carries
+    ``verdict`` and ``reason`` (what :mod:`specbench.report.markdown` renders).
+    """
+    out: dict[str, dict[str, Any]] = defaultdict(dict)
+    for part in (greedy_equivalence(cells, requests), sampled_equivalence(run_dir, cells, requests)):
+        for gid, d in part.items():
+            out[gid].update(d)
+    return dict(out)
+
+
+# ---------------------------------------------------------------------------
+# teacher forcing (needs an engine)
+
+
+def _baseline_config(plan: Plan, target_name: str) -> Any:
+    """The plan's baseline engine config for a target, or one built from its target."""
+    from specbench.plan import EngineConfig
+    from specbench.suite import MethodSpec
+
+    cfgs = [e for e in plan.engines if e.target.name == target_name]
+    for e in cfgs:
+        if e.method.method == BASELINE_KIND:
+            return e
+    t = cfgs[0].target
+    return EngineConfig(
+        key=f"{t.name}--teacher-forcing",
+        target=t,
+        method=MethodSpec(method=BASELINE_KIND, name="teacher-forcing"),
+        vllm_method=None,
+        speculative_config=None,
+    )
+
+
+def _append(path: Path, rows: Iterable[dict[str, Any]]) -> None:
+    with open(path, "a", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(json.dumps(row) + "\n")
+        fh.flush()
+
+
+def score_items_for(
+    records: Sequence[RequestRecord], cells: dict[str, Cell], prompts: dict[tuple[str, str], dict], top_p: float
+) -> list[dict[str, Any]]:
+    """The engine's ``score`` payloads for records (prompt text/messages + generated ids)."""
+    items = []
+    for r in records:
+        c = cells[r.cell_id]
+        p = prompts.get((c.dataset, r.prompt_id)) or {}
+        items.append(
+            {
+                "key": {
+                    "cell_id": r.cell_id,
+                    "prompt_id": r.prompt_id,
+                    "sample_index": r.sample_index,
+                    "repeat": r.repeat,
+                    "temperature": c.temperature,
+                    "top_p": top_p,
+                },
+                "text": p.get("text"),
+                "messages": p.get("messages"),
+                "prompt_tokens": r.prompt_tokens,
+                "output_token_ids": r.output_token_ids,
+                "temperature": c.temperature,
+                "top_p": top_p,
+            }
+        )
+    return items
+
+
+def score_rows(items: Sequence[dict[str, Any]], results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``equivalence.jsonl`` rows from score payloads and the engine's results."""
+    rows = []
+    for it, res in zip(items, results):
+        row = {**it["key"], "order": ORDER, "scorer": SCORER}
+        if res.get("error"):
+            row["error"] = res["error"]
+        else:
+            row["f_minus"] = res["f_minus"]
+            row["p"] = res["p"]
+        rows.append(row)
+    return rows
+
+
+def teacher_force_run(
+    run_dir: Path,
+    suite: Any,
+    plan: Plan,
+    platform: str,
+    *,
+    progress: Any = None,
+) -> None:
+    """Score every not-yet-scored T>0 record of the run under its plain target.
+
+    One baseline engine per target (the plan's baseline config when it has
+    one), with full-vocabulary prompt logprobs. Appends to
+    ``equivalence.jsonl``; failures (engine start, a request) are recorded
+    there, never raised.
+    """
+    from specbench import store
+    from specbench.engines.vllm_offline import VllmOfflineEngine
+    from specbench.runner import resolve_engine
+
+    run_dir = Path(run_dir)
+    out = run_dir / EQUIVALENCE
+    cells = {c.cell_id: c for c in plan.cells}
+    top_p = float(getattr(getattr(suite, "sampling", None), "top_p", 1.0))
+    done, _, _ = _latest_scores(read_scores(run_dir))
+    try:
+        records = store.read_requests(run_dir)
+    except Exception as exc:  # noqa: BLE001
+        _append(out, [{"target": None, "error": f"cannot read records: {type(exc).__name__}: {exc}"}])
+        return
+    prompts = {(o.get("dataset"), o.get("prompt_id")): o for o in store.iter_jsonl(run_dir / store.PROMPTS)}
+    todo: dict[str, list[RequestRecord]] = defaultdict(list)
+    for r in records:
+        c = cells.get(r.cell_id)
+        if c is None or c.temperature <= 0 or r.error is not None or not r.output_token_ids:
+            continue
+        if (r.cell_id, r.prompt_id, r.sample_index) in done:
+            continue
+        todo[c.target].append(r)
+    for target, recs in todo.items():
+        engine = None
+        try:
+            cfg = _baseline_config(plan, target)
+            res = resolve_engine(cfg, platform)
+            kwargs = dict(res.engine_kwargs)
+            kwargs["max_logprobs"] = -1
+            kwargs.pop("speculative_config", None)
+            kwargs.pop("per_request_spec_decode_metrics", None)
+            log = run_dir / "engines" / f"{target}--teacher-forcing.log"
+            engine = VllmOfflineEngine(cfg, kwargs, log, res.env)
+            engine.start()
+        except Exception as exc:  # noqa: BLE001 - recorded, not raised
+            reason = getattr(exc, "reason", None) or f"{type(exc).__name__}: {exc}"
+            _append(out, [{"target": target, "error": f"teacher-forcing engine did not start: {reason}"}])
+            if engine is not None:
+                engine.kill()
+            continue
+        try:
+            items = score_items_for(recs, cells, prompts, top_p)
+            for i in range(0, len(items), SCORE_BATCH):
+                batch = items[i : i + SCORE_BATCH]
+                try:
+                    results = engine.score(batch)
+                except Exception as exc:  # noqa: BLE001
+                    reason = getattr(exc, "reason", None) or f"{type(exc).__name__}: {exc}"
+                    _append(out, [{**it["key"], "order": ORDER, "error": reason} for it in batch])
+                    if not engine.alive:
+                        engine.close()
+                        engine.start()
+                    continue
+                _append(out, score_rows(batch, results))
+                if progress is not None:
+                    progress(min(i + SCORE_BATCH, len(items)), len(items))
+        except Exception as exc:  # noqa: BLE001
+            _append(out, [{"target": target, "error": f"teacher forcing failed: {type(exc).__name__}: {exc}"}])
+        finally:
+            engine.close()
