@@ -25,8 +25,19 @@ It prints the rejection rate of each sampler at each number of tokens, the
 binomial false-alarm check for the exact samplers, and the first size at
 which each wrong sampler is detected in >= 95% of runs.
 
-A section for real vLLM engines is added later as another function in
-``SECTIONS``.
+Section ``vllm`` (``--vllm``; ``--vllm-only`` skips the simulation) runs
+the tiny local target on vLLM CPU: one plain engine (full-vocabulary prompt
+logprobs) samples a pool of sequences per condition — exact (T=1.0, the
+lossless control), temperature 10% too high (sampled at 1.1), top-p
+mismatch (sampled with top_p=0.9) — and optionally a self-drafting
+``draft_model`` engine at T=1.0 (``--vllm-self-draft``); every sequence is
+teacher-forced and scored at T=1.0, top_p=1.0, exactly as
+:mod:`specbench.equivalence_run` does in a run. Runs are disjoint chunks of
+whole sequences of each pool, so the number of runs per size is
+``pool tokens // size`` (``--vllm-prompts`` x ``--vllm-samples`` x
+``--vllm-max-tokens`` sets the pool). It prints the rejection rate per
+condition and size (one-sample uniformity test, and the full verdict
+against a disjoint exact chunk as baseline).
 """
 
 from __future__ import annotations
@@ -440,9 +451,175 @@ def numpy_section(args: argparse.Namespace) -> str:
     return format_numpy(rep)
 
 
+def _vllm_pools(args: argparse.Namespace) -> dict[str, list[np.ndarray]]:
+    """Per condition, the (f_minus, p) of every sampled sequence, scored at T=1.0."""
+    import tempfile
+    from pathlib import Path
+
+    from specbench import datasets
+    from specbench.engines.base import CellRequest, SamplingRequest
+    from specbench.engines.vllm_offline import VllmOfflineEngine
+    from specbench.equivalence_run import score_items_for
+    from specbench.plan import Cell, EngineConfig
+    from specbench.records import RequestRecord
+    from specbench.runner import resolve_engine
+    from specbench.suite import DatasetSpec, MethodSpec, TargetSpec
+
+    tmp = Path(tempfile.mkdtemp(prefix="specbench-eqpower-"))
+    target = TargetSpec(
+        name="tiny",
+        model="tiny",
+        dtype="float32",
+        max_model_len=1024,
+        chat_template=False,
+        methods=[MethodSpec(method="baseline")],
+    )
+    spec = DatasetSpec(name="humaneval", kind="humaneval", limit=args.vllm_prompts)
+    prompts = datasets.prepare(spec, tmp, chat=False)
+    by_prompt = {(spec.name, p.prompt_id): p.model_dump() for p in prompts}
+    conditions = {
+        "exact (T=1.0)": (1.0, 1.0),
+        "temperature +10% (1.1)": (1.1, 1.0),
+        "top-p mismatch (0.9)": (1.0, 0.9),
+    }
+    engines = [("baseline", None, conditions)]
+    if args.vllm_self_draft:
+        engines.append(("draft_model", "target", {"self-draft K=3 (vLLM draft_model)": (1.0, 1.0)}))
+    recs: dict[str, list[RequestRecord]] = {}
+    cells: dict[str, Cell] = {}
+    keep = None
+    for method, spec_ref, conds in engines:
+        m = MethodSpec(method=method, speculator=spec_ref, num_speculative_tokens=3 if spec_ref else None)
+        from specbench.methods import get_method
+
+        info = get_method(method)
+        cfg = EngineConfig(
+            key=f"tiny--{method}",
+            target=target,
+            method=m,
+            vllm_method=info.vllm_method,
+            speculative_config=info.speculative_config(m.num_speculative_tokens, spec_ref, {}),
+        )
+        res = resolve_engine(cfg, "cpu")
+        eng = VllmOfflineEngine(
+            cfg, {**res.engine_kwargs, "max_logprobs": -1}, tmp / f"{method}.log", res.env
+        )
+        eng.start()
+        if keep is None:
+            keep = eng  # the plain engine stays up: it scores every pool
+        try:
+            for name, (t, top_p) in conds.items():
+                cell = Cell(
+                    cell_id=name,
+                    engine_key=cfg.key,
+                    target="tiny",
+                    method=name,
+                    method_kind=method,
+                    k=None,
+                    dataset=spec.name,
+                    temperature=1.0,
+                    batch_size=8,
+                    repeat=0,
+                )
+                cells[name] = cell
+                out: list[RequestRecord] = []
+                req = CellRequest(
+                    run_id="bench",
+                    cell=cell,
+                    prompts=prompts,
+                    sampling=SamplingRequest(
+                        temperature=t,
+                        top_p=top_p,
+                        max_tokens=args.vllm_max_tokens,
+                        seed=args.seed,
+                        samples_per_prompt=args.vllm_samples,
+                    ),
+                )
+                eng.run_cell(req, out.append)
+                recs[name] = [r for r in out if r.output_token_ids]
+        except BaseException:
+            keep.close()
+            raise
+        finally:
+            if eng is not keep:
+                eng.close()
+    pools: dict[str, list[np.ndarray]] = {}
+    try:
+        for name, rs in recs.items():
+            items = score_items_for(rs, cells, by_prompt, 1.0)
+            scored = []
+            for i in range(0, len(items), 16):
+                scored += keep.score(items[i : i + 16])
+            pools[name] = [np.array([r["f_minus"], r["p"]]) for r in scored if "f_minus" in r]
+    finally:
+        keep.close()
+    return pools
+
+
+def _chunks(seqs: list[np.ndarray], size: int) -> list[np.ndarray]:
+    """Disjoint runs of >= ``size`` tokens made of whole sequences (cut to ``size``)."""
+    out, cur, n = [], [], 0
+    for s in seqs:
+        cur.append(s)
+        n += s.shape[1]
+        if n >= size:
+            out.append(np.concatenate(cur, axis=1)[:, :size])
+            cur, n = [], 0
+    return out
+
+
+def vllm_section(args: argparse.Namespace) -> str:
+    t0 = time.perf_counter()
+    pools = _vllm_pools(args)
+    gen_s = time.perf_counter() - t0
+    rng = np.random.default_rng(args.seed)
+    lines = [
+        f"## vLLM CPU, tiny target (pool: {args.vllm_prompts} prompts x {args.vllm_samples} samples x "
+        f"<= {args.vllm_max_tokens} tokens; generation + scoring {gen_s:.0f} s)",
+        "",
+    ]
+    lines.append(
+        f"rejection rate at alpha={args.alpha:g}: one-sample PIT test / full verdict vs a disjoint exact chunk "
+        "[runs]"
+    )
+    sizes = list(args.vllm_sizes)
+    lines.append(f"{'condition':<36}" + "".join(f"{'n=' + str(n):>22}" for n in sizes))
+    exact = pools["exact (T=1.0)"]
+    for name, seqs in pools.items():
+        order = rng.permutation(len(seqs))
+        seqs = [seqs[i] for i in order]
+        row = f"{name + ' [' + str(sum(s.shape[1] for s in seqs)) + ' tok]':<36}"
+        for n in sizes:
+            runs = _chunks(seqs, n)
+            if name == "exact (T=1.0)":
+                # baseline for the verdict: the other half of the exact pool
+                half = len(runs) // 2
+                pairs = list(zip(runs[:half], runs[half : 2 * half], strict=False))
+            else:
+                base = _chunks(exact, n)
+                pairs = list(zip(runs, base, strict=False))
+            if not pairs:
+                row += f"{'-':>22}"
+                continue
+            rej1 = rej2 = 0
+            for a, b in pairs:
+                ua = np.clip(a[0] + rng.random(a.shape[1]) * a[1], 0, 1)
+                ub = np.clip(b[0] + rng.random(b.shape[1]) * b[1], 0, 1)
+                rej1 += uniformity_test(ua).pvalue <= args.alpha
+                rej2 += distribution_verdict(ua, ub, alpha=args.alpha).verdict == "divergent"
+            m = len(pairs)
+            row += f"{f'{rej1 / m:.2f} / {rej2 / m:.2f} [{m}]':>22}"
+        lines.append(row)
+    lines.append("")
+    lines.append(
+        "exact row = false-alarm rate (should be <= alpha up to noise); other rows = detection rate."
+    )
+    return "\n".join(lines)
+
+
 #: Sections in run order. A vLLM section is added here later as another
 #: ``(args) -> str`` function; ``--numpy-only`` runs just the first.
-SECTIONS: dict[str, Callable[[argparse.Namespace], str]] = {"numpy": numpy_section}
+SECTIONS: dict[str, Callable[[argparse.Namespace], str]] = {"numpy": numpy_section, "vllm": vllm_section}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -456,12 +633,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--runs-per-pool", type=int, default=4, help="runs sharing one pool (default 4)")
     ap.add_argument("--vocab", type=int, default=4096)
     ap.add_argument("--topk", type=int, default=20)
+    ap.add_argument("--vllm", action="store_true", help="also run the real-vLLM (CPU, tiny target) section")
+    ap.add_argument("--vllm-only", action="store_true", help="run only the real-vLLM section")
+    ap.add_argument("--vllm-prompts", type=int, default=16, help="HumanEval prompts (default 16)")
+    ap.add_argument(
+        "--vllm-samples", type=int, default=16, help="samples per prompt and condition (default 16)"
+    )
+    ap.add_argument("--vllm-max-tokens", type=int, default=64)
+    ap.add_argument("--vllm-sizes", type=int, nargs="+", default=[250, 500, 1000, 2000])
+    ap.add_argument(
+        "--vllm-self-draft", action="store_true", help="add a draft_model self-drafting condition"
+    )
     args = ap.parse_args(argv)
-    names = ["numpy"] if args.numpy_only else list(SECTIONS)
+    names = [] if args.vllm_only else ["numpy"]
+    if (args.vllm or args.vllm_only) and not args.numpy_only:
+        names.append("vllm")
     for name in names:
         print(SECTIONS[name](args))
-    if not args.numpy_only and "vllm" not in SECTIONS:
-        print("\n(no vLLM section yet: only the numpy simulation ran)")
     return 0
 
 

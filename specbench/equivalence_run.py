@@ -118,7 +118,9 @@ def pit_from_row(row: dict[str, Any]) -> np.ndarray:
     """Randomized PIT values of one ``equivalence.jsonl`` row (seeded per request)."""
     f = np.asarray(row["f_minus"], dtype=np.float64)
     p = np.asarray(row["p"], dtype=np.float64)
-    rng = np.random.default_rng(request_seed(row["cell_id"], row["prompt_id"], int(row.get("sample_index", 0))))
+    rng = np.random.default_rng(
+        request_seed(row["cell_id"], row["prompt_id"], int(row.get("sample_index", 0)))
+    )
     return np.clip(f + rng.random(f.shape[0]) * p, 0.0, 1.0)
 
 
@@ -148,7 +150,9 @@ def _groups(cells: Iterable[Cell]) -> tuple[dict[str, list[Cell]], dict[tuple, s
     return groups, baselines
 
 
-def _records_by_group(cells: Iterable[Cell], requests: Iterable[RequestRecord]) -> dict[str, list[RequestRecord]]:
+def _records_by_group(
+    cells: Iterable[Cell], requests: Iterable[RequestRecord]
+) -> dict[str, list[RequestRecord]]:
     cell_group = {c.cell_id: c.group_id for c in cells}
     out: dict[str, list[RequestRecord]] = defaultdict(list)
     for r in requests:
@@ -209,7 +213,7 @@ def greedy_equivalence(
                 "baseline_token": c.baseline_token,
                 "method_token": c.method_token,
             }
-            for c, m in zip(comps, which)
+            for c, m in zip(comps, which, strict=False)
             if not c.identical
         ]
         # Real divergences first, then unverifiable ones, then near-ties.
@@ -340,7 +344,9 @@ def sampled_equivalence(
         v = distribution_verdict(u, bu, **kw)
         reason = v.reason
         if n_scored == 0:
-            why = "; ".join(errors or engine_errors) or "no teacher-forced scores (equivalence.jsonl missing?)"
+            why = (
+                "; ".join(errors or engine_errors) or "no teacher-forced scores (equivalence.jsonl missing?)"
+            )
             reason = f"no scored samples: {why}"
         elif n_missing:
             reason += f"; {n_missing} request(s) not scored"
@@ -420,7 +426,10 @@ def _append(path: Path, rows: Iterable[dict[str, Any]]) -> None:
 
 
 def score_items_for(
-    records: Sequence[RequestRecord], cells: dict[str, Cell], prompts: dict[tuple[str, str], dict], top_p: float
+    records: Sequence[RequestRecord],
+    cells: dict[str, Cell],
+    prompts: dict[tuple[str, str], dict],
+    top_p: float,
 ) -> list[dict[str, Any]]:
     """The engine's ``score`` payloads for records (prompt text/messages + generated ids)."""
     items = []
@@ -451,7 +460,7 @@ def score_items_for(
 def score_rows(items: Sequence[dict[str, Any]], results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """``equivalence.jsonl`` rows from score payloads and the engine's results."""
     rows = []
-    for it, res in zip(items, results):
+    for it, res in zip(items, results, strict=False):
         row = {**it["key"], "order": ORDER, "scorer": SCORER}
         if res.get("error"):
             row["error"] = res["error"]
@@ -535,6 +544,8 @@ def teacher_force_run(
                 if progress is not None:
                     progress(min(i + SCORE_BATCH, len(items)), len(items))
         except Exception as exc:  # noqa: BLE001
-            _append(out, [{"target": target, "error": f"teacher forcing failed: {type(exc).__name__}: {exc}"}])
+            _append(
+                out, [{"target": target, "error": f"teacher forcing failed: {type(exc).__name__}: {exc}"}]
+            )
         finally:
             engine.close()

@@ -182,7 +182,7 @@ def _score_items(llm: Any, tokenizer: Any, items: list[dict[str, Any]], opts: di
         where.append((i, len(pids)))
     if prompts:
         outs = llm.generate(prompts, params, use_tqdm=False)
-        for (i, n_prompt), o in zip(where, outs):
+        for (i, n_prompt), o in zip(where, outs, strict=False):
             it = items[i]
             try:
                 toks = [int(t) for t in it["output_token_ids"]]
@@ -255,7 +255,7 @@ def _worker_main(conn: Any, engine_kwargs: dict[str, Any], log_path: str, env: d
                 outs = llm.generate(texts, params, use_tqdm=False)
                 recs = [
                     _request_record(req, msg[2]["engine_key"], p.prompt_id, s, o, k)
-                    for (p, s), o in zip(batch, outs)
+                    for (p, s), o in zip(batch, outs, strict=False)
                 ]
                 conn.send(("records", recs))
             wall = time.perf_counter() - t0

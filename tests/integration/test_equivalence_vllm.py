@@ -31,15 +31,31 @@ REPO = Path(__file__).resolve().parents[2]
 def _cell(method: str, kind: str, t: float, r: int = 0) -> Cell:
     gid = f"tiny/{method}/d/T{t:g}/b1"
     return Cell(
-        cell_id=f"{gid}/r{r}", engine_key=f"tiny--{method}", target="tiny", method=method, method_kind=kind,
-        k=None if kind == "baseline" else 3, dataset="d", temperature=t, batch_size=1, repeat=r,
+        cell_id=f"{gid}/r{r}",
+        engine_key=f"tiny--{method}",
+        target="tiny",
+        method=method,
+        method_kind=kind,
+        k=None if kind == "baseline" else 3,
+        dataset="d",
+        temperature=t,
+        batch_size=1,
+        repeat=r,
     )
 
 
 def _rec(cell: Cell, pid: str, ids: list[int], s: int = 0, lps=None) -> RequestRecord:
     return RequestRecord(
-        run_id="x", cell_id=cell.cell_id, engine_key=cell.engine_key, prompt_id=pid, sample_index=s,
-        repeat=cell.repeat, prompt_tokens=3, output_token_ids=ids, output_text="", logprobs=lps,
+        run_id="x",
+        cell_id=cell.cell_id,
+        engine_key=cell.engine_key,
+        prompt_id=pid,
+        sample_index=s,
+        repeat=cell.repeat,
+        prompt_tokens=3,
+        output_token_ids=ids,
+        output_text="",
+        logprobs=lps,
     )
 
 
@@ -51,9 +67,12 @@ def test_greedy_pairs_by_prompt_and_classifies():
     b, m = _cell("baseline", "baseline", 0.0), _cell("sd", "draft_model", 0.0)
     lp = [{1: -0.1, 2: -3.0}, {3: -0.5, 4: -0.5002}, {5: -0.2, 6: -2.0}]
     recs = [
-        _rec(b, "p0", [1, 3, 5], lps=lp), _rec(m, "p0", [1, 3, 5]),  # identical
-        _rec(b, "p1", [1, 3, 5], lps=lp), _rec(m, "p1", [1, 4, 5]),  # near tie (0.0002 nats)
-        _rec(b, "p2", [1, 3, 5], lps=lp), _rec(m, "p2", [2, 3, 5]),  # divergent (2.9 nats)
+        _rec(b, "p0", [1, 3, 5], lps=lp),
+        _rec(m, "p0", [1, 3, 5]),  # identical
+        _rec(b, "p1", [1, 3, 5], lps=lp),
+        _rec(m, "p1", [1, 4, 5]),  # near tie (0.0002 nats)
+        _rec(b, "p2", [1, 3, 5], lps=lp),
+        _rec(m, "p2", [2, 3, 5]),  # divergent (2.9 nats)
         _rec(m, "p3", [1]),  # no baseline partner
     ]
     out = greedy_equivalence([b, m], recs)
@@ -92,8 +111,16 @@ def _write_scores(run_dir: Path, cells, recs, law_of_cell, rng):
         c = next(c for c in cells if c.cell_id == r.cell_id)
         probs = np.tile(law_of_cell["target"], (len(r.output_token_ids), 1))
         f, p = pit_parts(probs, r.output_token_ids)
-        rows.append({"cell_id": r.cell_id, "prompt_id": r.prompt_id, "sample_index": r.sample_index,
-                     "repeat": c.repeat, "f_minus": f.tolist(), "p": p.tolist()})
+        rows.append(
+            {
+                "cell_id": r.cell_id,
+                "prompt_id": r.prompt_id,
+                "sample_index": r.sample_index,
+                "repeat": c.repeat,
+                "f_minus": f.tolist(),
+                "p": p.tolist(),
+            }
+        )
     with open(run_dir / EQUIVALENCE, "w") as fh:
         fh.writelines(json.dumps(x) + "\n" for x in rows)
 
@@ -120,7 +147,9 @@ def test_sampled_verdict_from_hand_built_scores(tmp_path, lossy):
 def test_sampled_without_scores_is_not_shown_equivalent(tmp_path):
     b, m = _cell("baseline", "baseline", 1.0), _cell("sd", "draft_model", 1.0)
     recs = [_rec(b, "p0", [1, 2]), _rec(m, "p0", [1, 2])]
-    (tmp_path / EQUIVALENCE).write_text(json.dumps({"target": "tiny", "error": "engine did not start: boom"}) + "\n")
+    (tmp_path / EQUIVALENCE).write_text(
+        json.dumps({"target": "tiny", "error": "engine did not start: boom"}) + "\n"
+    )
     s = sampled_equivalence(tmp_path, [b, m], recs)[m.group_id]["sampled"]
     assert s["verdict"] == "not shown equivalent" and "boom" in s["reason"]
 
@@ -190,7 +219,9 @@ def test_teacher_forcing_scores_every_sampled_token(eq_run):
     for row in rows:
         rec = recs[(row["cell_id"], row["prompt_id"], row["sample_index"])]
         assert len(row["f_minus"]) == len(row["p"]) == len(rec.output_token_ids)
-        assert all(0 <= f and 0 < p and f + p <= 1 + 1e-9 for f, p in zip(row["f_minus"], row["p"]))
+        assert all(
+            0 <= f and 0 < p and f + p <= 1 + 1e-9 for f, p in zip(row["f_minus"], row["p"], strict=False)
+        )
     g = s.group("tiny/self-draft/humaneval/T1/b4").equivalence["sampled"]
     # The scorer reproduces plain vLLM sampling: the baseline's own samples pass the PIT test.
     assert g["n_baseline_tokens"] > 300 and g["baseline_pvalue"] > 0.01, g
@@ -223,7 +254,9 @@ def test_lossy_temperature_is_divergent(tmp_path):
     plan = expand(suite)
     cfg = next(e for e in plan.engines if e.method.method == "baseline")
     res = resolve_engine(cfg, "cpu")
-    engine = VllmOfflineEngine(cfg, {**res.engine_kwargs, "max_logprobs": -1}, tmp_path / "engine.log", res.env)
+    engine = VllmOfflineEngine(
+        cfg, {**res.engine_kwargs, "max_logprobs": -1}, tmp_path / "engine.log", res.env
+    )
     spec = suite.datasets[0].model_copy(update={"limit": 8})
     prompts = datasets.prepare(spec, tmp_path, chat=False)
     b = _cell("baseline", "baseline", 1.0)
@@ -232,8 +265,12 @@ def test_lossy_temperature_is_divergent(tmp_path):
     engine.start()
     try:
         for cell, t in ((b, 1.0), (m, 1.1)):
-            req = CellRequest(run_id="x", cell=cell, prompts=prompts,
-                              sampling=SamplingRequest(temperature=t, max_tokens=64, seed=1, samples_per_prompt=8))
+            req = CellRequest(
+                run_id="x",
+                cell=cell,
+                prompts=prompts,
+                sampling=SamplingRequest(temperature=t, max_tokens=64, seed=1, samples_per_prompt=8),
+            )
             engine.run_cell(req, recs.append)
         by_prompt = {(spec.name, p.prompt_id): p.model_dump() for p in prompts}
         cells = {c.cell_id: c.model_copy(update={"dataset": spec.name}) for c in (b, m)}
