@@ -14,9 +14,9 @@ Optional inputs, rendered only when present:
   "distribution": {...}}`` (keys name the test);
 * ``RunSummary.extra["serving"]``: a list of rows (dicts) such as
   ``{"target", "method", "dataset", "concurrency", "speedup", ...}``; values
-  may be numbers, strings or Estimate-like dicts. If
-  ``specbench.serving_metrics`` offers ``render_serving_markdown(serving)``
-  the Markdown report uses it instead;
+  may be numbers, strings or Estimate-like dicts (see :func:`serving_rows`
+  for the accepted shapes). Rows shaped like ``serving_metrics.Speedup``
+  are rendered by ``serving_metrics.speedup_table_markdown`` in Markdown;
 * ``RunSummary.extra["cross_check"]``: a list of rows ``{"target", "method",
   "dataset", "reference_tau", "vllm_tau", "agree" | "flag", "note"}``.
 """
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -328,12 +328,15 @@ def _accuracy(summary: RunSummary) -> Section | None:
                          fmt_pct(g.accuracy_delta.get(k), n_default=None, signed=True, unit=" pp")])
         if g.scoring_note:
             notes.append(f"{g.method} on {g.dataset}: {g.scoring_note}")
+    run_notes = summary.extra.get("scoring_notes") or []
+    notes += [str(n) for n in (run_notes if isinstance(run_notes, list) else [run_notes])]
+    notes = list(dict.fromkeys(notes))
     if not rows and not notes:
         return None
     blocks: list[Block] = []
     if rows:
         blocks.append(Table(["Target", "Dataset", "Method", "Load", "Metric", "Accuracy", "Δ vs baseline"],
-                            rows, sorted(set(notes), key=notes.index)))
+                            rows, notes))
     else:
         blocks += [Para(n) for n in notes]
     blocks.insert(0, Para("Δ is method minus baseline on the prompts both scored (percentage points), "
@@ -393,41 +396,86 @@ def _generic_blocks(data: Any) -> list[Block]:
     return [Pre(json.dumps(data, indent=2, sort_keys=True, default=str))]
 
 
-def _serving_renderer() -> Callable[[Any], str] | None:
+def serving_rows(serving: Any) -> list[dict[str, Any]]:
+    """``summary.extra["serving"]`` flattened to rows that may carry a speedup.
+
+    Accepts a list of rows, ``{"rows": [...]}``, ``{"speedups": [...]}`` or
+    ``{group: [rows]}`` (the key lands in ``group``). Rows shaped like
+    ``serving_metrics.Speedup`` (``estimate`` + ``metric``) get their
+    estimate under ``speedup``.
+    """
+    if isinstance(serving, list):
+        items: list[tuple[str, Any]] = [("", serving)]
+    elif isinstance(serving, dict):
+        for key in ("rows", "speedups"):
+            if isinstance(serving.get(key), list):
+                items = [("", serving[key])]
+                break
+        else:
+            if not serving or not all(isinstance(v, list) for v in serving.values()):
+                return []
+            items = [(str(k), v) for k, v in serving.items()]
+    else:
+        return []
+    out = []
+    for group, rows in items:
+        for r in rows:
+            if not isinstance(r, dict):
+                continue
+            row = dict(r)
+            if "estimate" in row and "speedup" not in row:
+                row["speedup"] = row.pop("estimate")
+            if group:
+                row.setdefault("group", group)
+            out.append(row)
+    return out
+
+
+def _serving_metrics_markdown(serving: Any) -> str | None:
+    """``serving_metrics.speedup_table_markdown`` for Speedup-shaped data, when that module has it."""
     try:
-        from specbench import serving_metrics  # type: ignore[attr-defined]
+        from specbench import serving_metrics
     except ImportError:
         return None
-    fn = getattr(serving_metrics, "render_serving_markdown", None)
-    return fn if callable(fn) else None
+    table = getattr(serving_metrics, "speedup_table_markdown", None)
+    model = getattr(serving_metrics, "Speedup", None)
+    if table is None or model is None:
+        return None
+    if isinstance(serving, dict) and isinstance(serving.get("speedups"), list):
+        serving = serving["speedups"]
+    groups = [("", serving)] if isinstance(serving, list) else list(serving.items()) if isinstance(serving, dict) else []
+    try:
+        parts = [table([model.model_validate(r) for r in rows], title=str(key) or None) for key, rows in groups]
+    except Exception:  # noqa: BLE001 - not Speedup-shaped: render generically
+        return None
+    return "\n".join(p for p in parts if p) or None
 
 
 def _serving(summary: RunSummary, markdown: bool) -> Section | None:
     serving = summary.extra.get("serving")
     if not serving:
         return None
-    renderer = _serving_renderer() if markdown else None
-    if renderer is not None:
-        try:
-            return Section("Serving", [Raw(renderer(serving))], anchor="serving")
-        except Exception:  # noqa: BLE001 - a broken renderer must not lose the report
-            pass
-    blocks: list[Block] = []
-    rows = serving.get("rows", serving) if isinstance(serving, dict) else serving
-    if isinstance(rows, list) and rows and all(isinstance(r, dict) and "concurrency" in r and "speedup" in r
-                                               for r in rows):
-        levels = sorted({r["concurrency"] for r in rows})
-        pivot: dict[tuple[str, str, str], dict[Any, Any]] = {}
-        for r in rows:
-            key = (str(r.get("target", "–")), str(r.get("dataset", "–")), str(r.get("method", "–")))
-            pivot.setdefault(key, {})[r["concurrency"]] = r["speedup"]
-        blocks.append(Para("Speedup over the baseline by concurrency:"))
-        blocks.append(Table(["Target", "Dataset", "Method"] + [f"c={c}" for c in levels],
-                            [[*k, *(fmt_speedup(as_estimate(v.get(c))) for c in levels)] for k, v in pivot.items()]))
-        blocks.append(Details("All serving measurements", _generic_blocks(rows)))
-    else:
-        blocks += _generic_blocks(serving)
-    return Section("Serving", blocks, anchor="serving")
+    native = _serving_metrics_markdown(serving) if markdown else None
+    if native is not None:
+        return Section("Serving", [Para("Speedup over the baseline by concurrency (95% intervals):"), Raw(native)],
+                       anchor="serving")
+    rows = [r for r in serving_rows(serving) if "concurrency" in r and as_estimate(r.get("speedup"))]
+    if not rows:
+        return Section("Serving", _generic_blocks(serving), anchor="serving")
+    levels = sorted({r["concurrency"] for r in rows})
+    with_metric = any("metric" in r for r in rows)
+    pivot: dict[tuple[str, ...], dict[Any, Any]] = {}
+    for r in rows:
+        where = str(r.get("group") or " · ".join(str(r[k]) for k in ("target", "dataset") if r.get(k)) or "–")
+        key = (where, str(r.get("method", "–"))) + ((str(r.get("metric", "–")),) if with_metric else ())
+        pivot.setdefault(key, {})[r["concurrency"]] = r["speedup"]
+    return Section("Serving", [
+        Para("Speedup over the baseline by concurrency (95% intervals):"),
+        Table(["Where", "Method"] + (["Metric"] if with_metric else []) + [f"c={c}" for c in levels],
+              [[*k, *(fmt_speedup(as_estimate(v.get(c)), n_default=None) for c in levels)]
+               for k, v in pivot.items()]),
+        Details("All serving measurements", _generic_blocks(serving_rows(serving))),
+    ], anchor="serving")
 
 
 def _cross_check(summary: RunSummary) -> Section | None:

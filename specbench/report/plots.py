@@ -21,7 +21,6 @@ import io
 import math
 import zlib
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -29,6 +28,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
 from specbench.report import as_estimate
+from specbench.report.markdown import serving_rows
 from specbench.stats import Estimate
 from specbench.summary import GroupSummary, RunSummary
 
@@ -287,30 +287,26 @@ def _latency_vs_throughput(summary: RunSummary, colors: dict[str, str]) -> bytes
 
 
 def _serving_speedup(summary: RunSummary, colors: dict[str, str]) -> bytes | None:
-    rows = summary.extra.get("serving")
-    rows = rows.get("rows") if isinstance(rows, dict) else rows
-    if not isinstance(rows, list):
-        return None
-    rows = [r for r in rows if isinstance(r, dict) and "concurrency" in r and as_estimate(r.get("speedup"))]
-    if not rows:
-        return None
-    panels: dict[tuple[str, str], dict[str, list[tuple[float, Estimate]]]] = {}
-    for r in rows:
-        key = (str(r.get("target", "")), str(r.get("dataset", "")))
-        est = as_estimate(r["speedup"])
-        if est is not None and est.value is not None:
-            panels.setdefault(key, {}).setdefault(str(r.get("method", "?")), []).append((float(r["concurrency"]), est))
+    panels: dict[str, dict[tuple[str, str], list[tuple[float, Estimate]]]] = {}
+    for r in serving_rows(summary.extra.get("serving")):
+        est = as_estimate(r.get("speedup"))
+        if "concurrency" not in r or est is None or est.value is None:
+            continue
+        where = str(r.get("group") or " · ".join(str(r[k]) for k in ("target", "dataset") if r.get(k)))
+        series = (str(r.get("method", "?")), str(r.get("metric", "")))
+        panels.setdefault(where, {}).setdefault(series, []).append((float(r["concurrency"]), est))
     if not panels:
         return None
     fig, axes = _figure(len(panels))
-    for ax, ((target, dataset), series) in zip(axes, panels.items(), strict=True):
-        for m, pts in series.items():
+    for ax, (where, series) in zip(axes, panels.items(), strict=True):
+        for (m, metric), pts in series.items():
             pts.sort(key=lambda p: p[0])
             ests = [p[1] for p in pts]
             ax.errorbar([p[0] for p in pts], [e.value for e in ests], yerr=_yerr(ests), marker="o", capsize=3,
-                        color=colors.get(m, KNOWN_COLORS.get(m, PALETTE[0])), label=m)
+                        color=colors.get(m, PALETTE[0]), linestyle="--" if metric == "tpot" else "-",
+                        label=f"{m} ({metric})" if metric else m)
         _load_axes(ax, "concurrent requests", [p[0] for pts in series.values() for p in pts])
-        ax.set_title(" · ".join(x for x in (target, dataset) if x), fontsize=10, color=INK)
+        ax.set_title(where, fontsize=10, color=INK)
     return _png(fig, TITLES["serving_speedup"] + " (95% intervals)")
 
 
@@ -346,12 +342,8 @@ def _accuracy_speedup(summary: RunSummary, colors: dict[str, str]) -> bytes | No
 
 def make_figures(summary: RunSummary) -> dict[str, bytes]:
     """Every figure the summary has data for, as ``{name: PNG bytes}`` in a fixed order."""
-    colors = method_colors((g.method, g.method_kind) for g in summary.groups)
-    serving = summary.extra.get("serving")
-    rows: Any = serving.get("rows") if isinstance(serving, dict) else serving
-    if isinstance(rows, list):
-        extra = {(str(r.get("method")), str(r.get("method"))) for r in rows if isinstance(r, dict) and r.get("method")}
-        colors = method_colors({*((g.method, g.method_kind) for g in summary.groups), *extra})
+    extra = {(str(r["method"]), str(r["method"])) for r in serving_rows(summary.extra.get("serving")) if r.get("method")}
+    colors = method_colors({*((g.method, g.method_kind) for g in summary.groups), *extra})
     out: dict[str, bytes] = {}
     for name, fn in [("tau", _tau), ("per_position", _per_position), ("speedup_vs_load", _speedup_vs_load),
                      ("latency_vs_throughput", _latency_vs_throughput), ("serving_speedup", _serving_speedup),

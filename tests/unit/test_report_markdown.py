@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -55,7 +53,7 @@ def test_full_report_has_every_part() -> None:
         "gsm8k-gpu", "20260501T120000Z-full", "0123456789ab", "vLLM 0.32.0", "1× NVIDIA H200",
         "## Results", "### llama-3.1-8b · gsm8k", "2.85 [2.79, 2.91]", "0.81 / 0.62 / 0.42",
         "1.92× [1.85, 1.99] (n=64)", "τ 3.02 (ref. 1)", "ref. 1: EAGLE-3 paper", "## Accuracy", "Δ exact_match",
-        "## Equivalence", "divergent", "not shown equivalent", "## Serving", "c=32",
+        "## Equivalence", "divergent", "not shown equivalent", "## Serving", "| c=1 | c=8 | c=32 |",
         "## Reference cross-check", "FLAG: differs", "## Checks", "1 of 24 checks FAILED",
         "## Skipped and failed cells", "model runner V2", "<details>", "CUDA out of memory",
         "2 of 128 requests returned an error",
@@ -78,13 +76,23 @@ def test_minimal_report_omits_optional_sections() -> None:
     assert "| ngram | 2 | 1 | 1.70 |" in text  # no interval with n=1, the n column says 1
 
 
-def test_serving_renderer_from_serving_metrics_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
-    summary, manifest = load("full")
-    fake = types.ModuleType("specbench.serving_metrics")
-    fake.render_serving_markdown = lambda serving: f"SERVING TABLE ({len(serving)} rows)"  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "specbench.serving_metrics", fake)
+def test_speedup_rows_use_serving_metrics_table() -> None:
+    serving_metrics = pytest.importorskip("specbench.serving_metrics")
+    summary, manifest = load("minimal")
+    est = Estimate(value=1.5, ci_low=1.4, ci_high=1.6, n=32, method="bootstrap")
+    speedups = [serving_metrics.Speedup(method="ngram", concurrency=c, metric=m, estimate=est, n_method=32,
+                                        n_baseline=32).model_dump(mode="json")
+                for c in (1, 4) for m in ("tpot", "throughput")]
+    summary.extra = {"serving": {"tiny/jsonl/T0": speedups}}
     text = render_markdown(summary, manifest)
-    assert "SERVING TABLE (6 rows)" in text and "c=32" not in text
+    assert "## Serving" in text and "ngram TPOT" in text and "**tiny/jsonl/T0**" in text
+    # The HTML has no Markdown: it gets the generic pivot of the same rows.
+    from specbench.report.markdown import Table, build_report
+
+    serving = next(b for b in build_report(summary, manifest, markdown=False) if getattr(b, "title", "") == "Serving")
+    table = next(b for b in serving.blocks if isinstance(b, Table))
+    assert table.headers == ["Where", "Method", "Metric", "c=1", "c=4"]
+    assert table.rows[0] == ["tiny/jsonl/T0", "ngram", "tpot", "1.50× [1.40, 1.60] (n=32)", "1.50× [1.40, 1.60] (n=32)"]
 
 
 def test_generic_serving_and_nested_equivalence() -> None:
@@ -116,3 +124,73 @@ def test_failed_check_and_missing_values_do_not_crash() -> None:
     assert "1 of 1 checks FAILED" in text
     assert "+0.0 pp [-2.0, +2.0] (n=10)" in text  # no "-0.0"
     assert "Speedup and greedy match need an ok baseline" in text
+
+
+# --------------------------------------------------------------------------
+# HTML: the same tables, one self-contained file
+
+
+def _tables(blocks: list) -> list:
+    from specbench.report.markdown import Details, Section, Table
+
+    out = []
+    for b in blocks:
+        if isinstance(b, Table):
+            out.append(b)
+        elif isinstance(b, (Section, Details)):
+            out += _tables(b.blocks)
+    return out
+
+
+def test_html_is_self_contained_and_has_every_table() -> None:
+    import html as htmllib
+    import re
+
+    from specbench.report.html import render_html
+    from specbench.report.markdown import build_report
+
+    summary, manifest = load("full")
+    page = render_html(summary, manifest, figures={"tau": b"\x89PNG fake", "per_position": b"\x89PNG fake"})
+    assert page.count('src="data:image/png;base64,') == 2
+    assert not re.search(r"(src|href)=\"(?!data:|#)", page), "external reference"
+    assert "<script" not in page and "<link" not in page and "@import" not in page and "url(" not in page
+    text = htmllib.unescape(page)
+    tables = _tables(build_report(summary, manifest, markdown=False))
+    assert page.count("<table>") == len(tables)
+    for t in tables:
+        assert "".join(f"<th>{h}</th>" for h in t.headers) in text
+    for needle in ["τ 3.02 (ref. 1)", "model runner V2", "CUDA out of memory", "ref. 1: EAGLE-3 paper",
+                   "num_speculative_tokens: 3", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "NVIDIA H200",
+                   'class="bad">divergent', 'class="warn">not shown equivalent', "P-EAGLE model card | gsm8k"]:
+        assert needle in text, needle
+
+
+def test_html_escapes_untrusted_text() -> None:
+    from specbench.report.html import render_html
+
+    summary, manifest = load("minimal")
+    summary.groups[1].status = "failed"
+    summary.groups[1].cells[0].status = "failed"
+    summary.groups[1].cells[0].reason = "<img src=x onerror=alert(1)>"
+    summary.groups[1].cells[0].engine_log_tail = "</pre><script>alert(1)</script>"
+    page = render_html(summary, manifest, figures={})
+    assert "<script>" not in page and "<img src=x" not in page
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page
+
+
+def test_write_reports_default_and_explicit_out_dir(tmp_path: Path) -> None:
+    import shutil
+
+    from specbench.report.html import write_reports
+
+    run_dir = tmp_path / "results" / "cpu-smoke" / "cpu-smoke-1"
+    run_dir.mkdir(parents=True)
+    shutil.copy(FIXTURES / "summary_minimal.json", run_dir / "summary.json")
+    paths = write_reports(run_dir)
+    assert paths == {"markdown": tmp_path / "reports" / "cpu-smoke-1.md", "html": tmp_path / "reports" / "cpu-smoke-1.html"}
+    assert paths["markdown"].read_text().startswith("# specbench · cpu-smoke")  # no manifest: still renders
+    assert paths["html"].read_text().startswith("<!DOCTYPE html>")
+    other = write_reports(run_dir, tmp_path / "elsewhere")
+    assert other["html"].parent == tmp_path / "elsewhere" and other["html"].is_file()
+    with pytest.raises(FileNotFoundError, match="summary.json"):
+        write_reports(tmp_path / "results" / "cpu-smoke" / "missing")

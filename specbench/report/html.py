@@ -1,0 +1,145 @@
+"""The run report as ONE self-contained HTML file, and :func:`write_reports`.
+
+The HTML shows every table of the Markdown report (both come from
+:func:`specbench.report.markdown.build_report`), the figures as base64
+``data:`` URIs, the suite configuration and the environment. CSS is inline;
+there is no JavaScript and no external resource, so the file opens offline
+and can be attached to a CI run as is.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import yaml
+
+from specbench.report.markdown import (
+    Block,
+    Details,
+    Para,
+    Pre,
+    Raw,
+    Section,
+    Table,
+    build_report,
+    render_markdown,
+)
+from specbench.report.plots import TITLES, make_figures
+from specbench.summary import RunSummary
+
+_ENV = jinja2.Environment(
+    loader=jinja2.PackageLoader("specbench.report", "templates"),
+    autoescape=jinja2.select_autoescape(["html", "j2"], default=True),
+    trim_blocks=True,
+    lstrip_blocks=True,
+    undefined=jinja2.StrictUndefined,
+)
+
+_BAD = re.compile(r"^(FAILED|FLAG\b|divergent\b|failed\b)")
+_WARN = re.compile(r"^(not shown equivalent|skipped\b|partial\b|pending\b)")
+_GOOD = re.compile(r"^(ok|equivalent|agrees)\b")
+
+
+def _cell_class(text: str) -> str:
+    if _BAD.match(text):
+        return "bad"
+    if _WARN.match(text):
+        return "warn"
+    if _GOOD.match(text):
+        return "good"
+    return "wrap" if len(text) > 60 else ""
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "section"
+
+
+def _ctx(block: Block) -> dict[str, Any] | None:
+    """A block as plain data for the template (Raw Markdown has no HTML form)."""
+    if isinstance(block, Section):
+        children = [c for c in (_ctx(b) for b in block.blocks) if c is not None]
+        return {"kind": "section", "title": block.title, "level": block.level,
+                "id": block.anchor or _slug(block.title), "blocks": children}
+    if isinstance(block, Para):
+        return {"kind": "para", "text": block.text}
+    if isinstance(block, Pre):
+        return {"kind": "pre", "text": block.text}
+    if isinstance(block, Table):
+        rows = [[{"text": c, "cls": _cell_class(c)} for c in row] for row in block.rows]
+        return {"kind": "table", "headers": block.headers, "rows": rows, "notes": block.notes}
+    if isinstance(block, Details):
+        return {"kind": "details", "summary": block.summary,
+                "blocks": [c for c in (_ctx(b) for b in block.blocks) if c is not None]}
+    if isinstance(block, Raw):
+        return None
+    raise TypeError(f"unknown block {block!r}")
+
+
+def _suite_yaml(manifest: dict[str, Any]) -> str | None:
+    suite = manifest.get("suite")
+    if not suite:
+        return None
+    try:
+        return yaml.safe_dump(suite, sort_keys=False, allow_unicode=True, width=100)
+    except yaml.YAMLError:
+        return json.dumps(suite, indent=2, default=str)
+
+
+def render_html(summary: RunSummary, manifest: dict[str, Any], figures: dict[str, bytes] | None = None) -> str:
+    """The report as one HTML page. ``figures`` defaults to :func:`make_figures` of the summary."""
+    if figures is None:
+        figures = make_figures(summary)
+    blocks = [c for c in (_ctx(b) for b in build_report(summary, manifest, markdown=False)) if c is not None]
+    head = [b for b in blocks if b["kind"] != "section"]
+    sections = [b for b in blocks if b["kind"] == "section"]
+    figs = [{"id": f"fig-{name}", "title": TITLES.get(name, name), "name": name,
+             "src": "data:image/png;base64," + base64.b64encode(png).decode("ascii")}
+            for name, png in figures.items()]
+    nav = [(s["id"], s["title"]) for s in sections[:1]] + ([("figures", "Figures")] if figs else [])
+    nav += [(s["id"], s["title"]) for s in sections[1:]] + [("configuration", "Configuration")]
+    return _ENV.get_template("report.html.j2").render(
+        title=f"specbench · {summary.suite_name} · {summary.run_id}",
+        suite_name=summary.suite_name,
+        run_id=summary.run_id,
+        head=head,
+        first_sections=sections[:1],
+        sections=sections[1:],
+        figures=figs,
+        nav=nav,
+        suite_yaml=_suite_yaml(manifest),
+        manifest_json=json.dumps({k: v for k, v in manifest.items() if k not in ("suite", "plan")}, indent=2,
+                                 sort_keys=True, default=str),
+    )
+
+
+def write_reports(run_dir: Path, out_dir: Path | None = None) -> dict[str, Path]:
+    """Write ``<out_dir>/<run-id>.md`` and ``.html`` for a run directory.
+
+    ``run_dir`` holds ``summary.json`` and (optionally) ``manifest.json``;
+    ``out_dir`` defaults to ``reports/`` beside ``results/`` (for
+    ``results/<suite>/<run-id>/`` that is ``run_dir.parents[2] / "reports"``).
+    Returns ``{"markdown": path, "html": path}``.
+    """
+    run_dir = Path(run_dir)
+    summary_path = run_dir / "summary.json"
+    if not summary_path.is_file():
+        raise FileNotFoundError(f"{summary_path}: no summary.json (run `specbench analyze {run_dir}` first?)")
+    summary = RunSummary.model_validate_json(summary_path.read_text())
+    manifest_path = run_dir / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
+    if out_dir is None:
+        parents = run_dir.resolve().parents
+        out_dir = parents[2] / "reports" if len(parents) > 2 else run_dir / "reports"
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", summary.run_id) or "run"
+    md = out_dir / f"{stem}.md"
+    html = out_dir / f"{stem}.html"
+    md.write_text(render_markdown(summary, manifest), encoding="utf-8")
+    html.write_text(render_html(summary, manifest), encoding="utf-8")
+    return {"markdown": md, "html": html}
