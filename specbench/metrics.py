@@ -202,7 +202,7 @@ def accuracy_delta(method: Sequence[RequestRecord], baseline: Sequence[RequestRe
     return out
 
 
-def _group_status(statuses: list[str]) -> str:
+def _group_status(statuses: Sequence[str]) -> str:
     if not statuses:
         return "pending"
     if all(s == "ok" for s in statuses):
@@ -243,7 +243,7 @@ def summarize(
     for gid, gcells in groups.items():
         c0 = gcells[0]
         lines = []
-        statuses = []
+        statuses: list[str] = []
         for c in gcells:
             cr = latest.get(c.cell_id)
             st = cr.status if cr else "pending"
@@ -354,6 +354,7 @@ def cross_check(summary: RunSummary, targets: Sequence[dict]) -> list[dict]:
     out = []
     refs = [g for g in summary.groups if engine_of.get(g.target) == "reference" and g.tau is not None]
     for r in refs:
+        assert r.tau is not None
         for g in summary.groups:
             if (
                 engine_of.get(g.target) == "reference"
@@ -362,6 +363,7 @@ def cross_check(summary: RunSummary, targets: Sequence[dict]) -> list[dict]:
                 or g.tau is None
             ):
                 continue
+            assert g.tau is not None
             out.append(
                 {
                     "method": g.method,

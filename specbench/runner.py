@@ -86,6 +86,7 @@ def resolve_engine(cfg: EngineConfig, platform: str, assets_factory: Callable[[]
     elif spec_ref is not None and spec_ref.startswith("tiny:"):
         from specbench.assets import resolve_speculator
 
+        assert assets is not None
         spec_path = str(resolve_speculator(spec_ref, assets))
     elif spec_ref is not None:
         spec_path = spec_ref
@@ -303,8 +304,8 @@ class Runner:
                 if ok is False and i + 1 < len(cells):
                     engine.close()
                     if restarts >= 1:
-                        exc = EngineUnavailable("engine died twice; not restarted again")
-                        self._fail_all(cells[i + 1 :], cfg, exc, cells_out)
+                        died = EngineUnavailable("engine died twice; not restarted again")
+                        self._fail_all(cells[i + 1 :], cfg, died, cells_out)
                         return
                     restarts += 1
                     try:

@@ -86,13 +86,13 @@ def bootstrap(
     return Estimate(value=value, ci_low=float(lo), ci_high=float(hi), n=n, method="bootstrap")
 
 
-def mean_ci(values: Sequence[float]) -> Estimate:
+def mean_ci(values: Sequence[float] | np.ndarray) -> Estimate:
     """Mean with a bootstrap interval."""
     vals = [v for v in values if v is not None and math.isfinite(v)]
     return bootstrap(np.asarray(vals), lambda a: float(np.mean(a)))
 
 
-def ratio_ci(num: Sequence[float], den: Sequence[float]) -> Estimate:
+def ratio_ci(num: Sequence[float] | np.ndarray, den: Sequence[float] | np.ndarray) -> Estimate:
     """sum(num)/sum(den) with a bootstrap over the paired units."""
     pairs = np.column_stack([np.asarray(num, float), np.asarray(den, float)]) if len(num) else np.empty((0, 2))
     return bootstrap(pairs, _ratio)

@@ -300,22 +300,22 @@ def check_semantics(suite: Suite, base_dir: Path) -> list[tuple[tuple[Any, ...],
             if m.speculator and m.speculator.startswith("tiny:") and t.model != "tiny":
                 problems.append(((*loc, "speculator"), "'tiny:' speculators only pair with model: tiny"))
     for di, d in enumerate(suite.datasets):
-        loc = ("datasets", di)
+        loc_d: tuple[Any, ...] = ("datasets", di)
         if d.path is not None and not resolve_path(d.path, base_dir).exists():
-            problems.append(((*loc, "path"), f"dataset file {d.path!r} does not exist"))
+            problems.append(((*loc_d, "path"), f"dataset file {d.path!r} does not exist"))
         if d.kind in ("spec_bench", "jsonl") and d.path is None:
-            problems.append(((*loc, "kind"), f"a {d.kind} dataset needs a local 'path'"))
+            problems.append(((*loc_d, "kind"), f"a {d.kind} dataset needs a local 'path'"))
     for ri, r in enumerate(suite.references):
-        loc = ("references", ri)
+        loc_r: tuple[Any, ...] = ("references", ri)
         names = [t.name for t in suite.targets]
         if r.target not in names:
-            problems.append(((*loc, "target"), _unknown("target", r.target, names)))
+            problems.append(((*loc_r, "target"), _unknown("target", r.target, names)))
         else:
             labels = [m.label for t in suite.targets if t.name == r.target for m in t.methods]
             if r.method not in labels:
-                problems.append(((*loc, "method"), _unknown("method", r.method, labels)))
+                problems.append(((*loc_r, "method"), _unknown("method", r.method, labels)))
         if r.dataset is not None and r.dataset not in [d.name for d in suite.datasets]:
-            problems.append(((*loc, "dataset"), _unknown("dataset", r.dataset, [d.name for d in suite.datasets])))
+            problems.append(((*loc_r, "dataset"), _unknown("dataset", r.dataset, [d.name for d in suite.datasets])))
     return problems
 
 
