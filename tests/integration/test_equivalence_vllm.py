@@ -240,8 +240,12 @@ def test_self_draft_sampled_not_divergent(eq_run):
 
 
 @pytest.mark.integration
-def test_lossy_temperature_is_divergent(tmp_path):
-    """Samples drawn at T=1.1, labelled and scored at T=1.0: the test must say divergent."""
+def test_lossy_top_p_is_divergent(tmp_path):
+    """Samples drawn with top_p=0.5, labelled and scored at top_p=1.0: the test must say divergent.
+
+    (Temperature 1.1 labelled 1.0 is *not* detectable here: the tiny target is
+    nearly flat at T=1 on these prompts, sum p^2 ~ 3e-4, so a 10% temperature
+    change moves almost no mass; measured p=1 over 4096 tokens.)"""
     from specbench import datasets
     from specbench.engines.base import CellRequest, SamplingRequest
     from specbench.engines.vllm_offline import VllmOfflineEngine
@@ -264,12 +268,12 @@ def test_lossy_temperature_is_divergent(tmp_path):
     recs: list[RequestRecord] = []
     engine.start()
     try:
-        for cell, t in ((b, 1.0), (m, 1.1)):
+        for cell, top_p in ((b, 1.0), (m, 0.5)):
             req = CellRequest(
                 run_id="x",
                 cell=cell,
                 prompts=prompts,
-                sampling=SamplingRequest(temperature=t, max_tokens=64, seed=1, samples_per_prompt=8),
+                sampling=SamplingRequest(temperature=1.0, top_p=top_p, max_tokens=64, seed=1, samples_per_prompt=4),
             )
             engine.run_cell(req, recs.append)
         by_prompt = {(spec.name, p.prompt_id): p.model_dump() for p in prompts}
@@ -282,6 +286,6 @@ def test_lossy_temperature_is_divergent(tmp_path):
     with open(tmp_path / EQUIVALENCE, "w") as fh:
         fh.writelines(json.dumps(r) + "\n" for r in rows)
     s = sampled_equivalence(tmp_path, [b, m], recs)[m.group_id]["sampled"]
-    assert s["n_tokens"] > 2000
+    assert s["n_tokens"] > 1000
     assert s["baseline_pvalue"] > 0.01, s  # the honest cell passes
     assert s["verdict"] == "divergent", s["reason"]
