@@ -38,27 +38,22 @@ class SpecCounters(BaseModel):
     num_accepted_tokens: int = 0
     accepted_per_pos: list[int] = Field(default_factory=list)
 
-    def __add__(self, other: SpecCounters) -> SpecCounters:
+    def _combine(self, other: SpecCounters, sign: int) -> SpecCounters:
         n = max(len(self.accepted_per_pos), len(other.accepted_per_pos))
         a = self.accepted_per_pos + [0] * (n - len(self.accepted_per_pos))
         b = other.accepted_per_pos + [0] * (n - len(other.accepted_per_pos))
         return SpecCounters(
-            num_drafts=self.num_drafts + other.num_drafts,
-            num_draft_tokens=self.num_draft_tokens + other.num_draft_tokens,
-            num_accepted_tokens=self.num_accepted_tokens + other.num_accepted_tokens,
-            accepted_per_pos=[x + y for x, y in zip(a, b)],
+            num_drafts=self.num_drafts + sign * other.num_drafts,
+            num_draft_tokens=self.num_draft_tokens + sign * other.num_draft_tokens,
+            num_accepted_tokens=self.num_accepted_tokens + sign * other.num_accepted_tokens,
+            accepted_per_pos=[x + sign * y for x, y in zip(a, b)],
         )
 
+    def __add__(self, other: SpecCounters) -> SpecCounters:
+        return self._combine(other, 1)
+
     def __sub__(self, other: SpecCounters) -> SpecCounters:
-        n = max(len(self.accepted_per_pos), len(other.accepted_per_pos))
-        a = self.accepted_per_pos + [0] * (n - len(self.accepted_per_pos))
-        b = other.accepted_per_pos + [0] * (n - len(other.accepted_per_pos))
-        return SpecCounters(
-            num_drafts=self.num_drafts - other.num_drafts,
-            num_draft_tokens=self.num_draft_tokens - other.num_draft_tokens,
-            num_accepted_tokens=self.num_accepted_tokens - other.num_accepted_tokens,
-            accepted_per_pos=[x - y for x, y in zip(a, b)],
-        )
+        return self._combine(other, -1)
 
     @property
     def is_empty(self) -> bool:
