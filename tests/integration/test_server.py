@@ -1,0 +1,255 @@
+"""Server mode against a REAL vLLM CPU server: the tiny target drafting for itself (draft_model, K=3).
+
+One server is shared by the module (start ≈ 30 s); the kill test runs last
+and restarts a fresh one. Run under the CPU lock:
+``flock /tmp/specbench-cpu.lock pytest -m integration tests/integration/test_server.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.request
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specbench.engines.base import CellFailed, CellRequest, EngineUnavailable, PreparedPrompt, SamplingRequest
+from specbench.engines.loadgen import LoadProfile
+from specbench.engines.prom import tau
+from specbench.engines.vllm_offline import build_engine_kwargs
+from specbench.engines.vllm_server import VllmServerEngine
+from specbench.plan import Cell, EngineConfig
+from specbench.records import RequestRecord, SpecCounters
+from specbench.serving_metrics import summarize_cell
+from specbench.suite import MethodSpec, TargetSpec
+
+pytestmark = pytest.mark.integration
+
+K = 3
+ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def _assets() -> Any:
+    try:
+        from specbench.assets import ensure_assets
+
+        return ensure_assets(progress=False)
+    except ImportError:  # pragma: no cover - before assets.py existed
+        from types import SimpleNamespace
+
+        return SimpleNamespace(target=Path("/tmp/tiny/target"), speculators={})
+
+
+def _config(target: str, method: MethodSpec, spec_cfg: dict[str, Any] | None) -> EngineConfig:
+    t = TargetSpec(
+        name="tiny", model=target, engine="vllm-server", methods=[method], max_model_len=512,
+        engine_args={"enforce_eager": True},
+    )  # fmt: skip
+    return EngineConfig(
+        key=f"tiny--{method.label}",
+        target=t,
+        method=method,
+        vllm_method=method.method,
+        speculative_config=spec_cfg,
+    )
+
+
+def _engine(log: Path, assets: Any) -> VllmServerEngine:
+    target = str(assets.target)
+    m = MethodSpec(method="draft_model", num_speculative_tokens=K, speculator="target")
+    cfg = _config(target, m, {"method": "draft_model", "num_speculative_tokens": K})
+    return VllmServerEngine(cfg, build_engine_kwargs(cfg, target, target), log, ENV)
+
+
+def _cell(bs: int, name: str = "d") -> Cell:
+    return Cell(
+        cell_id=f"tiny/draft_model/{name}/T0/b{bs}/r0", engine_key="tiny--draft_model", target="tiny",
+        method="draft_model", method_kind="draft_model", k=K, dataset=name, temperature=0.0, batch_size=bs, repeat=0,
+    )  # fmt: skip
+
+
+def _request(bs: int, n_prompts: int = 8, max_tokens: int = 32, name: str = "d") -> CellRequest:
+    prompts = [PreparedPrompt(prompt_id=f"p{i}", text=f"def f{i}(x):") for i in range(n_prompts // 2)]
+    prompts += [
+        PreparedPrompt(prompt_id=f"c{i}", messages=[{"role": "user", "content": f"hello {i}"}])
+        for i in range(n_prompts - n_prompts // 2)
+    ]
+    return CellRequest(
+        run_id="it", cell=_cell(bs, name), prompts=prompts,
+        sampling=SamplingRequest(temperature=0.0, max_tokens=max_tokens),
+    )  # fmt: skip
+
+
+def hand_read(base_url: str) -> tuple[SpecCounters, float]:
+    """/metrics read by hand (regexes, not specbench.engines.prom): spec counters and generation tokens."""
+    with urllib.request.urlopen(base_url + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    vals: dict[str, float] = defaultdict(float)
+    pos: dict[int, float] = defaultdict(float)
+    for line in text.splitlines():
+        m = re.match(r"^(vllm:[a-z_]+)_total(\{[^}]*\})? ([0-9.e+-]+)$", line)
+        if not m:
+            continue
+        name, labels, value = m.group(1), m.group(2) or "", float(m.group(3))
+        if name == "vllm:spec_decode_num_accepted_tokens_per_pos":
+            pos[int(re.search(r'position="(\d+)"', labels).group(1))] += value  # type: ignore[union-attr]
+        else:
+            vals[name] += value
+    c = SpecCounters(
+        num_drafts=int(vals["vllm:spec_decode_num_drafts"]),
+        num_draft_tokens=int(vals["vllm:spec_decode_num_draft_tokens"]),
+        num_accepted_tokens=int(vals["vllm:spec_decode_num_accepted_tokens"]),
+        accepted_per_pos=[int(pos[i]) for i in range(len(pos))],
+    )
+    return c, vals["vllm:generation_tokens"]
+
+
+@pytest.fixture(scope="module")
+def assets() -> Any:
+    return _assets()
+
+
+@pytest.fixture(scope="module")
+def engine(assets: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    log = tmp_path_factory.mktemp("server") / "engine.log"
+    eng = _engine(log, assets)
+    t0 = time.monotonic()
+    eng.start()
+    print(f"server start: {time.monotonic() - t0:.1f} s")
+    yield eng
+    eng.close()
+
+
+@pytest.mark.parametrize("bs", [1, 4])
+def test_concurrency_sweep_counters_match_metrics(engine: VllmServerEngine, bs: int) -> None:
+    assert engine.base_url is not None
+    req = _request(bs)
+    before, gen_before = hand_read(engine.base_url)
+    recs: list[RequestRecord] = []
+    out = engine.run_cell(req, recs.append)
+    after, gen_after = hand_read(engine.base_url)
+
+    # Records: one per request, complete, token-counted timings.
+    assert out.num_requests == len(recs) == 8
+    assert sorted(r.prompt_id for r in recs) == sorted(p.prompt_id for p in req.prompts)
+    for r in recs:
+        assert r.error is None, r.error
+        assert len(r.output_token_ids) == 32 and r.finish_reason == "length"
+        assert r.ttft_s is not None and r.latency_s is not None and r.ttft_s <= r.latency_s
+        assert r.itl_s is not None and len(r.itl_s) == 31
+        assert sum(r.itl_s) == pytest.approx(r.latency_s - r.ttft_s)
+        assert r.prompt_tokens > 0 and r.spec is not None
+    assert gen_after - gen_before == sum(len(r.output_token_ids) for r in recs)
+
+    # The cell's counters are exactly the /metrics delta read by hand …
+    c = out.counters
+    assert c is not None
+    assert c == after - before
+    # … and the sum of the per-request counters the server returned.
+    assert sum((r.spec for r in recs if r.spec is not None), SpecCounters()) == c
+    # Identities: per-position sums = accepted; τ = 1 + accepted / drafts.
+    assert len(c.accepted_per_pos) == K
+    assert sum(c.accepted_per_pos) == c.num_accepted_tokens
+    assert c.num_draft_tokens == K * c.num_drafts
+    assert tau(c) == 1 + c.num_accepted_tokens / c.num_drafts
+    # Self-drafting accepts (nearly) everything: τ = 4 up to rare fp32 near-ties
+    # between the draft pass and the verify pass of the random-weight model.
+    assert 3.9 <= tau(c) <= K + 1  # type: ignore[operator]
+    s = summarize_cell(recs, out.wall_time_s, counters=c, concurrency=bs)
+    assert s.num_ok == 8 and s.tau_pooled == tau(c) and s.output_throughput and s.output_throughput > 0
+    print(
+        f"b{bs}: tau={tau(c):.3f} {c} tpot_p50={s.tpot.p50 * 1e3:.2f} ms thr={s.output_throughput:.0f} tok/s"
+    )
+
+
+def test_poisson_profile_with_warmup(engine: VllmServerEngine) -> None:
+    before, _ = hand_read(engine.base_url)  # type: ignore[arg-type]
+    recs: list[RequestRecord] = []
+    prof = LoadProfile(request_rate=20.0, concurrency=4, warmup_requests=2, seed=1)
+    out = engine.run_cell(_request(4, n_prompts=6, max_tokens=16, name="poisson"), recs.append, load=prof)
+    after, _ = hand_read(engine.base_url)  # type: ignore[arg-type]
+    assert len(recs) == 6 and all(r.error is None for r in recs)
+    # Warmup requests ran before the cell's first scrape: not in its counters.
+    assert out.counters == sum((r.spec for r in recs if r.spec is not None), SpecCounters())
+    assert (after - before).num_drafts > out.counters.num_drafts  # type: ignore[union-attr]
+
+
+def test_start_failure_is_clear(assets: Any, tmp_path: Path) -> None:
+    target = str(assets.target)
+    bogus = tmp_path / "no-such-model"
+    bogus.mkdir()
+    (bogus / "config.json").write_text(json.dumps({"model_type": "qwen3", "architectures": ["Nope"]}))
+    m = MethodSpec(method="baseline")
+    cfg = _config(target, m, None)
+    kwargs = build_engine_kwargs(cfg, str(bogus), None)
+    eng = VllmServerEngine(cfg, kwargs, tmp_path / "bad.log", ENV, start_timeout_s=180)
+    t0 = time.monotonic()
+    with pytest.raises(EngineUnavailable) as ei:
+        eng.start()
+    eng.close()
+    print(f"start failure after {time.monotonic() - t0:.1f} s: {ei.value.reason}")
+    assert "exited during start-up" in ei.value.reason and "['Nope']" in ei.value.reason
+    assert not ei.value.skipped  # a bad checkpoint is a failure, not an unsupported configuration
+    assert ei.value.log_tail
+    assert (tmp_path / "bad.log").read_text().count("[specbench] starting:") == 1
+
+
+def test_server_killed_mid_cell_then_restart(engine: VllmServerEngine, assets: Any, tmp_path: Path) -> None:
+    """Runs last: kills the module's server (SIGKILL to its process group) while requests are in flight."""
+    import threading
+
+    recs: list[RequestRecord] = []
+    timers: list[threading.Timer] = []
+
+    def emit(r: RequestRecord) -> None:
+        recs.append(r)
+        if not timers and sum(x.error is None for x in recs) == 3:
+            # Both streams run in lockstep (same lengths): kill once the next pair is mid-generation.
+            timers.append(threading.Timer(0.15, engine.kill))
+            timers[0].start()
+
+    req = _request(2, n_prompts=16, max_tokens=64, name="kill")
+    with pytest.raises(CellFailed) as ei:
+        engine.run_cell(req, emit)
+    timers[0].join()
+    exc = ei.value
+    assert exc.engine_dead and "died" in exc.reason and exc.log_tail
+    keys = [(r.prompt_id, r.sample_index) for r in recs]
+    assert len(keys) == len(set(keys)), "a request was recorded twice"
+    ok = [r for r in recs if r.error is None]
+    failed = [r for r in recs if r.error is not None]
+    assert len(ok) >= 3 and all(len(r.output_token_ids) == 64 for r in ok)
+    # The requests in flight are kept, with error set and what they had received; none not sent is recorded.
+    assert 1 <= len(failed) <= 2 and len(recs) < 16
+    kinds = {r.error.split(":")[0] for r in failed}  # type: ignore[union-attr]
+    assert kinds <= {"cancelled", "incomplete", "connection"}, kinds
+    assert all(len(r.output_token_ids) < 64 for r in failed)
+    print(f"killed: {len(ok)} ok, {len(failed)} failed {[r.error for r in failed]}; reason: {exc.reason}")
+
+    # A dead engine refuses further cells at once; the runner closes it and starts a fresh one.
+    with pytest.raises(CellFailed) as again:
+        engine.run_cell(_request(1, n_prompts=2), lambda r: None)
+    assert again.value.engine_dead
+    engine.close()
+    fresh = _engine(tmp_path / "fresh.log", assets)
+    fresh.start()
+    try:
+        done = {k for k in keys}
+        retry = req.model_copy(update={"skip": {(r.prompt_id, r.sample_index) for r in ok}})
+        more: list[RequestRecord] = []
+        out = fresh.run_cell(retry, more.append)
+        assert out.num_requests == 16 - len(ok) == len(more)
+        assert all(r.error is None for r in more)
+        assert not (
+            {(r.prompt_id, r.sample_index) for r in more} & {(r.prompt_id, r.sample_index) for r in ok}
+        )
+        assert {(r.prompt_id, r.sample_index) for r in more} | {
+            (r.prompt_id, r.sample_index) for r in ok
+        } >= done
+        assert out.counters == sum((r.spec for r in more if r.spec is not None), SpecCounters())
+    finally:
+        fresh.close()
