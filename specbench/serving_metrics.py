@@ -337,7 +337,7 @@ def speedup_table_markdown(speedups: Sequence[Speedup], *, title: str | None = N
     methods = sorted({s.method for s in speedups})
     concs = sorted({s.concurrency for s in speedups})
     metrics = [m for m in ("tpot", "throughput") if any(s.metric == m for s in speedups)]
-    cell = {(s.method, s.concurrency, s.metric): s for s in speedups}
+    cell: dict[tuple[str, int, str], Speedup] = {(s.method, s.concurrency, s.metric): s for s in speedups}
     names = {"tpot": "TPOT", "throughput": "throughput"}
     header = ["concurrency"] + [f"{m} {names[k]}" for m in methods for k in metrics] + ["n"]
     lines = []

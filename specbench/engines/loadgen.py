@@ -456,7 +456,7 @@ async def run_load(
     """
     abort = abort or asyncio.Event()
     todo: deque[RequestItem] = deque(items[: profile.num_requests] if profile.num_requests else items)
-    inflight: dict[asyncio.Task[RequestResult], RequestResult] = {}
+    inflight: dict[asyncio.Task[Any], RequestResult] = {}
     delivered: set[int] = set()
     results: list[RequestResult] = []
     t_start = time.perf_counter()
@@ -479,20 +479,20 @@ async def run_load(
     async def one(item: RequestItem) -> None:
         holder: list[RequestResult] = []
         task = asyncio.current_task()
+        assert task is not None
+
+        def sent(r: RequestResult) -> None:
+            holder.append(r)
+            inflight[task] = r
+
         try:
-            res = await stream_request(
-                session,
-                base_url,
-                item,
-                profile.request_timeout_s,
-                on_sent=lambda r: (holder.append(r), inflight.__setitem__(task, r)),  # type: ignore[index]
-            )
+            res = await stream_request(session, base_url, item, profile.request_timeout_s, on_sent=sent)
         except asyncio.CancelledError:
             if holder:
                 deliver(holder[0])
             raise
         finally:
-            inflight.pop(task, None)  # type: ignore[arg-type]
+            inflight.pop(task, None)
         deliver(res)
         if res.error_kind in ("connection", "incomplete") and check_alive is not None and not abort.is_set():
             if not await check_alive():

@@ -227,11 +227,14 @@ class VllmServerEngine:
             "engine": "vllm-server",
             "mode": "attach" if self.attach_url else "launch",
             "base_url": self.base_url,
-            "command": self.command
-            or [sys.executable, "-m", "vllm.entrypoints.openai.api_server"] + self._flags(0),
+            "command": self.command or self.server_command(0),
             "server_args": self.server_args,
             "env": self.env,
         }
+
+    def server_command(self, port: int) -> list[str]:
+        """The command that starts the server on ``port`` (tests substitute a fake)."""
+        return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *self._flags(port)]
 
     def _flags(self, port: int) -> list[str]:
         args = dict(self.server_args)
@@ -249,7 +252,7 @@ class VllmServerEngine:
         for _attempt in range(3):
             port = free_port()
             url = f"http://{HOST}:{port}"
-            self.command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *self._flags(port)]
+            self.command = self.server_command(port)
             mark = self.log_path.stat().st_size if self.log_path.exists() else 0
             with open(self.log_path, "ab") as log:
                 log.write(f"\n[specbench] starting: {' '.join(self.command)}\n".encode())

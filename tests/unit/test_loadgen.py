@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import re
+import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -602,3 +606,165 @@ def test_parse_metrics_of_fake_matches(server: FakeServer) -> None:
     with urllib.request.urlopen(server.url + "/metrics") as r:
         snap = parse_metrics(r.read().decode())
     assert snap.spec == SpecCounters(accepted_per_pos=[0, 0, 0])
+
+
+# ---------------------------------------------------------------------------
+# launch mode: process group, Ctrl-C, death mid-cell (a fake server subprocess)
+
+FAKE_SERVER = r"""
+import asyncio, json, subprocess, sys, time
+from aiohttp import web
+
+port, mode = int(sys.argv[1]), sys.argv[2]
+print("fake server starting", flush=True)
+if mode == "unsupported":
+    print("Traceback (most recent call last):", flush=True)
+    print("ValueError: Model Runner V1 does not support: dspark speculative decoding", flush=True)
+    sys.exit(1)
+# A grandchild in the same process group, like vLLM's EngineCore.
+core = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+print(f"core pid {core.pid}", flush=True)
+
+async def completions(request):
+    body = await request.json()
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    for i in range(int(body["max_tokens"])):
+        await asyncio.sleep(0.02)
+        fin = "length" if i + 1 == int(body["max_tokens"]) else None
+        ch = {"choices": [{"index": 0, "text": "x", "token_ids": [i], "finish_reason": fin}]}
+        await resp.write(b"data: " + json.dumps(ch).encode() + b"\n\n")
+    await resp.write(b"data: [DONE]\n\n")
+    return resp
+
+app = web.Application()
+app.router.add_post("/v1/completions", completions)
+app.router.add_get("/health", lambda r: web.Response(text=""))
+app.router.add_get("/metrics", lambda r: web.Response(text=""))
+app.router.add_get("/v1/models", lambda r: web.json_response({"data": [{"id": "fake"}]}))
+time.sleep(0.3)
+web.run_app(app, host="127.0.0.1", port=port, print=None)
+"""
+
+
+class _FakeLaunch(VllmServerEngine):
+    mode = "ok"
+
+    def server_command(self, port: int) -> list[str]:
+        script = self.log_path.parent / "fake_server.py"
+        script.write_text(FAKE_SERVER)
+        return [sys.executable, str(script), str(port), self.mode]
+
+
+def _core_pid(log: Path) -> int:
+    for _ in range(100):
+        m = re.search(r"core pid (\d+)", log.read_text())
+        if m:
+            return int(m.group(1))
+        time.sleep(0.05)
+    raise AssertionError("no core pid in log")
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    # A zombie (exited, not yet reaped by its dead parent's reaper) counts as gone.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def _wait_gone(pid: int, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _gone(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _launch(tmp_path: Path, mode: str = "ok") -> _FakeLaunch:
+    eng = _FakeLaunch(_config(spec=False), {"model": "fake"}, tmp_path / "server.log", {}, start_timeout_s=30)
+    eng.mode = mode
+    return eng
+
+
+def test_launch_close_stops_the_whole_process_group(tmp_path: Path) -> None:
+    eng = _launch(tmp_path)
+    eng.start()
+    assert eng.base_url and eng.base_url.startswith("http://127.0.0.1:") and eng.model_name == "fake"
+    pid, core = eng.pid, _core_pid(tmp_path / "server.log")
+    assert pid is not None and os.getpgid(core) == pid  # own process group, grandchild included
+    assert "[specbench] starting:" in (tmp_path / "server.log").read_text()
+    eng.close()
+    assert _wait_gone(pid) and _wait_gone(core)
+
+
+def test_launch_unsupported_is_skipped(tmp_path: Path) -> None:
+    from specbench.engines.base import EngineUnavailable
+
+    eng = _launch(tmp_path, "unsupported")
+    with pytest.raises(EngineUnavailable) as ei:
+        eng.start()
+    assert (
+        ei.value.skipped
+        and "dspark" in ei.value.reason
+        and "fake server starting" in (ei.value.log_tail or "")
+    )
+    assert eng.pid is None
+
+
+def test_launch_ctrl_c_mid_cell_then_close(tmp_path: Path) -> None:
+    eng = _launch(tmp_path)
+    eng.start()
+    pid, core = eng.pid, _core_pid(tmp_path / "server.log")
+    assert pid is not None
+    prompts = [PreparedPrompt(prompt_id=f"p{i}", text="x") for i in range(6)]
+    req = CellRequest(
+        run_id="r", cell=_cell(bs=2), prompts=prompts, sampling=SamplingRequest(temperature=0, max_tokens=50)
+    )
+    recs: list[RequestRecord] = []
+    timer = threading.Timer(0.4, lambda: signal.pthread_kill(threading.main_thread().ident, signal.SIGINT))  # type: ignore[arg-type]
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            eng.run_cell(req, recs.append)
+    finally:
+        timer.join()
+        eng.close()  # what the runner's ``finally`` does
+    assert _wait_gone(pid) and _wait_gone(core)
+    keys = [(r.prompt_id, r.sample_index) for r in recs]
+    assert len(keys) == len(set(keys)) and all(r.error and r.error.startswith("cancelled") for r in recs)
+
+
+def test_launch_server_death_fails_cell_keeps_records(tmp_path: Path) -> None:
+    eng = _launch(tmp_path)
+    eng.start()
+    prompts = [PreparedPrompt(prompt_id=f"p{i}", text="x") for i in range(8)]
+    req = CellRequest(
+        run_id="r", cell=_cell(bs=2), prompts=prompts, sampling=SamplingRequest(temperature=0, max_tokens=10)
+    )
+    recs: list[RequestRecord] = []
+    timer: list[threading.Timer] = []
+
+    def emit(r: RequestRecord) -> None:
+        recs.append(r)
+        if len(recs) == 2 and not timer:
+            timer.append(threading.Timer(0.1, eng.kill))
+            timer[0].start()
+
+    with pytest.raises(CellFailed) as ei:
+        eng.run_cell(req, emit)
+    timer[0].join()
+    eng.close()
+    assert ei.value.engine_dead and "died" in ei.value.reason
+    ok = [r for r in recs if r.error is None]
+    failed = [r for r in recs if r.error is not None]
+    assert len(ok) == 2 and all(len(r.output_token_ids) == 10 for r in ok)
+    assert len(failed) == 2 and all(0 < len(r.output_token_ids) < 10 for r in failed)
+    assert len({r.prompt_id for r in recs}) == len(recs) == 4  # the 4 never sent are not recorded
+    assert "not sent" in ei.value.reason
