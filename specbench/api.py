@@ -147,6 +147,9 @@ def analyze(run_dir: Path, *, allow_code_exec: bool | None = None) -> RunSummary
         scores=scores,
     )
     summary.checks = metrics.counter_checks(summary)
+    serving = _serving(manifest, cells, requests, store.read_cells(run_dir))
+    if serving:
+        summary.extra["serving"] = serving
     xc = metrics.cross_check(summary, manifest["suite"]["targets"])
     if xc:
         summary.extra["cross_check"] = xc
@@ -161,6 +164,32 @@ def analyze(run_dir: Path, *, allow_code_exec: bool | None = None) -> RunSummary
                 g.scoring_note = next(n for n in notes if "HumanEval" in n)
     store.write_json(run_dir / store.SUMMARY, summary.model_dump(mode="json"))
     return summary
+
+
+def _serving(manifest: dict[str, Any], cells: list[Cell], requests: list, cell_records: list) -> list[dict]:
+    """Per-cell latency percentiles and speedup vs concurrency for server targets."""
+    from specbench.serving_metrics import group_records, speedups_vs_concurrency, summarize_cell
+
+    server_targets = {t["name"] for t in manifest["suite"]["targets"] if t.get("engine") == "vllm-server"}
+    if not server_targets:
+        return []
+    scells = [c for c in cells if c.target in server_targets]
+    latest = metrics.latest_cell_records(cell_records)
+    ok_ids = {c.cell_id for c in scells if latest.get(c.cell_id) and latest[c.cell_id].status == "ok"}
+    reqs = [r for r in metrics.unique_requests(requests) if r.cell_id in ok_ids]
+    rows: list[dict] = []
+    for (target, dataset, temp), groups in group_records(reqs, scells).items():
+        for sp in speedups_vs_concurrency(groups):
+            rows.append({"target": target, "dataset": dataset, "temperature": temp, **sp.model_dump(mode="json")})
+    for c in scells:
+        if c.cell_id in ok_ids:
+            cr = latest[c.cell_id]
+            cs = summarize_cell(
+                [r for r in reqs if r.cell_id == c.cell_id], cr.wall_time_s, counters=cr.counters,
+                cell_id=c.cell_id, method=c.method, concurrency=c.batch_size,
+            )
+            rows.append({"target": c.target, "dataset": c.dataset, "kind": "cell", **cs.model_dump(mode="json")})
+    return rows
 
 
 def _equivalence(run_dir: Path, cells: list[Cell], requests: list) -> dict[str, dict[str, Any]]:

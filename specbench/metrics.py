@@ -40,16 +40,15 @@ def latest_cell_records(cell_records: Iterable[CellRecord]) -> dict[str, CellRec
 
 
 def unique_requests(records: Iterable[RequestRecord]) -> list[RequestRecord]:
-    """Drop accidental duplicates (same cell, prompt, sample), keeping the first."""
-    seen: set[tuple[str, str, int]] = set()
-    out = []
+    """One record per (cell, prompt, sample): the first successful attempt, else
+    the first failed one (a request that errored is retried on resume)."""
+    chosen: dict[tuple[str, str, int], RequestRecord] = {}
     for r in records:
         key = (r.cell_id, r.prompt_id, r.sample_index)
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append(r)
-    return out
+        prev = chosen.get(key)
+        if prev is None or (prev.error is not None and r.error is None):
+            chosen[key] = r
+    return list(chosen.values())
 
 
 def sum_counters(items: Iterable[SpecCounters | None]) -> SpecCounters | None:

@@ -349,6 +349,8 @@ class Runner:
         """Run one cell. Returns False when the engine died (restart needed)."""
         started = now()
         prompts = self.prompts(cell.dataset, self._chat(cell))
+        # Errored requests (server died, timeout) are tried again; their records stay as attempts.
+        earlier = [r for r in earlier if r.error is None]
         skip = {(r.prompt_id, r.sample_index) for r in earlier}
         request = CellRequest(
             run_id=self.run_id, cell=cell, prompts=prompts, sampling=sampling_for(self.suite, cell), skip=skip

@@ -105,3 +105,13 @@ def test_cross_check_flags_non_overlapping_tau():
     assert len(agree) == 1 and agree[0]["flag"] is False
     flagged = cross_check(RunSummary(run_id="r", suite_name="s", groups=[grp("v", 1.5, 1.8), grp("ref", 2.2, 2.6)]), targets)
     assert flagged[0]["flag"] is True and "mismatch" in flagged[0]["note"]
+
+
+def test_unique_requests_prefers_a_successful_retry():
+    from specbench.metrics import unique_requests
+
+    failed = req("c", "a", [1], 1.0).model_copy(update={"error": "timeout: no answer"})
+    retry = req("c", "a", [1, 2], 1.0)
+    other = req("c", "b", [3], 1.0)
+    out = unique_requests([failed, other, retry, retry])
+    assert len(out) == 2 and {r.prompt_id: r.error for r in out} == {"a": None, "b": None}
