@@ -71,6 +71,15 @@ def list_(what: Annotated[str, typer.Argument(help="methods | datasets")]) -> No
         _bad_input([f"unknown list {what!r}: use 'methods' or 'datasets'"])
 
 
+def _headline(reason: str) -> str:
+    """The informative line of an engine error (pydantic puts vLLM's message on line 2)."""
+    lines = [ln.strip() for ln in reason.strip().splitlines() if ln.strip()]
+    for ln in lines:
+        if "Value error, " in ln:
+            return ln.split("Value error, ", 1)[1].split(" [type=")[0][:200]
+    return lines[0][:200] if lines else ""
+
+
 class _RichProgress:
     """Adapts runner progress events to a rich progress bar."""
 
@@ -87,7 +96,7 @@ class _RichProgress:
             self.p.advance(self.task)
             if event != "cell_ok":
                 label = "failed" if event == "cell_failed" else "skipped"
-                first = msg.strip().splitlines()[0][:160] if msg.strip() else ""
+                first = _headline(msg)
                 self.p.console.print(f"[yellow]{label}[/yellow] {cell.cell_id}: {first}", highlight=False)
 
 
