@@ -1,0 +1,131 @@
+"""compare_runs: matching, difference intervals, significance, multiplicity, rendering."""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from specbench.compare import bonferroni_widen, compare_runs, metric_change, render_comparison_markdown
+from specbench.metrics import summarize
+from specbench.plan import Cell
+from specbench.records import CellRecord, RequestRecord, SpecCounters
+from specbench.stats import Estimate
+from specbench.summary import RunSummary
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def load(name: str) -> RunSummary:
+    return RunSummary.model_validate_json((FIXTURES / f"summary_{name}.json").read_text())
+
+
+def test_difference_interval_is_mover_of_the_two_intervals() -> None:
+    base = Estimate(value=2.0, ci_low=1.9, ci_high=2.2, n=50)
+    new = Estimate(value=1.7, ci_low=1.6, ci_high=1.75, n=50)
+    c = metric_change("tau", base, new)
+    assert c is not None
+    assert c.diff == pytest.approx(-0.3)
+    assert c.diff_low == pytest.approx(-0.3 - math.hypot(0.1, 0.2))
+    assert c.diff_high == pytest.approx(-0.3 + math.hypot(0.05, 0.1))
+    assert c.significant and c.verdict == "worse" and c.rel_change == pytest.approx(-0.15)
+    # Symmetric normal intervals: the usual ±1.96·sqrt(se1² + se2²).
+    se = 0.1
+    b = Estimate(value=1.0, ci_low=1 - 1.96 * se, ci_high=1 + 1.96 * se)
+    n = Estimate(value=1.1, ci_low=1.1 - 1.96 * se, ci_high=1.1 + 1.96 * se)
+    c = metric_change("speedup", b, n)
+    assert c is not None and c.diff_high - c.diff == pytest.approx(1.96 * math.sqrt(2) * se)
+    assert not c.significant and c.verdict == "no significant change"
+    # No interval on one side: a difference but no claim.
+    c = metric_change("tau", Estimate(value=2.0), new)
+    assert c is not None and c.diff_low is None and not c.significant and c.verdict == "no interval"
+
+
+def test_bonferroni_widen() -> None:
+    assert bonferroni_widen(1) == pytest.approx(1.0)
+    assert bonferroni_widen(0) == pytest.approx(1.0)
+    assert bonferroni_widen(10) == pytest.approx(2.807 / 1.96, rel=1e-3)
+    assert bonferroni_widen(1, 0.99) == pytest.approx(2.5758 / 1.96, rel=1e-3)
+
+
+def test_same_suite_other_seed_shows_no_significant_change() -> None:
+    comp = compare_runs(load("full"), load("rerun"))
+    assert comp.n_comparisons > 50 and comp.changes(significant_only=True) == []
+    assert {g.group_id for g in comp.groups} == {g.group_id for g in load("full").groups}
+    assert not comp.only_in_base and not comp.only_in_new
+
+
+def test_regressions_are_found_and_rendered() -> None:
+    comp = compare_runs(load("full"), load("regressed"))
+    worse = {(g.group_id, c.metric) for g, c in comp.changes(significant_only=True) if c.verdict == "worse"}
+    assert ("llama-3.1-8b/eagle3/gsm8k/T0/b1", "tau") in worse
+    assert ("llama-3.1-8b/eagle3/gsm8k/T0/b1", "speedup") in worse
+    assert ("llama-3.1-8b/p-eagle/gsm8k/T0/b1", "accuracy.exact_match") in worse
+    assert ("llama-3.1-8b/eagle3/humaneval/T0/b1", "tau") not in worse  # -1.5%, inside the noise
+    text = render_comparison_markdown(comp)
+    assert "## Significant changes" in text and "| llama-3.1-8b/eagle3/gsm8k/T0/b1 | tau | 2.85" in text
+    assert "## Equivalence changes" in text and "| not shown equivalent | divergent |" in text
+    assert "family-wise over" in text
+
+
+def test_unmatched_groups_and_status_changes() -> None:
+    base, new = load("full"), load("rerun")
+    new.groups = [g for g in new.groups if g.method != "p-eagle"]
+    new.groups[1].status = "failed"
+    comp = compare_runs(base, new)
+    assert len(comp.only_in_base) == 4 and not comp.only_in_new
+    text = render_comparison_markdown(comp)
+    assert "only in base: llama-3.1-8b/p-eagle/gsm8k/T0/b1" in text and "## Status changes" in text
+
+
+# --------------------------------------------------------------------------
+# Real intervals: summaries built by metrics.summarize from simulated records
+
+
+def _cell(method: str, kind: str, k: int | None) -> Cell:
+    return Cell(cell_id=f"t/{method}/d/T1/b1/r0", engine_key=f"t--{method}", target="t", method=method,
+                method_kind=kind, k=k, dataset="d", temperature=1.0, batch_size=1, repeat=0)
+
+
+def simulate(seed: int, accept: float = 0.7, n_prompts: int = 60) -> RunSummary:
+    """A baseline and an EAGLE-3-like method at T=1; prompts fixed, sampling and timing noise per seed."""
+    lengths = random.Random(0)  # the prompts are the suite's: the same in every run
+    sizes = [lengths.randint(40, 200) for _ in range(n_prompts)]
+    rng = random.Random(seed)
+    cb, cm = _cell("baseline", "baseline", None), _cell("eagle3", "eagle3", 3)
+    reqs, total = [], SpecCounters()
+    for i, toks in enumerate(sizes):
+        pid = f"p{i}"
+        reqs.append(RequestRecord(run_id="r", cell_id=cb.cell_id, engine_key="b", prompt_id=pid, prompt_tokens=5,
+                                  output_token_ids=[1] * toks, output_text="",
+                                  latency_s=toks / 100 * rng.lognormvariate(0, 0.05)))
+        drafts, pos, made = 0, [0, 0, 0], 0
+        while made < toks:
+            drafts += 1
+            j = 0
+            while j < 3 and rng.random() < accept:
+                pos[j] += 1
+                j += 1
+            made += j + 1
+        spec = SpecCounters(num_drafts=drafts, num_draft_tokens=3 * drafts, num_accepted_tokens=sum(pos),
+                            accepted_per_pos=pos)
+        total = total + spec
+        reqs.append(RequestRecord(run_id="r", cell_id=cm.cell_id, engine_key="m", prompt_id=pid, prompt_tokens=5,
+                                  output_token_ids=[1] * toks, output_text="", spec=spec,
+                                  latency_s=drafts * 0.018 * rng.lognormvariate(0, 0.05)))
+    cells = [CellRecord(run_id="r", cell_id=cb.cell_id, engine_key="b", status="ok", wall_time_s=10.0),
+             CellRecord(run_id="r", cell_id=cm.cell_id, engine_key="m", status="ok", counters=total, wall_time_s=6.0)]
+    return summarize(f"sim-{seed}", "sim", [cb, cm], cells, reqs)
+
+
+def test_simulated_reruns_are_quiet_and_a_real_drop_is_not() -> None:
+    runs = [simulate(seed) for seed in range(1, 9)]
+    flagged_fw = [bool(compare_runs(runs[0], r).changes(True)) for r in runs[1:]]
+    flagged_raw = [bool(compare_runs(runs[0], r, family_wise=False).changes(True)) for r in runs[1:]]
+    assert sum(flagged_fw) <= 1, flagged_fw
+    assert sum(flagged_fw) <= sum(flagged_raw)
+    drop = compare_runs(runs[0], simulate(99, accept=0.6))
+    worse = {c.metric for _, c in drop.changes(True) if c.verdict == "worse"}
+    assert {"tau", "per_position.1", "speedup"} <= worse, worse
