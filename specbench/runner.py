@@ -317,16 +317,20 @@ class Runner:
             engine.close()
 
     def _warmup(self, engine: Engine, cells: list[Cell]) -> None:
-        """Unrecorded requests in the shape of each load the engine will see
-        (CPU kernels are prepared per batch shape on first use)."""
-        for bs in sorted({c.batch_size for c in cells}):
-            cell = next(c for c in cells if c.batch_size == bs)
+        """Unrecorded requests in the shape of each (load, sampling) the engine will
+        see: CPU kernels and the logprobs path are prepared on first use, which
+        would otherwise be timed in the first cell."""
+        shapes: dict[tuple[int, bool, int | None], Cell] = {}
+        for c in cells:
+            shapes.setdefault((c.batch_size, c.temperature > 0, sampling_for(self.suite, c).logprobs), c)
+        for (bs, _, _), cell in shapes.items():
             prompts = self.prompts(cell.dataset, self._chat(cell))[:bs]
+            sampling = sampling_for(self.suite, cell).model_copy(update={"max_tokens": 16, "samples_per_prompt": 1})
             req = CellRequest(
                 run_id=self.run_id,
                 cell=cell.model_copy(update={"cell_id": f"warmup-b{bs}"}),
                 prompts=prompts,
-                sampling=SamplingRequest(temperature=0.0, max_tokens=16),
+                sampling=sampling,
             )
             try:
                 engine.run_cell(req, lambda r: None)
