@@ -1,1 +1,64 @@
-"""The CPU zoo: a tiny target and its drafters, trained locally (no hub)."""
+"""The CPU zoo: the tiny target and its drafters, trained locally (no hub).
+
+:func:`specbench.assets.ensure_assets` with ``train=True`` calls
+:func:`train_target` and then :func:`train_drafters`; their budgets come from
+:func:`train_config` and are part of the asset cache key.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+TRAIN_VERSION = "3"
+
+
+def train_config(quick: bool = False) -> dict[str, Any]:
+    """Budgets and hyper-parameters (``quick``: a few seconds per model, for CI)."""
+    target = {
+        "batch_size": 16,
+        "seq_len": 256,
+        "tokens": (8 if quick else 180) * 16 * 256,  # 0.6-1.1 s a step on 2 cores
+        "lr": 3e-3,
+        "weight_decay": 0.1,
+        "eval_batches": 2 if quick else 8,
+    }
+    drafters: dict[str, Any] = {
+        "doc_len": 256,
+        "prompt_len": 32,
+        # Mostly the target's own greedy continuations (what a drafter meets when
+        # serving greedy requests), some real text.
+        "self_docs": 8 if quick else 192,
+        "real_docs": 8 if quick else 64,
+        "gen_batch": 64,
+        "ttt_steps": 3,
+        "num_depths": 4,
+        "block_size": 4,
+        "gamma": 4.0,
+        # Per drafter: seconds, learning rate, documents packed per step, anchors
+        # per step. Many small steps beat few large ones at these budgets (a probe:
+        # DFlash τ 1.65 after 150 s with 4 docs/512 anchors, 1.86 after 100 s with 2/256).
+        "per_kind": {
+            "eagle3": {"seconds": 75, "lr": 3e-3, "docs_per_step": 2, "max_anchors": 512},
+            "p-eagle": {"seconds": 60, "lr": 3e-3, "docs_per_step": 4, "max_anchors": 512},
+            "dflash": {"seconds": 95, "lr": 5e-3, "docs_per_step": 2, "max_anchors": 256},
+            "dspark": {"seconds": 80, "lr": 5e-3, "docs_per_step": 2, "max_anchors": 256},
+        },
+    }
+    if quick:
+        for v in drafters["per_kind"].values():
+            v["seconds"] = 3
+    return {"target": target, "drafters": drafters}
+
+
+def train_target(model, tok, *, seed: int, quick: bool = False, progress: bool = True) -> dict[str, Any]:
+    from specbench.zoo.train_target import train_target as _train
+
+    return _train(model, tok, seed=seed, cfg=train_config(quick)["target"], progress=progress)
+
+
+def train_drafters(
+    drafters: dict, target, tok, *, seed: int, quick: bool = False, progress: bool = True
+) -> dict:
+    from specbench.zoo.train_drafters import train_drafters as _train
+
+    return _train(drafters, target, tok, seed=seed, cfg=train_config(quick)["drafters"], progress=progress)

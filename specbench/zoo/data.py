@@ -13,6 +13,10 @@ import hashlib
 import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 _SKIP_PARTS = frozenset({"site-packages", "dist-packages", "test", "tests", "idlelib", "__pycache__"})
 HELDOUT_BUCKETS = 10  # one file in ten (by path hash) is held out
@@ -86,3 +90,38 @@ def heldout_prompts(tok, n: int = 16, prompt_tokens: int = 48, seed: int = 0) ->
         if len(ids) >= prompt_tokens:
             out.append(ids[:prompt_tokens])
     return out
+
+
+_STREAMS: dict[tuple[int, str], torch.Tensor] = {}
+
+
+def token_stream(tok, split: str = "train") -> torch.Tensor:
+    """Every file of ``split`` tokenized and joined with ``<|endoftext|>`` (a 1-D LongTensor).
+
+    Memoised per tokenizer object and split (the zoo tokenizes the corpus once).
+    """
+    import torch
+
+    key = (id(tok), split)
+    if key in _STREAMS:
+        return _STREAMS[key]
+
+    eos = tok.convert_tokens_to_ids("<|endoftext|>")
+    texts = list(iter_texts(split))
+    encs = tok.backend_tokenizer.encode_batch(texts, add_special_tokens=False)
+    ids: list[int] = []
+    for e in encs:
+        ids.extend(e.ids)
+        ids.append(eos)
+    if len(_STREAMS) > 8:
+        _STREAMS.clear()
+    _STREAMS[key] = torch.tensor(ids, dtype=torch.long)
+    return _STREAMS[key]
+
+
+def random_windows(stream: torch.Tensor, n: int, length: int, gen: torch.Generator) -> torch.Tensor:
+    """``n`` windows of ``length`` tokens at random offsets of ``stream`` → ``[n, length]``."""
+    import torch
+
+    starts = torch.randint(0, stream.numel() - length, (n,), generator=gen)
+    return torch.stack([stream[s : s + length] for s in starts.tolist()])

@@ -1,0 +1,29 @@
+"""The zoo's quick training mode (CI): everything trains for a few seconds and saves."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from specbench.assets import ensure_assets
+
+
+@pytest.mark.integration
+def test_quick_zoo_trains_and_caches(tmp_path):
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    a = ensure_assets(tmp_path, train=True, quick=True, progress=False)
+    assert a.trained and "trained-quick" in a.root.name
+    t = a.info["target_training"]
+    assert t["steps"] == 8 and t["heldout_loss"] < 8.3  # below uniform (ln 4096 ≈ 8.32)
+    d = a.info["drafter_training"]
+    for kind in ("eagle3", "p-eagle", "dflash", "dspark"):
+        assert d[kind]["steps"] >= 1, kind
+        assert d[kind]["final_loss"] < d[kind]["first_loss"], kind
+        assert (a.speculators[kind] / "model.safetensors").is_file()
+    cfg = json.loads((a.speculators["dflash"] / "config.json").read_text())
+    assert cfg["sliding_window_non_causal"] is True  # served non-causal, as trained
+    assert ensure_assets(tmp_path, train=True, quick=True, progress=False).root == a.root
+    # an untrained build is a different cache entry
+    assert ensure_assets(tmp_path, progress=False).root != a.root

@@ -1,0 +1,69 @@
+"""Zoo pieces that need no training: packing, schedules, budgets, served attention."""
+
+from __future__ import annotations
+
+import torch
+
+from specbench.zoo import train_config
+from specbench.zoo.serve import serve_config_fixes
+from specbench.zoo.train_drafters import pack
+from specbench.zoo.train_target import lr_at
+
+
+def _pool(n_docs: int = 3, length: int = 8, h: int = 2) -> dict[str, torch.Tensor]:
+    ids = torch.arange(n_docs * length).view(n_docs, length)
+    aux = ids[..., None].float().expand(n_docs, length, 3 * h).clone()
+    last = -ids[..., None].float().expand(n_docs, length, h).clone()
+    return {"ids": ids, "aux": aux, "last": last}
+
+
+def test_pack_unshifted_marks_documents_and_block_edges():
+    b = pack(_pool(), [2, 0], shift=False, edge=3)
+    assert b["input_ids"].shape == (1, 16)
+    assert b["document_ids"][0].tolist() == [0] * 8 + [1] * 8
+    assert b["position_ids"][0].tolist() == list(range(8)) * 2
+    # no DFlash block may start where it would run into the next document
+    assert b["loss_mask"][0].tolist() == ([True] * 5 + [False] * 3) * 2
+    assert b["input_ids"][0, :8].tolist() == list(range(16, 24))
+
+
+def test_pack_shifted_aligns_token_with_previous_state():
+    p = _pool()
+    b = pack(p, [1, 2], shift=True, edge=2)
+    assert b["input_ids"].shape == (1, 14)
+    # token t+1 with the target state of t, and the verifier state of t+1
+    assert b["input_ids"][0, 0] == p["ids"][1, 1]
+    assert b["hidden_states"][0, 0, 0] == p["aux"][1, 0, 0]
+    assert b["verifier_last_hidden_states"][0, 0, 0] == p["last"][1, 1, 0]
+    assert b["position_ids"][0, :7].tolist() == list(range(1, 8))
+    # the second document's first ttt_steps-1 targets would come from the first one's end
+    assert b["loss_mask"][0].tolist() == [True] * 7 + [False, False] + [True] * 5
+
+
+def test_lr_schedule():
+    assert lr_at(0.0, 1.0) > 0
+    assert abs(lr_at(0.05, 1.0) - 1.0) < 1e-9
+    assert abs(lr_at(1.0, 1.0) - 0.1) < 1e-9
+    xs = [lr_at(f / 100, 1.0) for f in range(5, 101)]
+    assert all(a >= b for a, b in zip(xs, xs[1:], strict=False))
+
+
+def test_budgets():
+    full, quick = train_config(False), train_config(True)
+    secs = sum(v["seconds"] for v in full["drafters"]["per_kind"].values())
+    assert secs <= 330  # with the target's ~3 min the zoo fits in 10 minutes on 2 cores
+    assert all(v["seconds"] <= 5 for v in quick["drafters"]["per_kind"].values())
+    assert set(full["drafters"]["per_kind"]) == {"eagle3", "p-eagle", "dflash", "dspark"}
+
+
+def test_serve_fix_only_for_dflash_without_sliding_layers():
+    def cfg(algo: str, layer_types: list[str]) -> dict:
+        return {
+            "speculators_model_type": algo,
+            "sliding_window_non_causal": False,
+            "transformer_layer_config": {"layer_types": layer_types},
+        }
+
+    assert serve_config_fixes(cfg("dflash", ["full_attention"]))["sliding_window_non_causal"] is True
+    assert serve_config_fixes(cfg("dflash", ["sliding_attention"]))["sliding_window_non_causal"] is False
+    assert serve_config_fixes(cfg("dspark", ["full_attention"]))["sliding_window_non_causal"] is False
