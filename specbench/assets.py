@@ -148,6 +148,8 @@ def ensure_assets(
         fcntl.flock(lock, fcntl.LOCK_EX)
         if manifest.is_file():
             return _layout(final, json.loads(manifest.read_text()))
+        for stale in cache_dir.glob(f".{key}.building-*"):  # a killed build's leftovers
+            shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{key}.building-", dir=cache_dir))
         try:
             info = _quiet_build(tmp, final, cfg, seed=seed, train=train, quick=quick, progress=progress)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-TRAIN_VERSION = "3"
+TRAIN_VERSION = "4"
 
 
 def train_config(quick: bool = False) -> dict[str, Any]:
