@@ -356,7 +356,7 @@ def evaluate_gate(new: RunSummary, baseline: RunSummary | ExpectedValues, rules:
     for gid, g in gated_new.items():
         eq_rule = rules.for_group(gid).equivalence
         verdict = equivalence_verdict(g)
-        if eq_rule is None or verdict is None:
+        if eq_rule is None or verdict is None or not _measured(g):
             continue
         bad = {"divergent"} | ({"not shown equivalent"} if eq_rule.require == "equivalent" else set())
         failed = verdict in bad

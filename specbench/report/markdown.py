@@ -271,16 +271,18 @@ def _method_table(groups: list[GroupSummary], show_t: bool, show_load: bool, ref
     return Table(headers, rows, notes)
 
 
-def _position_table(groups: list[GroupSummary], show_load: bool) -> Table | None:
+def _position_table(groups: list[GroupSummary], show_t: bool, show_load: bool) -> Table | None:
     with_pos = [g for g in groups if g.per_position]
     if not any(p.ci_low is not None for g in with_pos for p in g.per_position):
         return None
     width = max(len(g.per_position) for g in with_pos)
-    headers = ["Method"] + (["Load"] if show_load else []) + [f"pos {i + 1}" for i in range(width)]
+    headers = ["Method"] + (["T"] if show_t else []) + (["Load"] if show_load else [])
+    headers += [f"pos {i + 1}" for i in range(width)]
     rows = []
     for g in sorted(with_pos, key=lambda g: (g.temperature, g.batch_size)):
         cells = [fmt_est(p, 2, n_default=g.n_requests) for p in g.per_position]
-        rows.append([g.method] + ([str(g.batch_size)] if show_load else []) + cells + ["–"] * (width - len(cells)))
+        rows.append([g.method] + ([f"{g.temperature:g}"] if show_t else []) + ([str(g.batch_size)] if show_load else [])
+                    + cells + ["–"] * (width - len(cells)))
     return Table(headers, rows, ["Rate at position i = accepted drafts at i / drafts."])
 
 
@@ -312,7 +314,7 @@ def _results(summary: RunSummary, refs: _Refs) -> Section:
         if load is not None:
             sub.append(Para("Speedup by load (batch size or concurrency):"))
             sub.append(load)
-        pos = _position_table(groups, show_load)
+        pos = _position_table(groups, show_t, show_load)
         if pos is not None:
             sub.append(Details("Per-position acceptance with 95% intervals", [pos]))
         blocks.append(Section(f"{target} · {dataset}", sub, level=3))
@@ -320,10 +322,12 @@ def _results(summary: RunSummary, refs: _Refs) -> Section:
 
 
 def _accuracy(summary: RunSummary) -> Section | None:
+    show_t, _ = _varying(summary)
     rows, notes = [], []
     for g in summary.groups:
         for k in sorted({*g.accuracy, *g.accuracy_delta}):
-            rows.append([g.target, g.dataset, g.method, str(g.batch_size), k,
+            rows.append([g.target, g.dataset, g.method] + ([f"{g.temperature:g}"] if show_t else []) + [
+                         str(g.batch_size), k,
                          fmt_pct(g.accuracy.get(k), n_default=None),
                          fmt_pct(g.accuracy_delta.get(k), n_default=None, signed=True, unit=" pp")])
         if g.scoring_note:
@@ -335,8 +339,8 @@ def _accuracy(summary: RunSummary) -> Section | None:
         return None
     blocks: list[Block] = []
     if rows:
-        blocks.append(Table(["Target", "Dataset", "Method", "Load", "Metric", "Accuracy", "Δ vs baseline"],
-                            rows, notes))
+        blocks.append(Table(["Target", "Dataset", "Method"] + (["T"] if show_t else []) +
+                            ["Load", "Metric", "Accuracy", "Δ vs baseline"], rows, notes))
     else:
         blocks += [Para(n) for n in notes]
     blocks.insert(0, Para("Δ is method minus baseline on the prompts both scored (percentage points), "
@@ -350,7 +354,7 @@ _EQ_NUMBERS = ("n", "n_tokens", "n_identical", "n_near_tie", "n_divergent", "n_u
 
 def _equivalence_entries(g: GroupSummary) -> list[tuple[str, dict[str, Any]]]:
     eq = g.equivalence
-    if not eq:
+    if not eq or g.status not in ("ok", "partial"):
         return []
     if "verdict" in eq:
         return [(str(eq.get("test", eq.get("kind", "greedy" if g.temperature == 0 else "distribution"))), eq)]
@@ -362,6 +366,9 @@ def _equivalence(summary: RunSummary) -> Section | None:
     for g in summary.groups:
         for test, eq in _equivalence_entries(g):
             nums = [f"{k}={fmt_generic(k, eq[k])}" for k in _EQ_NUMBERS if eq.get(k) is not None]
+            ci = eq.get("match_ci")
+            if isinstance(ci, (list, tuple)) and len(ci) == 2 and all(isinstance(x, (int, float)) for x in ci):
+                nums = [f"{x} [{ci[0]:.3g}, {ci[1]:.3g}]" if x.startswith("match_rate=") else x for x in nums]
             evidence = "; ".join(x for x in [_one_line(eq.get("reason"), 300) if eq.get("reason") else "",
                                              ", ".join(nums)] if x)
             rows.append([g.target, g.dataset, g.method, f"{g.temperature:g}", str(g.batch_size), test,

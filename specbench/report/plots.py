@@ -49,6 +49,9 @@ PALETTE = [
     "#756bb1", "#636363", "#6baed6", "#fd8d3c", "#74c476", "#9e9ac8", "#969696", "#ad494a",
 ]
 
+MARKERS = ["o", "s", "^", "D"]
+LINESTYLES = ["-", "--", ":", "-."]
+
 TITLES = {
     "tau": "Mean acceptance length τ by method and dataset",
     "per_position": "Acceptance rate by draft position",
@@ -207,11 +210,14 @@ def _per_position(summary: RunSummary, colors: dict[str, str]) -> bytes | None:
         return None
     fig, axes = _figure(len(panels))
     for ax, ((target, dataset), groups) in zip(axes, panels.items(), strict=True):
-        for g in _lowest_load(groups):
+        temps = sorted({g.temperature for g in groups})
+        for g in sorted(_lowest_load(groups), key=lambda g: g.temperature):
             xs = [i + 1 for i, p in enumerate(g.per_position) if p.value is not None]
             ests = [p for p in g.per_position if p.value is not None]
-            ax.errorbar(xs, [e.value for e in ests], yerr=_yerr(ests), marker="o", capsize=3, color=colors[g.method],
-                        label=g.method if len({h.temperature for h in groups}) == 1 else f"{g.method} T={g.temperature:g}")
+            ti = temps.index(g.temperature)
+            ax.errorbar(xs, [e.value for e in ests], yerr=_yerr(ests), capsize=3, color=colors[g.method],
+                        marker=MARKERS[ti % len(MARKERS)], linestyle=LINESTYLES[ti % len(LINESTYLES)],
+                        label=g.method if len(temps) == 1 else f"{g.method} T={g.temperature:g}")
         ax.set_xlabel("draft position")
         ax.set_ylabel("acceptance rate (accepted / drafts)")
         ax.set_ylim(0, 1.02)
@@ -311,11 +317,17 @@ def _serving_speedup(summary: RunSummary, colors: dict[str, str]) -> bytes | Non
 
 
 def _accuracy_speedup(summary: RunSummary, colors: dict[str, str]) -> bytes | None:
-    panels = _panels(summary, lambda g: bool(g.accuracy))
-    if not panels:
+    by_t: dict[tuple[str, str, float], list[GroupSummary]] = {}
+    for (target, dataset), gs in _panels(summary, lambda g: bool(g.accuracy)).items():
+        for g in gs:
+            by_t.setdefault((target, dataset, g.temperature), []).append(g)
+    if not by_t:
         return None
-    fig, axes = _figure(2 * len(panels), cols=2, panel=(5.0, 3.2))
-    for i, ((target, dataset), groups) in enumerate(panels.items()):
+    multi_t = len({k[2] for k in by_t}) > 1
+    fig, axes = _figure(2 * len(by_t), cols=2, panel=(5.0, 3.2))
+    for i, ((target, dataset, temp), groups) in enumerate(by_t.items()):
+        if multi_t:
+            dataset = f"{dataset} T={temp:g}"
         groups = sorted(_lowest_load(groups), key=lambda g: (g.method_kind != "baseline",))
         key = sorted({k for g in groups for k in g.accuracy})[0]
         ax_acc, ax_sp = axes[2 * i], axes[2 * i + 1]
