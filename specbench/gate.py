@@ -22,7 +22,7 @@ Rules (YAML, ``--rules``; see ``suites/gates.example.yaml``)::
     groups: ["*"]           # fnmatch globs over group ids to gate
     rules:                  # merged over the defaults; `name: null` turns a default off
       tau: {max_drop_pct: 3}
-      speedup: {max_drop_pct: 5}
+      speedup: {max_drop_pct: 5}             # noise_floor_pct: 3 widens each run's interval to >= ±3%
       accuracy: {max_drop_pct: 0}
       equivalence: {require: not_divergent}   # or: equivalent
     overrides:
@@ -82,6 +82,9 @@ class ThresholdRule(_Strict):
 
     max_drop_pct: float | None = Field(None, ge=0)
     max_drop_abs: float | None = Field(None, ge=0)
+    #: Each run's interval half-width is at least this percent of its value: run-to-run drift
+    #: (machine load, clocks) that the within-run intervals over requests do not see.
+    noise_floor_pct: float = Field(0.0, ge=0)
 
     @model_validator(mode="after")
     def _one(self) -> ThresholdRule:
@@ -346,7 +349,7 @@ def evaluate_gate(new: RunSummary, baseline: RunSummary | ExpectedValues, rules:
     result.n_comparisons = m
     result.widen = bonferroni_widen(m if rules.family_wise else 1, rules.confidence)
     for gid, name, rule, b, n, tol_pct, tol_abs in todo:
-        c = metric_change(name, b, n, result.widen)
+        c = metric_change(name, _floor(b, rule.noise_floor_pct), _floor(n, rule.noise_floor_pct), result.widen)
         if c is None:
             continue
         failed, limit = _regressed(c, rule, tol_pct, tol_abs)
@@ -367,6 +370,14 @@ def evaluate_gate(new: RunSummary, baseline: RunSummary | ExpectedValues, rules:
     if result.failures:
         result.exit_code, result.status = 1, "regression"
     return result
+
+
+def _floor(e: Estimate, pct: float) -> Estimate:
+    """``e`` with each side of its interval at least ``pct`` % of its value wide."""
+    if not pct or e.value is None or e.ci_low is None or e.ci_high is None:
+        return e
+    h = abs(e.value) * pct / 100
+    return e.model_copy(update={"ci_low": min(e.ci_low, e.value - h), "ci_high": max(e.ci_high, e.value + h)})
 
 
 def _missing(result: GateResult, rules: GateRules, gid: str, what: str, message: str) -> None:

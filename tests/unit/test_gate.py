@@ -81,6 +81,10 @@ def test_regression_needs_both_threshold_and_significance() -> None:
     assert evaluate_gate(with_tau(1.90, 0.4), base, rules).exit_code == 0
     # +10%: better, never a failure.
     assert evaluate_gate(with_tau(2.2, 0.02), base, rules).exit_code == 0
+    # A noise floor of ±5% per run makes the tight -5% drop insignificant.
+    floored = GateRules.model_validate({"rules": {"speedup": None, "tau": {"max_drop_pct": 3, "noise_floor_pct": 5}}})
+    assert evaluate_gate(with_tau(1.90, 0.02), base, floored).exit_code == 0
+    assert (gid, "tau") in failing(evaluate_gate(with_tau(1.70, 0.02), base, floored))
 
 
 def test_expected_values_baseline(tmp_path: Path) -> None:
