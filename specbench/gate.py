@@ -14,7 +14,7 @@ expected value without an interval is taken as exact (only the new run's
 interval counts); ``tolerance_pct``/``tolerance_abs`` replace the rule's
 threshold for that metric. ``expected_from_run`` writes this format from a run.
 
-Rules (YAML, ``--rules``; see ``suites/gates.example.yaml``)::
+Rules (YAML, ``--rules``; see ``gates.example.yaml``)::
 
     confidence: 0.95        # of the difference intervals
     family_wise: true       # Bonferroni over every gated comparison

@@ -97,7 +97,9 @@ def _foreign_processes(baseline: set[tuple[int, float]]) -> list[psutil.Process]
             continue
     for child in me.children(recursive=True):
         try:
-            if child.status() != psutil.STATUS_ZOMBIE:
+            # Children that predate the run (e.g. multiprocessing's resource tracker left by
+            # earlier vLLM tests in this session) are not the sandbox's.
+            if (child.pid, child.create_time()) not in baseline and child.status() != psutil.STATUS_ZOMBIE:
                 out.append(child)
         except psutil.NoSuchProcess:
             pass

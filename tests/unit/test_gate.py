@@ -123,7 +123,7 @@ def test_baseline_as_run_dir_and_bad_baselines(tmp_path: Path) -> None:
 
 def test_rules_loading(tmp_path: Path) -> None:
     assert load_rules(None) == GateRules()
-    example = load_rules(ROOT / "suites" / "gates.example.yaml")
+    example = load_rules(ROOT / "gates.example.yaml")
     assert example.for_group("t/ngram/d/T0/b1").speedup.max_drop_pct == 10
     assert example.for_group("t/eagle3/d/T0/b1").speedup.max_drop_pct == 5
     for text, match in [("rules: {tau: {max_drop_pct: -1}}", "greater than or equal"),
