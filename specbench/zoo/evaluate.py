@@ -53,14 +53,16 @@ def _counters(llm) -> dict[str, Any]:
     return out
 
 
-def run_one(kind: str, root: Path, k: int, prompts: list[list[int]], max_tokens: int) -> dict[str, Any]:
+def run_one(
+    kind: str, root: Path, k: int, prompts: list[list[int]], max_tokens: int, checkpoint: str | None = None
+) -> dict[str, Any]:
     """Start one engine in this process, generate greedily, return outputs + counters."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    spec_path = str(root / "speculators" / kind) if kind != "baseline" else ""
+    spec_path = checkpoint or (str(root / "speculators" / kind) if kind != "baseline" else "")
     t0 = time.perf_counter()
     llm = LLM(
         model=str(root / "target"),
@@ -99,9 +101,19 @@ def tau(c: dict[str, Any]) -> float | None:
 
 
 def evaluate(
-    root: Path, kinds: tuple[str, ...] = METHODS, *, k: int = 3, n: int = 16, max_tokens: int = 64
+    root: Path,
+    kinds: tuple[str, ...] = METHODS,
+    *,
+    k: int = 3,
+    n: int = 16,
+    max_tokens: int = 64,
+    checkpoints: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Run every kind in a subprocess; compare each with the baseline's outputs."""
+    """Run every kind in a subprocess; compare each with the baseline's outputs.
+
+    ``checkpoints`` overrides a kind's drafter directory (e.g. a DFlash copy made
+    by :func:`specbench.zoo.serve.flip_dflash_attention`).
+    """
     from transformers import AutoTokenizer
 
     from specbench.zoo.data import heldout_prompts
@@ -131,6 +143,8 @@ def evaluate(
                 "--json",
                 str(out),
             ]
+            if checkpoints and kind in checkpoints:
+                cmd += ["--checkpoint", f"{kind}={checkpoints[kind]}"]
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode == 0 and out.is_file():
                 results[kind] = json.loads(out.read_text())
@@ -176,9 +190,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--n", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--checkpoint", action="append", default=[], metavar="KIND=PATH", help="drafter override")
     a = ap.parse_args(argv)
+    checkpoints = dict(c.split("=", 1) for c in a.checkpoint)
     if a.one:
-        res = run_one(a.one, a.root, a.k, json.loads(a.prompts.read_text()), a.max_tokens)
+        prompts = json.loads(a.prompts.read_text())
+        res = run_one(a.one, a.root, a.k, prompts, a.max_tokens, checkpoints.get(a.one))
         a.json.write_text(json.dumps(res))
         return
     root = a.root
@@ -186,7 +203,9 @@ def main(argv: list[str] | None = None) -> None:
         from specbench.assets import ensure_assets
 
         root = ensure_assets(train=a.train, quick=a.quick, seed=a.seed).root
-    res = evaluate(root, tuple(a.methods.split(",")), k=a.k, n=a.n, max_tokens=a.max_tokens)
+    res = evaluate(
+        root, tuple(a.methods.split(",")), k=a.k, n=a.n, max_tokens=a.max_tokens, checkpoints=checkpoints
+    )
     for kind, r in res["results"].items():
         if "error" in r:
             print(f"{kind:8s} FAILED: {r['error']}")

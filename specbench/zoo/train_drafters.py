@@ -10,10 +10,12 @@ training ``forward``, which computes its own objective against the target's
 logits (KL via the eager loss implementation: the fused ones need CUDA).
 
 Loops are time-budgeted (seconds per drafter, not steps), on a CPU clock:
-process CPU time divided by torch's thread count. On an idle 2-core machine
-that runs at about wall-clock speed; on a shared one a drafter takes longer
-instead of training less. The number of steps still depends on the machine;
-the seed fixes the data order and initialisation.
+process CPU time divided by torch's thread count, which on an idle 2-core
+machine runs at about wall-clock speed. A floor of steps (``min_steps``)
+keeps an oversubscribed machine, where threads burn CPU time spin-waiting,
+from training a drafter much less: it then trains longer instead. The number
+of steps still depends on the machine; the seed fixes the data order and
+initialisation.
 """
 
 from __future__ import annotations
@@ -148,9 +150,11 @@ def train_one(
     steps = 0
     t0 = time.perf_counter()
     clock = budget_clock()
+    min_steps = max(1, cfg.get("min_steps", 1))
     while True:
-        frac = clock() / seconds
-        if frac >= 1.0 and steps > 0:
+        # Progress is the slower of time and the step floor; the lr schedule follows it.
+        frac = min(clock() / seconds, steps / min_steps) if steps < min_steps else clock() / seconds
+        if frac >= 1.0 and steps >= min_steps:
             break
         for g in opt.param_groups:
             g["lr"] = lr_at(min(frac, 1.0), cfg["lr"])
@@ -163,7 +167,7 @@ def train_one(
         opt.step()
         steps += 1
         losses.append(loss.item())
-        p.update(task, completed=min(clock(), seconds), status=f"loss {losses[-1]:.3f}")
+        p.update(task, completed=min(frac, 1.0) * seconds, status=f"loss {losses[-1]:.3f}")
     model.eval()
     tail = losses[-10:]
     return {
