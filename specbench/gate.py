@@ -321,35 +321,36 @@ def evaluate_gate(new: RunSummary, baseline: RunSummary | ExpectedValues, rules:
             if rules.gated(g.group_id) and _measured(g):
                 base[g.group_id] = {k: (e, None, None) for k, e in metric_estimates(g).items()}
     else:
-        for gid, metrics in baseline.groups.items():
+        for gid, expected in baseline.groups.items():
             if rules.gated(gid):
-                base[gid] = {k: (m.estimate(), m.tolerance_pct, m.tolerance_abs) for k, m in metrics.items()}
+                base[gid] = {k: (m.estimate(), m.tolerance_pct, m.tolerance_abs) for k, m in expected.items()}
     if base and not base.keys() & gated_new.keys():
         result.exit_code, result.status = 2, "bad input"
         result.errors.append("no group of the new run is in the baseline: wrong baseline or suite?")
         return result
 
     todo: list[tuple[str, str, ThresholdRule, Estimate, Estimate, float | None, float | None]] = []
-    for gid, metrics in base.items():
-        g = gated_new.get(gid)
-        if g is None or not _measured(g):
-            why = "missing from the new run" if g is None else f"{g.status} in the new run"
+    for gid, base_metrics in base.items():
+        ng = gated_new.get(gid)
+        if ng is None or not _measured(ng):
+            why = "missing from the new run" if ng is None else f"{ng.status} in the new run"
             _missing(result, rules, gid, "group", f"{gid}: measured in the baseline but {why}")
             continue
-        ruleset, now = rules.for_group(gid), metric_estimates(g)
-        for name, (b, tol_pct, tol_abs) in metrics.items():
+        ruleset, now = rules.for_group(gid), metric_estimates(ng)
+        for name, (b_est, tol_pct, tol_abs) in base_metrics.items():
             rule = getattr(ruleset, metric_family(name), None)
             if rule is None:
                 continue
             if name not in now:
                 _missing(result, rules, gid, name, f"{name} on {gid}: in the baseline but not measured now")
                 continue
-            todo.append((gid, name, rule, b, now[name], tol_pct, tol_abs))
+            todo.append((gid, name, rule, b_est, now[name], tol_pct, tol_abs))
     m = sum(1 for item in todo if item[3].ci_low is not None and item[4].ci_low is not None)
     result.n_comparisons = m
     result.widen = bonferroni_widen(m if rules.family_wise else 1, rules.confidence)
-    for gid, name, rule, b, n, tol_pct, tol_abs in todo:
-        c = metric_change(name, _floor(b, rule.noise_floor_pct), _floor(n, rule.noise_floor_pct), result.widen)
+    for gid, name, rule, b_est, n_est, tol_pct, tol_abs in todo:
+        c = metric_change(name, _floor(b_est, rule.noise_floor_pct), _floor(n_est, rule.noise_floor_pct),
+                          result.widen)
         if c is None:
             continue
         failed, limit = _regressed(c, rule, tol_pct, tol_abs)

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import NullLocator
+from matplotlib.ticker import MaxNLocator, NullLocator
 
 from specbench.report import as_estimate
 from specbench.report.markdown import serving_rows
@@ -116,6 +116,10 @@ def _png(fig: Figure, title: str) -> bytes:
     return buf.getvalue()
 
 
+def _vals(ests: Sequence[Estimate | None]) -> list[float]:
+    return [e.value if e is not None and e.value is not None else math.nan for e in ests]
+
+
 def _yerr(ests: Sequence[Estimate | None]) -> list[list[float]]:
     lo, hi = [], []
     for e in ests:
@@ -176,18 +180,20 @@ def _tau(summary: RunSummary, colors: dict[str, str]) -> bytes | None:
         methods = list(dict.fromkeys(g.method for g in groups))
         width = 0.8 / len(methods)
         for mi, m in enumerate(methods):
-            xs, ests, refs = [], [], []
+            xs: list[float] = []
+            ests: list[Estimate | None] = []
+            refs: list[tuple[float, float]] = []
             for ci, cat in enumerate(cats):
-                g = next((g for g in groups if g.method == m and (g.dataset, g.temperature) == cat), None)
-                if g is None:
+                hit = next((g for g in groups if g.method == m and (g.dataset, g.temperature) == cat), None)
+                if hit is None:
                     continue
                 x = ci - 0.4 + width * (mi + 0.5)
                 xs.append(x)
-                ests.append(g.tau)
-                ref = (g.reference or {}).get("tau")
+                ests.append(hit.tau)
+                ref = (hit.reference or {}).get("tau")
                 if ref and isinstance(ref.get("value"), (int, float)):
                     refs.append((x, float(ref["value"])))
-            ax.bar(xs, [e.value for e in ests], width * 0.92, yerr=_yerr(ests), capsize=3,
+            ax.bar(xs, _vals(ests), width * 0.92, yerr=_yerr(ests), capsize=3,
                    color=colors[m], edgecolor=INK, linewidth=0.4, label=m, error_kw={"ecolor": INK, "lw": 1})
             if refs:
                 ax.scatter([r[0] for r in refs], [r[1] for r in refs], marker="D", s=28, color=INK, zorder=5,
@@ -215,13 +221,13 @@ def _per_position(summary: RunSummary, colors: dict[str, str]) -> bytes | None:
             xs = [i + 1 for i, p in enumerate(g.per_position) if p.value is not None]
             ests = [p for p in g.per_position if p.value is not None]
             ti = temps.index(g.temperature)
-            ax.errorbar(xs, [e.value for e in ests], yerr=_yerr(ests), capsize=3, color=colors[g.method],
+            ax.errorbar(xs, _vals(ests), yerr=_yerr(ests), capsize=3, color=colors[g.method],
                         marker=MARKERS[ti % len(MARKERS)], linestyle=LINESTYLES[ti % len(LINESTYLES)],
                         label=g.method if len(temps) == 1 else f"{g.method} T={g.temperature:g}")
         ax.set_xlabel("draft position")
         ax.set_ylabel("acceptance rate (accepted / drafts)")
         ax.set_ylim(0, 1.02)
-        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(f"{target} · {dataset}", fontsize=10, color=INK)
         _legend(ax)
     return _png(fig, TITLES["per_position"] + " (95% intervals)")
@@ -245,11 +251,11 @@ def _speedup_vs_load(summary: RunSummary, colors: dict[str, str]) -> bytes | Non
         return None
     fig, axes = _figure(len(panels))
     for ax, ((target, dataset), groups) in zip(axes, panels.items(), strict=True):
-        for (m, _t), gs in _series(groups).items():
-            gs = [g for g in gs if g.speedup is not None and g.speedup.value is not None]
+        for (m, _t), series in _series(groups).items():
+            gs = [g for g in series if g.speedup is not None and g.speedup.value is not None]
             if gs:
                 ests = [g.speedup for g in gs]
-                ax.errorbar([g.batch_size for g in gs], [e.value for e in ests], yerr=_yerr(ests), marker="o",
+                ax.errorbar([g.batch_size for g in gs], _vals(ests), yerr=_yerr(ests), marker="o",
                             capsize=3, color=colors[m], label=m)
         _load_axes(ax, "load (batch size / concurrency)", [g.batch_size for g in groups])
         ax.set_title(f"{target} · {dataset}", fontsize=10, color=INK)
@@ -279,7 +285,7 @@ def _latency_vs_throughput(summary: RunSummary, colors: dict[str, str]) -> bytes
     fig, axes = _figure(len(panels))
     for ax, ((target, dataset), groups) in zip(axes, panels.items(), strict=True):
         for (m, _t), gs in _series(groups).items():
-            pts = [(point(g), g.batch_size) for g in gs if point(g) is not None]
+            pts = [(xy, g.batch_size) for g in gs if (xy := point(g)) is not None]
             if not pts:
                 continue
             ax.plot([p[0][0] for p in pts], [p[0][1] for p in pts], marker="o", color=colors[m], label=m)
@@ -304,14 +310,14 @@ def _serving_speedup(summary: RunSummary, colors: dict[str, str]) -> bytes | Non
     if not panels:
         return None
     fig, axes = _figure(len(panels))
-    for ax, (where, series) in zip(axes, panels.items(), strict=True):
-        for (m, metric), pts in series.items():
+    for ax, (where, lines) in zip(axes, panels.items(), strict=True):
+        for (m, metric), pts in lines.items():
             pts.sort(key=lambda p: p[0])
             ests = [p[1] for p in pts]
-            ax.errorbar([p[0] for p in pts], [e.value for e in ests], yerr=_yerr(ests), marker="o", capsize=3,
+            ax.errorbar([p[0] for p in pts], _vals(ests), yerr=_yerr(ests), marker="o", capsize=3,
                         color=colors.get(m, PALETTE[0]), linestyle="--" if metric == "tpot" else "-",
                         label=f"{m} ({metric})" if metric else m)
-        _load_axes(ax, "concurrent requests", [p[0] for pts in series.values() for p in pts])
+        _load_axes(ax, "concurrent requests", [p[0] for pts in lines.values() for p in pts])
         ax.set_title(where, fontsize=10, color=INK)
     return _png(fig, TITLES["serving_speedup"] + " (95% intervals)")
 
