@@ -211,7 +211,7 @@ def compare(
         base, new = api.load_summary(base_run), api.load_summary(new_run)
     except api.store.StoreError as exc:
         _bad_input([str(exc)])
-    console.print(render_comparison_markdown(compare_runs(base, new)), highlight=False, markup=False)
+    typer.echo(render_comparison_markdown(compare_runs(base, new)))  # raw Markdown: no wrapping
 
 
 @app.command()
@@ -230,7 +230,7 @@ def gate(
     except (GateConfigError, api.store.StoreError, FileNotFoundError, ValueError) as exc:
         _bad_input([str(exc)])
     result = evaluate_gate(new, base, rule_set)
-    console.print(render_gate(result), highlight=False, markup=False)
+    typer.echo(render_gate(result))  # raw Markdown: no wrapping
     raise typer.Exit(result.exit_code)
 
 
