@@ -168,6 +168,7 @@ def train_one(
         steps += 1
         losses.append(loss.item())
         p.update(task, completed=min(frac, 1.0) * seconds, status=f"loss {losses[-1]:.3f}")
+    p.update(task, completed=seconds)  # finish the bar (it stops its clock)
     model.eval()
     tail = losses[-10:]
     return {
