@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from specbench import metrics, store
+from specbench.engines.vllm_patches import PATCHES as ENGINE_PATCHES
 from specbench.plan import Cell, Plan, expand, vllm_serve_command
 from specbench.runner import Progress, Runner, detect_platform, resolve_engine
 from specbench.suite import Suite, SuiteError, load_suite
@@ -79,6 +80,11 @@ def _manifest(suite: Suite, plan: Plan, run_id: str, platform: str, limit: int |
         "versions": store.package_versions(),
         "hardware": store.hardware(),
         "command": os.environ.get("SPECBENCH_COMMAND"),
+        "engine_patches": {
+            t.name: [{"name": n, "summary": ENGINE_PATCHES[n].summary} for n in t.engine_patches]
+            for t in suite.targets
+            if t.engine_patches and t.engine != "reference"
+        },
     }
 
 

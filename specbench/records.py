@@ -46,7 +46,7 @@ class SpecCounters(BaseModel):
             num_drafts=self.num_drafts + sign * other.num_drafts,
             num_draft_tokens=self.num_draft_tokens + sign * other.num_draft_tokens,
             num_accepted_tokens=self.num_accepted_tokens + sign * other.num_accepted_tokens,
-            accepted_per_pos=[x + sign * y for x, y in zip(a, b)],
+            accepted_per_pos=[x + sign * y for x, y in zip(a, b, strict=True)],
         )
 
     def __add__(self, other: SpecCounters) -> SpecCounters:

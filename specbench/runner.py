@@ -27,6 +27,7 @@ from specbench.engines.base import (
     PreparedPrompt,
     SamplingRequest,
 )
+from specbench.engines.vllm_patches import patch_env
 from specbench.methods import get_method
 from specbench.plan import Cell, EngineConfig, Plan, sampled_equivalence_temperature
 from specbench.records import CellRecord, RequestRecord, SpecCounters
@@ -100,6 +101,8 @@ def resolve_engine(cfg: EngineConfig, platform: str, assets_factory: Callable[[]
     if model == "tiny" or (spec_ref or "").startswith("tiny:"):
         env["HF_HUB_OFFLINE"] = "1"
         env["TRANSFORMERS_OFFLINE"] = "1"
+    if cfg.target.engine != "reference":
+        env.update(patch_env(cfg.target.engine_patches))
     return ResolvedEngine(cfg, model_path, spec_path, kwargs, env)
 
 

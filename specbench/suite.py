@@ -15,6 +15,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from specbench.engines.vllm_patches import PATCHES as ENGINE_PATCHES
 from specbench.methods import METHODS, closest
 
 DATASET_KINDS = ("gsm8k", "humaneval", "spec_bench", "jsonl")
@@ -57,6 +58,11 @@ class TargetSpec(Strict):
     chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
     hardware: str | None = None
     engine_args: dict[str, Any] = Field(default_factory=dict)
+    engine_patches: list[str] = Field(
+        default_factory=list,
+        description="named workarounds for known engine bugs (specbench.engines.vllm_patches); "
+        "recorded in the manifest and the report",
+    )
     methods: list[MethodSpec] = Field(min_length=1)
 
 
@@ -275,6 +281,9 @@ def check_semantics(suite: Suite, base_dir: Path) -> list[tuple[tuple[Any, ...],
         if _looks_local(t.model) and not resolve_path(t.model, base_dir).exists():
             problems.append(((*loc_t, "model"), f"model path {t.model!r} does not exist"))
         _unique([m.label for m in t.methods], (*loc_t, "methods"), "method name", problems)
+        for pi, name in enumerate(t.engine_patches):
+            if name not in ENGINE_PATCHES:
+                problems.append(((*loc_t, "engine_patches", pi), _unknown("engine patch", name, sorted(ENGINE_PATCHES))))
         for mi, m in enumerate(t.methods):
             loc = (*loc_t, "methods", mi)
             info = METHODS.get(m.method)

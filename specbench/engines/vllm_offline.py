@@ -201,6 +201,9 @@ def _worker_main(conn: Any, engine_kwargs: dict[str, Any], log_path: str, env: d
     os.dup2(fd, 2)
     os.environ.update(env)
     try:
+        from specbench.engines.vllm_patches import install_from_env
+
+        install_from_env()  # before vLLM is imported (this child was spawned before env was set)
         from vllm import LLM, SamplingParams
 
         llm = LLM(**engine_kwargs)

@@ -178,6 +178,9 @@ def _header(summary: RunSummary, manifest: dict[str, Any]) -> list[Block]:
         ["Groups", _status_counts(summary.groups) or "none"],
     ]
     blocks: list[Block] = [Table(["Field", "Value"], rows)]
+    for target, patches in (manifest.get("engine_patches") or {}).items():
+        for p in patches:
+            blocks.append(Para(f"**Engine patch on {target}:** `{p.get('name')}`: {p.get('summary')}."))
     env: list[Block] = []
     if versions:
         env.append(Table(["Package", "Version"], [[k, str(v)] for k, v in sorted(versions.items())]))

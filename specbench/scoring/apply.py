@@ -65,7 +65,7 @@ def score_requests(
             from specbench.scoring.humaneval import score_humaneval
 
             results = score_humaneval(to_execute, allow_code_exec=True, workers=workers, timeout_s=timeout_s)
-            for r, res in zip(to_execute, results):
+            for r, res in zip(to_execute, results, strict=True):
                 out[score_key(r)] = {"pass@1": res.passed, "status": res.status, "isolation": res.isolation}
             isolations = sorted({str(res.isolation) for res in results})
             notes.append(f"HumanEval executed in the sandbox (isolation: {', '.join(isolations)})")

