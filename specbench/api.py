@@ -173,8 +173,8 @@ def analyze(run_dir: Path, *, allow_code_exec: bool | None = None) -> RunSummary
 
 
 def _serving(manifest: dict[str, Any], cells: list[Cell], requests: list, cell_records: list) -> list[dict]:
-    """Per-cell latency percentiles and speedup vs concurrency for server targets."""
-    from specbench.serving_metrics import group_records, speedups_vs_concurrency, summarize_cell
+    """Per-cell latency percentiles and speedup vs load (concurrency or request rate) for server targets."""
+    from specbench.serving_metrics import group_records, speedups_vs_load, summarize_cell
 
     server_targets = {t["name"] for t in manifest["suite"]["targets"] if t.get("engine") == "vllm-server"}
     if not server_targets:
@@ -185,14 +185,17 @@ def _serving(manifest: dict[str, Any], cells: list[Cell], requests: list, cell_r
     reqs = [r for r in metrics.unique_requests(requests) if r.cell_id in ok_ids]
     rows: list[dict] = []
     for (target, dataset, temp), groups in group_records(reqs, scells).items():
-        for sp in speedups_vs_concurrency(groups):
+        for sp in speedups_vs_load(groups):
             rows.append({"target": target, "dataset": dataset, "temperature": temp, **sp.model_dump(mode="json")})
     for c in scells:
         if c.cell_id in ok_ids:
             cr = latest[c.cell_id]
             cs = summarize_cell(
                 [r for r in reqs if r.cell_id == c.cell_id], cr.wall_time_s, counters=cr.counters,
-                cell_id=c.cell_id, method=c.method, concurrency=c.batch_size,
+                cell_id=c.cell_id, method=c.method,
+                concurrency=c.batch_size if c.request_rate is None else None,
+                request_rate=c.request_rate,
+                max_concurrency=(c.batch_size or None) if c.request_rate is not None else None,
             )
             rows.append({"target": c.target, "dataset": c.dataset, "kind": "cell", **cs.model_dump(mode="json")})
     return rows

@@ -267,6 +267,7 @@ def summarize(
             dataset=c0.dataset,
             temperature=c0.temperature,
             batch_size=c0.batch_size,
+            request_rate=c0.request_rate,
             status=_group_status(statuses),
             reasons=sorted({ln.reason for ln in lines if ln.reason and ln.status != "ok"}),
             cells=lines,
@@ -303,14 +304,14 @@ def summarize(
 
     # Comparisons against the baseline group of the same target/dataset/T/load.
     baselines = {
-        (g.target, g.dataset, g.temperature, g.batch_size): gid
+        (g.target, g.dataset, g.temperature, g.batch_size, g.request_rate): gid
         for gid, g in summaries.items()
         if g.method_kind == "baseline" and g.status in ("ok", "partial")
     }
     for gid, g in summaries.items():
         if g.method_kind == "baseline" or not group_requests[gid]:
             continue
-        bid = baselines.get((g.target, g.dataset, g.temperature, g.batch_size))
+        bid = baselines.get((g.target, g.dataset, g.temperature, g.batch_size, g.request_rate))
         if bid is None:
             continue
         base = group_requests[bid]

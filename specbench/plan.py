@@ -2,6 +2,11 @@
 
 A *cell* is one (target, method, dataset, temperature, load, repeat). Cells
 that share a target and a method configuration share one *engine*.
+
+A load is either a batch size / concurrency (``batch_size``; closed loop) or a
+Poisson request rate (``request_rate`` in requests/s; open loop, server
+targets only), in which case ``batch_size`` holds the optional cap on
+requests in flight (``load.max_concurrency``; 0 = no cap).
 """
 
 from __future__ import annotations
@@ -46,21 +51,53 @@ class Cell(BaseModel):
     k: int | None
     dataset: str
     temperature: float
-    batch_size: int
+    batch_size: int  # concurrency; for a request-rate cell its cap on requests in flight (0: none)
     repeat: int
+    request_rate: float | None = None  # Poisson arrivals (requests/s); None: closed loop at batch_size
 
     @property
     def group_id(self) -> str:
         """The cell without its repeat index: repeats are pooled per group."""
-        return group_id(self.target, self.method, self.dataset, self.temperature, self.batch_size)
+        return group_id(self.target, self.method, self.dataset, self.temperature, self.batch_size, self.request_rate)
 
     @property
-    def baseline_group_key(self) -> tuple[str, str, float, int]:
-        return (self.target, self.dataset, self.temperature, self.batch_size)
+    def baseline_group_key(self) -> tuple[str, str, float, int, float | None]:
+        """Cells compared with each other: same target, dataset, temperature and load."""
+        return (self.target, self.dataset, self.temperature, self.batch_size, self.request_rate)
+
+    @property
+    def load_label(self) -> str:
+        return load_label(self.batch_size, self.request_rate)
 
 
-def group_id(target: str, method: str, dataset: str, temperature: float, batch_size: int) -> str:
-    return f"{target}/{method}/{dataset}/T{temperature:g}/b{batch_size}"
+def group_id(
+    target: str, method: str, dataset: str, temperature: float, batch_size: int, request_rate: float | None = None
+) -> str:
+    """``…/b4`` for a concurrency (batch size) load, ``…/rate2`` for a request rate."""
+    load = f"b{batch_size}" if request_rate is None else f"rate{request_rate:g}"
+    return f"{target}/{method}/{dataset}/T{temperature:g}/{load}"
+
+
+def load_label(batch_size: int, request_rate: float | None = None) -> str:
+    """A load for people: ``4`` (batch size / concurrency) or ``2 req/s`` (``≤8 in flight`` when capped)."""
+    if request_rate is None:
+        return str(batch_size)
+    return f"{request_rate:g} req/s" + (f" (≤{batch_size} in flight)" if batch_size > 0 else "")
+
+
+def plan_loads(suite: Suite) -> list[tuple[int, float | None]]:
+    """The suite's loads as ``(batch_size, request_rate)``: concurrency (or batch
+    size) loads first, then one per request rate (capped at ``max_concurrency``).
+
+    A suite that lists ``request_rates`` but neither ``concurrency`` nor
+    ``batch_sizes`` gets rate loads only (the default batch size 1 is not added).
+    """
+    load = suite.load
+    closed: list[int] = list(load.concurrency or load.batch_sizes)
+    rates = list(load.request_rates or [])
+    if rates and not load.concurrency and "batch_sizes" not in load.model_fields_set:
+        closed = []
+    return [(bs, None) for bs in closed] + [(load.max_concurrency or 0, float(r)) for r in rates]
 
 
 class Plan(BaseModel):
@@ -86,7 +123,7 @@ def expand(suite: Suite) -> Plan:
     """
     engines: list[EngineConfig] = []
     cells: list[Cell] = []
-    loads = suite.load.concurrency or suite.load.batch_sizes
+    loads = plan_loads(suite)
     temperatures = list(suite.sampling.temperatures)
     sampled_t = sampled_equivalence_temperature(suite)
     if sampled_t is not None and sampled_t not in temperatures:
@@ -102,8 +139,10 @@ def expand(suite: Suite) -> Plan:
             for r in range(suite.repeats):
                 for d in suite.datasets:
                     for temp in temperatures:
-                        for bs in loads:
-                            gid = group_id(t.name, m.label, d.name, temp, bs)
+                        if t.engine == "reference" and temp == sampled_t and temp != 0:
+                            continue  # the reference simulator is greedy-only: no sampled-equivalence cells
+                        for bs, rate in loads:
+                            gid = group_id(t.name, m.label, d.name, temp, bs, rate)
                             cells.append(
                                 Cell(
                                     cell_id=f"{gid}/r{r}",
@@ -116,6 +155,7 @@ def expand(suite: Suite) -> Plan:
                                     temperature=temp,
                                     batch_size=bs,
                                     repeat=r,
+                                    request_rate=rate,
                                 )
                             )
     return Plan(suite_name=suite.name, engines=engines, cells=cells)

@@ -115,15 +115,19 @@ def make_engine(res: ResolvedEngine, run_dir: Path, suite: Suite | None = None) 
         return VllmOfflineEngine(res.config, res.engine_kwargs, log, res.env)
     if engine == "vllm-server":
         from specbench.engines.loadgen import LoadProfile
-        from specbench.engines.vllm_server import VllmServerEngine
+        from specbench.engines.vllm_server import REQUEST_TIMEOUT_S, VllmServerEngine
 
         load = None
         if suite is not None:
-            # Concurrency comes from each cell (the plan puts load.concurrency there).
+            # The load shape comes from each cell (concurrency in batch_size, or a
+            # Poisson request_rate capped at batch_size in flight); these are the
+            # bounds, warmup and seed every cell shares (see LoadProfile.for_cell).
             load = LoadProfile(
                 num_requests=suite.load.num_requests,
+                duration_s=suite.load.duration_s,
                 warmup_requests=suite.load.warmup_requests,
                 seed=suite.sampling.seed,
+                request_timeout_s=REQUEST_TIMEOUT_S,
             )
         return VllmServerEngine(
             res.config, res.engine_kwargs, log, res.env, base_url=res.config.target.base_url, load=load
@@ -325,13 +329,14 @@ class Runner:
         would otherwise be timed in the first cell."""
         shapes: dict[tuple[int, bool, int | None], Cell] = {}
         for c in cells:
-            shapes.setdefault((c.batch_size, c.temperature > 0, sampling_for(self.suite, c).logprobs), c)
+            # A request-rate cell warms up closed-loop at its cap (1 stream when uncapped).
+            shapes.setdefault((max(1, c.batch_size), c.temperature > 0, sampling_for(self.suite, c).logprobs), c)
         for (bs, _, _), cell in shapes.items():
             prompts = self.prompts(cell.dataset, self._chat(cell))[:bs]
             sampling = sampling_for(self.suite, cell).model_copy(update={"max_tokens": 16, "samples_per_prompt": 1})
             req = CellRequest(
                 run_id=self.run_id,
-                cell=cell.model_copy(update={"cell_id": f"warmup-b{bs}"}),
+                cell=cell.model_copy(update={"cell_id": f"warmup-b{bs}", "batch_size": bs, "request_rate": None}),
                 prompts=prompts,
                 sampling=sampling,
             )

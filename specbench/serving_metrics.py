@@ -1,4 +1,4 @@
-"""Serving summaries: latency percentiles, throughput, goodput, speedup vs concurrency (pure).
+"""Serving summaries: latency percentiles, throughput, goodput, speedup vs load (pure).
 
 Input is request records (``RequestRecord``) as the server engine writes
 them: client-side TTFT, per-token ITLs (multi-token chunks already spread
@@ -14,20 +14,24 @@ Definitions (per cell):
   requests / wall time.
 * Goodput = requests meeting every given SLO / wall time (failed requests
   never meet it); ``goodput_fraction`` is over all requests sent.
-* Speedup of a method over the baseline at the same concurrency:
+* Speedup of a method over the baseline at the same load — the same
+  concurrency (closed loop) or the same Poisson request rate (open loop):
   TPOT speedup = mean TPOT(baseline) / mean TPOT(method); throughput speedup =
   per-stream token rate ratio, (Σ tokens / Σ latency)(method) over the same for
   the baseline — at a fixed number of streams Little's law makes that the ratio
   of output throughputs, and unlike a wall-clock ratio it has a sampling
-  distribution over requests. 95% intervals: percentile bootstrap resampling
-  requests of each arm independently, seeded.
+  distribution over requests. At a fixed request rate below saturation both
+  arms deliver the offered load, so their wall-clock throughputs agree; the
+  per-stream rate ratio then says how much faster each request was served.
+  95% intervals: percentile bootstrap resampling requests of each arm
+  independently, seeded.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -69,7 +73,8 @@ class ServingSummary(BaseModel):
     cell_id: str | None = None
     method: str | None = None
     concurrency: int | None = None
-    request_rate: float | None = None
+    request_rate: float | None = None  # Poisson cells: offered requests/s
+    max_concurrency: int | None = None  # Poisson cells: cap on requests in flight
     num_requests: int
     num_ok: int
     errors: dict[str, int]
@@ -144,6 +149,7 @@ def summarize_cell(
     method: str | None = None,
     concurrency: int | None = None,
     request_rate: float | None = None,
+    max_concurrency: int | None = None,
 ) -> ServingSummary:
     """Percentiles, throughput and goodput of one cell's records."""
     ok = [r for r in records if r.error is None]
@@ -168,6 +174,7 @@ def summarize_cell(
         method=method,
         concurrency=concurrency,
         request_rate=request_rate,
+        max_concurrency=max_concurrency,
         num_requests=len(records),
         num_ok=len(ok),
         errors=dict(errors),
@@ -189,22 +196,47 @@ def summarize_cell(
 
 
 # ---------------------------------------------------------------------------
-# speedup vs concurrency
+# speedup vs load (concurrency or request rate)
 
 SpeedupMetric = Literal["tpot", "throughput"]
 
 
+class Rate(NamedTuple):
+    """A request-rate load (Poisson, requests/s) as a group key; a plain ``int`` is a concurrency."""
+
+    req_s: float
+
+
+Load = int | Rate
+
+
+def cell_load(cell: Cell) -> Load:
+    """The load a cell ran at: ``Rate(r)`` for a request-rate cell, else its concurrency."""
+    return Rate(float(cell.request_rate)) if cell.request_rate is not None else cell.batch_size
+
+
+def _load_order(load: Load) -> tuple[int, float]:
+    """Concurrencies first, then rates, each ascending."""
+    return (1, load.req_s) if isinstance(load, Rate) else (0, float(load))
+
+
 class Speedup(BaseModel):
-    """Speedup of ``method`` over the baseline at one concurrency (> 1 is faster)."""
+    """Speedup of ``method`` over the baseline at one load (> 1 is faster): a
+    ``concurrency`` or, for open-loop cells, a ``request_rate`` (requests/s)."""
 
     model_config = ConfigDict(extra="forbid")
 
     method: str
-    concurrency: int
+    concurrency: int | None = None
+    request_rate: float | None = None
     metric: SpeedupMetric
     estimate: Estimate
     n_method: int
     n_baseline: int
+
+    @property
+    def load(self) -> Load:
+        return Rate(self.request_rate) if self.request_rate is not None else int(self.concurrency or 0)
 
 
 def _tpot_units(records: Sequence[RequestRecord]) -> np.ndarray:
@@ -270,54 +302,65 @@ def speedup(
     return _two_sample_bootstrap(units(baseline), units(method), metric, resamples=resamples, seed=seed)
 
 
-def speedups_vs_concurrency(
-    groups: Mapping[tuple[str, int], Sequence[RequestRecord]],
+def speedups_vs_load(
+    groups: Mapping[tuple[str, Load], Sequence[RequestRecord]],
     *,
     baseline: str = "baseline",
     metrics: Sequence[SpeedupMetric] = ("tpot", "throughput"),
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
 ) -> list[Speedup]:
-    """Speedups of every method over ``baseline`` at each concurrency.
+    """Speedups of every method over ``baseline`` at each load.
 
-    ``groups`` maps ``(method label, concurrency)`` to that cell group's
-    records (repeats pooled) for one target, dataset and temperature (see
-    :func:`group_records`). Concurrencies without a baseline are skipped.
+    ``groups`` maps ``(method label, load)`` to that cell group's records
+    (repeats pooled) for one target, dataset and temperature (see
+    :func:`group_records`); a load is a concurrency (``int``) or a
+    :class:`Rate`. A method is only ever compared with the baseline at the
+    same load; loads without a baseline are skipped. Concurrencies come
+    first, then rates, each ascending.
     """
     out: list[Speedup] = []
-    for (method, conc), recs in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        if method == baseline or (baseline, conc) not in groups:
+    for (method, load), recs in sorted(groups.items(), key=lambda kv: (_load_order(kv[0][1]), kv[0][0])):
+        if method == baseline or (baseline, load) not in groups:
             continue
-        base = groups[(baseline, conc)]
+        base = groups[(baseline, load)]
+        where = {"request_rate": load.req_s} if isinstance(load, Rate) else {"concurrency": int(load)}
         for metric in metrics:
             est = speedup(base, recs, metric, resamples=resamples, seed=seed)
             units = _tpot_units if metric == "tpot" else _rate_units
             out.append(
                 Speedup(
                     method=method,
-                    concurrency=conc,
                     metric=metric,
                     estimate=est,
                     n_method=int(units(recs).shape[0]),
                     n_baseline=int(units(base).shape[0]),
+                    **where,
                 )
             )
     return out
 
 
+#: The name from before request-rate loads existed (same function).
+speedups_vs_concurrency = speedups_vs_load
+
+
 def group_records(
     records: Iterable[RequestRecord], cells: Iterable[Cell]
-) -> dict[tuple[str, str, float], dict[tuple[str, int], list[RequestRecord]]]:
-    """``{(target, dataset, temperature): {(method, concurrency): records}}``, repeats pooled."""
+) -> dict[tuple[str, str, float], dict[tuple[str, Load], list[RequestRecord]]]:
+    """``{(target, dataset, temperature): {(method, load): records}}``, repeats pooled.
+
+    The load is the cell's concurrency (``int``) or ``Rate(request_rate)``.
+    """
     by_cell = {c.cell_id: c for c in cells}
-    out: dict[tuple[str, str, float], dict[tuple[str, int], list[RequestRecord]]] = defaultdict(
+    out: dict[tuple[str, str, float], dict[tuple[str, Load], list[RequestRecord]]] = defaultdict(
         lambda: defaultdict(list)
     )
     for r in records:
         c = by_cell.get(r.cell_id)
         if c is None:
             continue
-        out[(c.target, c.dataset, c.temperature)][(c.method, c.batch_size)].append(r)
+        out[(c.target, c.dataset, c.temperature)][(c.method, cell_load(c))].append(r)
     return {k: dict(v) for k, v in out.items()}
 
 
@@ -330,29 +373,40 @@ def _fmt_speedup(e: Estimate) -> str:
 
 
 def speedup_table_markdown(speedups: Sequence[Speedup], *, title: str | None = None) -> str:
-    """A markdown "speedup vs concurrency" table: one row per concurrency, per method
-    a TPOT and a throughput column (value × [95% CI]); ``n`` is the smaller arm."""
+    """Markdown "speedup vs concurrency" and "speedup vs request rate" tables: one
+    row per load, per method a TPOT and a throughput column (value × [95% CI]);
+    ``n`` is the smaller arm. Each kind of load gets its own table (only those present)."""
     if not speedups:
         return ""
-    methods = sorted({s.method for s in speedups})
-    concs = sorted({s.concurrency for s in speedups})
-    metrics = [m for m in ("tpot", "throughput") if any(s.metric == m for s in speedups)]
-    cell: dict[tuple[str, int, str], Speedup] = {(s.method, s.concurrency, s.metric): s for s in speedups}
-    names = {"tpot": "TPOT", "throughput": "throughput"}
-    header = ["concurrency"] + [f"{m} {names[k]}" for m in methods for k in metrics] + ["n"]
     lines = []
     if title:
         lines += [f"**{title}**", ""]
-    lines += ["| " + " | ".join(header) + " |", "|" + "|".join(["---:"] * len(header)) + "|"]
-    for c in concs:
-        row = [str(c)]
+    by_kind = [
+        ("concurrency", [s for s in speedups if s.request_rate is None]),
+        ("request rate (req/s)", [s for s in speedups if s.request_rate is not None]),
+    ]
+    tables = [_speedup_table(label, rows) for label, rows in by_kind if rows]
+    lines += "\n\n".join(tables).splitlines()
+    return "\n".join(lines) + "\n"
+
+
+def _speedup_table(load_header: str, speedups: Sequence[Speedup]) -> str:
+    methods = sorted({s.method for s in speedups})
+    loads = sorted({s.load for s in speedups}, key=_load_order)
+    metrics = [m for m in ("tpot", "throughput") if any(s.metric == m for s in speedups)]
+    cell: dict[tuple[str, Load, str], Speedup] = {(s.method, s.load, s.metric): s for s in speedups}
+    names = {"tpot": "TPOT", "throughput": "throughput"}
+    header = [load_header] + [f"{m} {names[k]}" for m in methods for k in metrics] + ["n"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---:"] * len(header)) + "|"]
+    for load in loads:
+        row = [f"{load.req_s:g}" if isinstance(load, Rate) else str(load)]
         ns = []
         for m in methods:
             for k in metrics:
-                s = cell.get((m, c, k))
+                s = cell.get((m, load, k))
                 row.append(_fmt_speedup(s.estimate) if s else "–")
                 if s:
                     ns.append(min(s.n_method, s.n_baseline))
         row.append(str(min(ns)) if ns else "–")
         lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines)

@@ -9,6 +9,7 @@ method's limits, files that must exist). Both report errors as
 from __future__ import annotations
 
 import difflib
+import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -98,10 +99,27 @@ class SamplingSpec(Strict):
 
 
 class LoadSpec(Strict):
+    """How cells load the engine.
+
+    ``batch_sizes`` (offline) or ``concurrency`` (server, closed loop: that many
+    streams in flight) give one cell per value; ``request_rates`` (server only)
+    add one open-loop cell per rate, requests arriving as a seeded Poisson
+    process. A suite with ``request_rates`` and neither ``concurrency`` nor
+    ``batch_sizes`` has rate cells only.
+    """
+
     batch_sizes: list[int] = Field(default_factory=lambda: [1])
     concurrency: list[int] | None = None
-    request_rates: list[float] | None = None
+    request_rates: list[float] | None = Field(
+        None, description="Poisson arrival rates in requests/s, one cell each (engine: vllm-server only)"
+    )
+    max_concurrency: int | None = Field(
+        None, ge=1, description="cap on requests in flight in request-rate cells (like vllm bench serve --max-concurrency)"
+    )
     num_requests: int | None = Field(None, ge=1)
+    duration_s: float | None = Field(
+        None, gt=0, description="server cells: no request is sent after this many seconds (those in flight finish)"
+    )
     warmup_requests: int = Field(0, ge=0)
 
 
@@ -308,6 +326,7 @@ def check_semantics(suite: Suite, base_dir: Path) -> list[tuple[tuple[Any, ...],
                 problems.append(((*loc, "speculator"), f"speculator path {m.speculator!r} does not exist"))
             if m.speculator and m.speculator.startswith("tiny:") and t.model != "tiny":
                 problems.append(((*loc, "speculator"), "'tiny:' speculators only pair with model: tiny"))
+    _check_load(suite, problems)
     for di, d in enumerate(suite.datasets):
         loc_d: tuple[Any, ...] = ("datasets", di)
         if d.path is not None and not resolve_path(d.path, base_dir).exists():
@@ -326,6 +345,33 @@ def check_semantics(suite: Suite, base_dir: Path) -> list[tuple[tuple[Any, ...],
         if r.dataset is not None and r.dataset not in [d.name for d in suite.datasets]:
             problems.append(((*loc_r, "dataset"), _unknown("dataset", r.dataset, [d.name for d in suite.datasets])))
     return problems
+
+
+def _check_load(suite: Suite, problems: list) -> None:
+    """Request rates, their cap and the duration bound only mean something for server targets."""
+    load = suite.load
+    not_server = [t.name for t in suite.targets if t.engine != "vllm-server"]
+    if load.request_rates is not None:
+        loc: tuple[Any, ...] = ("load", "request_rates")
+        if not load.request_rates:
+            problems.append((loc, "request_rates must list at least one rate (requests/s)"))
+        if not_server:
+            problems.append(
+                (loc, "request_rates (Poisson arrivals) need engine: vllm-server targets; "
+                 + ", ".join(repr(n) for n in not_server) + " " + ("is" if len(not_server) == 1 else "are") + " not")
+            )
+        seen: set[float] = set()
+        for i, r in enumerate(load.request_rates):
+            if not (math.isfinite(r) and r > 0):
+                problems.append(((*loc, i), f"a request rate must be a finite number > 0 requests/s, got {r:g}"))
+            elif r in seen:
+                problems.append(((*loc, i), f"duplicate request rate {r:g}"))
+            seen.add(r)
+    if load.max_concurrency is not None and load.request_rates is None:
+        problems.append((("load", "max_concurrency"), "max_concurrency caps request-rate cells; it needs "
+                         "request_rates (for closed-loop load list the values under concurrency)"))
+    if load.duration_s is not None and len(not_server) == len(suite.targets):
+        problems.append((("load", "duration_s"), "duration_s bounds server cells; no target has engine: vllm-server"))
 
 
 def _unknown(kind: str, value: str, options: list[str]) -> str:

@@ -33,7 +33,8 @@ class GroupSummary(BaseModel):
     k: int | None
     dataset: str
     temperature: float
-    batch_size: int
+    batch_size: int  # concurrency; with request_rate, the cap on requests in flight (0: none)
+    request_rate: float | None = None  # Poisson load (requests/s) of server request-rate cells
     status: str  # ok | skipped | failed | partial
     reasons: list[str] = Field(default_factory=list)
     cells: list[CellStatusLine] = Field(default_factory=list)

@@ -46,7 +46,7 @@ import json
 import random
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -70,10 +70,10 @@ ERROR_KINDS = ("http", "timeout", "connection", "stream", "incomplete", "cancell
 class LoadProfile(BaseModel):
     """How one cell's requests are offered to the server.
 
-    ``concurrency`` defaults to the cell's ``batch_size`` (the plan puts the
-    suite's ``load.concurrency`` values there). With ``request_rate`` set the
-    load is open-loop Poisson and ``concurrency`` (if given) caps requests
-    in flight.
+    Without ``request_rate`` the load is closed-loop at ``concurrency``
+    streams. With ``request_rate`` it is open-loop Poisson (arrival times from
+    :func:`poisson_offsets`, seeded) and ``concurrency`` (if given) caps
+    requests in flight. :meth:`for_cell` builds the profile of a plan cell.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -87,32 +87,53 @@ class LoadProfile(BaseModel):
     request_timeout_s: float = Field(600.0, gt=0)
 
     @classmethod
-    def for_cell(
-        cls,
-        cell: Cell,
-        load: Any | None = None,
-        *,
-        request_rate: float | None = None,
-        duration_s: float | None = None,
-        seed: int = 0,
-    ) -> LoadProfile:
-        """The profile for a cell from the suite's ``load`` section (a ``LoadSpec``).
+    def for_cell(cls, cell: Cell, load: Any | None = None, *, seed: int | None = None) -> LoadProfile:
+        """The profile of a plan cell.
 
-        The Poisson seed mixes in the repeat so repeats see different
-        arrival sequences, reproducibly.
+        The load shape comes from the cell: ``request_rate`` (Poisson, capped
+        at ``batch_size`` in flight when that is > 0) or ``concurrency =
+        batch_size``. Bounds and warmup come from ``load``, a suite's
+        ``LoadSpec`` or a default ``LoadProfile`` (``num_requests``,
+        ``duration_s``, ``warmup_requests``, ``request_timeout_s``, ``seed``).
+        The seed (``seed``, else ``load.seed``, else 0) mixes in the repeat so
+        repeats see different arrival sequences, reproducibly.
         """
+        base = seed if seed is not None else (getattr(load, "seed", 0) or 0)
+        if cell.request_rate is not None:
+            rate: float | None = float(cell.request_rate)
+            concurrency = cell.batch_size if cell.batch_size > 0 else None
+        else:
+            rate, concurrency = None, max(1, cell.batch_size)
+        extra: dict[str, Any] = {}
+        if getattr(load, "request_timeout_s", None):
+            extra["request_timeout_s"] = load.request_timeout_s  # type: ignore[union-attr]
         return cls(
-            concurrency=max(1, cell.batch_size),
-            request_rate=request_rate,
+            concurrency=concurrency,
+            request_rate=rate,
             num_requests=getattr(load, "num_requests", None),
-            duration_s=duration_s,
+            duration_s=getattr(load, "duration_s", None),
             warmup_requests=getattr(load, "warmup_requests", 0) or 0,
-            seed=seed + 104729 * cell.repeat,
+            seed=base + 104729 * cell.repeat,
+            **extra,
         )
 
     @property
     def mode(self) -> Literal["concurrency", "poisson"]:
         return "poisson" if self.request_rate is not None else "concurrency"
+
+
+def poisson_offsets(rate: float, seed: int) -> Iterator[float]:
+    """Arrival times (seconds after the load starts) of a Poisson process at ``rate`` per second.
+
+    Exponential gaps from ``random.Random(seed)``; the first request arrives
+    after one gap, not at 0. The open-loop generator sends request ``i`` at
+    offset ``i`` of this sequence (later only when a concurrency cap is full).
+    """
+    rng = random.Random(seed)
+    t = 0.0
+    while True:
+        t += rng.expovariate(rate)
+        yield t
 
 
 # ---------------------------------------------------------------------------
@@ -195,6 +216,7 @@ class RequestResult:
     error: str | None = None
     done: bool = False  # saw ``data: [DONE]``
     finished_at: float | None = None
+    sent_offset_s: float | None = None  # sent_at minus the start of the load (set by run_load)
 
     @property
     def ok(self) -> bool:
@@ -482,6 +504,7 @@ async def run_load(
         assert task is not None
 
         def sent(r: RequestResult) -> None:
+            r.sent_offset_s = r.sent_at - t_start
             holder.append(r)
             inflight[task] = r
 
@@ -509,10 +532,9 @@ async def run_load(
 
     async def open_loop() -> None:
         assert profile.request_rate is not None
-        rng = random.Random(profile.seed)
+        arrivals = poisson_offsets(profile.request_rate, profile.seed)
         sem = asyncio.Semaphore(profile.concurrency) if profile.concurrency else None
         tasks: list[asyncio.Task[None]] = []
-        next_t = time.perf_counter()
 
         async def gated(item: RequestItem) -> None:
             if sem is None:
@@ -525,7 +547,7 @@ async def run_load(
                 await one(item)
 
         while may_send():
-            next_t += rng.expovariate(profile.request_rate)
+            next_t = t_start + next(arrivals)  # the schedule, whatever the completions do
             delay = next_t - time.perf_counter()
             if delay > 0:
                 try:
@@ -617,4 +639,5 @@ def to_record(
         spec=spec_counters_from_response(res.spec_metrics, k),
         logprobs=res.logprobs,
         error=res.error,
+        sent_offset_s=res.sent_offset_s,
     )

@@ -182,10 +182,11 @@ class VllmServerEngine:
     """A vLLM OpenAI-compatible server, launched here or attached to via ``base_url``.
 
     ``server_args`` is the same dict :func:`~specbench.engines.vllm_offline.build_engine_kwargs`
-    makes for ``vllm.LLM``; it becomes the server's command line. ``load`` is
-    the default :class:`LoadProfile` for cells (``run_cell(..., load=…)``
-    overrides it per cell); without one a cell runs at
-    ``concurrency = cell.batch_size``.
+    makes for ``vllm.LLM``; it becomes the server's command line. ``load``
+    gives every cell its bounds, warmup and seed (``run_cell(..., load=…)``
+    replaces the whole profile for one call); the load shape comes from the
+    cell: ``concurrency = cell.batch_size``, or Poisson arrivals at
+    ``cell.request_rate`` capped at ``cell.batch_size`` in flight when > 0.
     """
 
     def __init__(
@@ -378,11 +379,17 @@ class VllmServerEngine:
     # -- cells -------------------------------------------------------------
 
     def profile_for(self, request: CellRequest, load: LoadProfile | None = None) -> LoadProfile:
-        """The load profile for a cell: ``load`` › the engine default › ``concurrency = batch_size``."""
-        prof = load or self.load or LoadProfile(request_timeout_s=REQUEST_TIMEOUT_S)
-        if prof.concurrency is None and prof.request_rate is None:
-            prof = prof.model_copy(update={"concurrency": max(1, request.cell.batch_size)})
-        return prof
+        """The load profile for a cell.
+
+        ``load`` (an explicit per-call profile) is used as given. Otherwise the
+        cell says the shape (:meth:`LoadProfile.for_cell`: its request rate,
+        capped at ``batch_size`` in flight, or ``concurrency = batch_size``)
+        and the engine default (bounds, warmup, seed) the rest; the seed is
+        mixed with the cell's repeat.
+        """
+        if load is not None:
+            return load
+        return LoadProfile.for_cell(request.cell, self.load or LoadProfile(request_timeout_s=REQUEST_TIMEOUT_S))
 
     def items_for(self, request: CellRequest) -> list[RequestItem]:
         assert self.model_name is not None

@@ -217,8 +217,20 @@ def _overview(summary: RunSummary) -> Para:
 
 def _varying(summary: RunSummary) -> tuple[bool, bool]:
     temps = {g.temperature for g in summary.groups}
-    loads = {g.batch_size for g in summary.groups}
+    loads = {_load_key(g) for g in summary.groups}
     return len(temps) > 1, len(loads) > 1
+
+
+def _load_key(g: GroupSummary) -> tuple[int, float, int]:
+    """Sort key of a group's load: batch sizes / concurrencies first, then request rates."""
+    return (0, float(g.batch_size), 0) if g.request_rate is None else (1, g.request_rate, g.batch_size)
+
+
+def _load(g: GroupSummary) -> str:
+    """A group's load: ``8`` (batch size or concurrency) or ``2 req/s`` (a Poisson request rate)."""
+    if g.request_rate is None:
+        return str(g.batch_size)
+    return f"{g.request_rate:g} req/s" + (f" (≤{g.batch_size} in flight)" if g.batch_size > 0 else "")
 
 
 def _by_target_dataset(summary: RunSummary) -> dict[tuple[str, str], list[GroupSummary]]:
@@ -238,12 +250,12 @@ def _method_table(groups: list[GroupSummary], show_t: bool, show_load: bool, ref
     for k in acc_keys:
         headers += [k, f"Δ {k}"]
     rows, notes = [], []
-    for g in sorted(groups, key=lambda g: (g.temperature, g.batch_size)):
+    for g in sorted(groups, key=lambda g: (g.temperature, _load_key(g))):
         n = g.n_requests
         name = g.method if g.status == "ok" else f"{g.method} ({g.status})"
         row = [name, str(g.k) if g.k is not None else "–"]
         row += [f"{g.temperature:g}"] if show_t else []
-        row += [str(g.batch_size)] if show_load else []
+        row += [_load(g)] if show_load else []
         row += [str(n)]
         if g.status in ("skipped", "failed", "pending"):
             rows.append(row + ["–"] * (len(headers) - len(row)))
@@ -266,9 +278,9 @@ def _method_table(groups: list[GroupSummary], show_t: bool, show_load: bool, ref
             row.append(fmt_pct(g.accuracy_delta.get(k), n_default=n, signed=True, unit=" pp"))
         rows.append(row)
         if g.n_errors:
-            notes.append(f"{g.method} (load {g.batch_size}): {g.n_errors} of {n} requests returned an error.")
+            notes.append(f"{g.method} (load {_load(g)}): {g.n_errors} of {n} requests returned an error.")
         if g.status == "partial":
-            notes.append(f"{g.method} (load {g.batch_size}): partial, some cells did not finish; see below.")
+            notes.append(f"{g.method} (load {_load(g)}): partial, some cells did not finish; see below.")
     if any(g.method_kind != "baseline" and g.status in ("ok", "partial") and g.speedup is None for g in groups):
         notes.append("Speedup and greedy match need an ok baseline group with the same temperature and load.")
     return Table(headers, rows, notes)
@@ -282,26 +294,27 @@ def _position_table(groups: list[GroupSummary], show_t: bool, show_load: bool) -
     headers = ["Method"] + (["T"] if show_t else []) + (["Load"] if show_load else [])
     headers += [f"pos {i + 1}" for i in range(width)]
     rows = []
-    for g in sorted(with_pos, key=lambda g: (g.temperature, g.batch_size)):
+    for g in sorted(with_pos, key=lambda g: (g.temperature, _load_key(g))):
         cells = [fmt_est(p, 2, n_default=g.n_requests) for p in g.per_position]
-        rows.append([g.method] + ([f"{g.temperature:g}"] if show_t else []) + ([str(g.batch_size)] if show_load else [])
+        rows.append([g.method] + ([f"{g.temperature:g}"] if show_t else []) + ([_load(g)] if show_load else [])
                     + cells + ["–"] * (width - len(cells)))
     return Table(headers, rows, ["Rate at position i = accepted drafts at i / drafts."])
 
 
 def _load_table(groups: list[GroupSummary], show_t: bool) -> Table | None:
-    loads = sorted({g.batch_size for g in groups})
-    if len(loads) < 2:
+    keys = sorted({_load_key(g) for g in groups})
+    if len(keys) < 2:
         return None
-    methods: dict[tuple[str, float], dict[int, Estimate | None]] = {}
+    label = {_load_key(g): _load(g) for g in groups}
+    methods: dict[tuple[str, float], dict[tuple[int, float, int], Estimate | None]] = {}
     for g in groups:
         if g.method_kind != "baseline" and g.speedup is not None and g.speedup.value is not None:
-            methods.setdefault((g.method, g.temperature), {})[g.batch_size] = g.speedup
+            methods.setdefault((g.method, g.temperature), {})[_load_key(g)] = g.speedup
     rows = [
-        [m] + ([f"{t:g}"] if show_t else []) + [fmt_speedup(by.get(b)) for b in loads]
+        [m] + ([f"{t:g}"] if show_t else []) + [fmt_speedup(by.get(b)) for b in keys]
         for (m, t), by in sorted(methods.items(), key=lambda kv: kv[0][1])
     ]
-    return Table(["Method"] + (["T"] if show_t else []) + [f"load {b}" for b in loads], rows) if rows else None
+    return Table(["Method"] + (["T"] if show_t else []) + [f"load {label[b]}" for b in keys], rows) if rows else None
 
 
 def _results(summary: RunSummary, refs: _Refs) -> Section:
@@ -315,7 +328,9 @@ def _results(summary: RunSummary, refs: _Refs) -> Section:
         sub: list[Block] = [_method_table(groups, show_t, show_load, refs)]
         load = _load_table(groups, show_t)
         if load is not None:
-            sub.append(Para("Speedup by load (batch size or concurrency):"))
+            sub.append(Para("Speedup by load (batch size or concurrency; req/s: Poisson request rate):"
+                            if any(g.request_rate is not None for g in groups)
+                            else "Speedup by load (batch size or concurrency):"))
             sub.append(load)
         pos = _position_table(groups, show_t, show_load)
         if pos is not None:
@@ -330,7 +345,7 @@ def _accuracy(summary: RunSummary) -> Section | None:
     for g in summary.groups:
         for k in sorted({*g.accuracy, *g.accuracy_delta}):
             rows.append([g.target, g.dataset, g.method] + ([f"{g.temperature:g}"] if show_t else []) + [
-                         str(g.batch_size), k,
+                         _load(g), k,
                          fmt_pct(g.accuracy.get(k), n_default=None),
                          fmt_pct(g.accuracy_delta.get(k), n_default=None, signed=True, unit=" pp")])
         if g.scoring_note:
@@ -374,7 +389,7 @@ def _equivalence(summary: RunSummary) -> Section | None:
                 nums = [f"{x} [{ci[0]:.3g}, {ci[1]:.3g}]" if x.startswith("match_rate=") else x for x in nums]
             evidence = "; ".join(x for x in [_one_line(eq.get("reason"), 300) if eq.get("reason") else "",
                                              ", ".join(nums)] if x)
-            rows.append([g.target, g.dataset, g.method, f"{g.temperature:g}", str(g.batch_size), test,
+            rows.append([g.target, g.dataset, g.method, f"{g.temperature:g}", _load(g), test,
                          str(eq.get("verdict")), evidence or "–"])
     if not rows:
         return None
@@ -467,25 +482,47 @@ def _serving(summary: RunSummary, markdown: bool) -> Section | None:
         return None
     native = _serving_metrics_markdown(serving) if markdown else None
     if native is not None:
-        return Section("Serving", [Para("Speedup over the baseline by concurrency (95% intervals):"), Raw(native)],
-                       anchor="serving")
-    rows = [r for r in serving_rows(serving) if "concurrency" in r and as_estimate(r.get("speedup"))]
+        return Section("Serving", [Para(f"Speedup over the baseline by {_load_words(serving_rows(serving))} "
+                                        "(95% intervals):"), Raw(native)], anchor="serving")
+    rows = [r for r in serving_rows(serving) if as_estimate(r.get("speedup")) and _serving_load(r) is not None]
     if not rows:
         return Section("Serving", _generic_blocks(serving), anchor="serving")
-    levels = sorted({r["concurrency"] for r in rows})
+    blocks: list[Block] = []
+    for kind, text, col in (("concurrency", "concurrency", "c={}"), ("rate", "request rate (Poisson arrivals)",
+                                                                     "{} req/s")):
+        part = [r for r in rows if _serving_load(r)[0] == kind]  # type: ignore[index]
+        if part:
+            blocks += [Para(f"Speedup over the baseline by {text} (95% intervals):"), _serving_pivot(part, col)]
+    blocks.append(Details("All serving measurements", _generic_blocks(serving_rows(serving))))
+    return Section("Serving", blocks, anchor="serving")
+
+
+def _serving_load(r: dict[str, Any]) -> tuple[str, Any] | None:
+    """``("rate", r/s)`` or ``("concurrency", c)`` of a serving row; ``None`` without a load."""
+    if r.get("request_rate") is not None:
+        return "rate", r["request_rate"]
+    if r.get("concurrency") is not None:
+        return "concurrency", r["concurrency"]
+    return None
+
+
+def _load_words(rows: list[dict[str, Any]]) -> str:
+    kinds = {k[0] for r in rows if "metric" in r and (k := _serving_load(r)) is not None}
+    return " and ".join(w for k, w in (("concurrency", "concurrency"), ("rate", "request rate")) if k in kinds) \
+        or "concurrency"
+
+
+def _serving_pivot(rows: list[dict[str, Any]], col: str) -> Table:
+    levels = sorted({_serving_load(r)[1] for r in rows})  # type: ignore[index]
     with_metric = any("metric" in r for r in rows)
     pivot: dict[tuple[str, ...], dict[Any, Any]] = {}
     for r in rows:
         where = str(r.get("group") or " · ".join(str(r[k]) for k in ("target", "dataset") if r.get(k)) or "–")
         key = (where, str(r.get("method", "–"))) + ((str(r.get("metric", "–")),) if with_metric else ())
-        pivot.setdefault(key, {})[r["concurrency"]] = r["speedup"]
-    return Section("Serving", [
-        Para("Speedup over the baseline by concurrency (95% intervals):"),
-        Table(["Where", "Method"] + (["Metric"] if with_metric else []) + [f"c={c}" for c in levels],
-              [[*k, *(fmt_speedup(as_estimate(v.get(c)), n_default=None) for c in levels)]
-               for k, v in pivot.items()]),
-        Details("All serving measurements", _generic_blocks(serving_rows(serving))),
-    ], anchor="serving")
+        pivot.setdefault(key, {})[_serving_load(r)[1]] = r["speedup"]  # type: ignore[index]
+    return Table(["Where", "Method"] + (["Metric"] if with_metric else []) + [col.format(f"{c:g}") for c in levels],
+                 [[*k, *(fmt_speedup(as_estimate(v.get(c)), n_default=None) for c in levels)]
+                  for k, v in pivot.items()])
 
 
 def _cross_check(summary: RunSummary) -> Section | None:

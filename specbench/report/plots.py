@@ -5,9 +5,9 @@
 * ``tau`` — τ by method × dataset with 95% interval bars and published τ;
 * ``per_position`` — per-position acceptance curves per method;
 * ``speedup_vs_load`` / ``latency_vs_throughput`` — when groups sweep load
-  (batch size or concurrency);
+  (batch size or concurrency; Poisson request rates get panels of their own);
 * ``serving_speedup`` — from ``summary.extra["serving"]`` rows with
-  ``concurrency`` and ``speedup``;
+  ``concurrency`` or ``request_rate`` and ``speedup``;
 * ``accuracy_speedup`` — task accuracy beside speedup.
 
 Every method keeps one colour in every figure (:func:`method_colors`); the
@@ -57,7 +57,7 @@ TITLES = {
     "per_position": "Acceptance rate by draft position",
     "speedup_vs_load": "Speedup over the baseline by load",
     "latency_vs_throughput": "Latency against throughput across loads",
-    "serving_speedup": "Serving: speedup over the baseline by concurrency",
+    "serving_speedup": "Serving: speedup over the baseline by load",
     "accuracy_speedup": "Task accuracy beside speedup",
 }
 
@@ -149,7 +149,7 @@ def _lowest_load(groups: list[GroupSummary]) -> list[GroupSummary]:
     best: dict[tuple[str, str, float], GroupSummary] = {}
     for g in groups:
         key = (g.method, g.dataset, g.temperature)
-        if key not in best or g.batch_size < best[key].batch_size:
+        if key not in best or _load_order(g) < _load_order(best[key]):
             best[key] = g
     return list(best.values())
 
@@ -233,14 +233,42 @@ def _per_position(summary: RunSummary, colors: dict[str, str]) -> bytes | None:
     return _png(fig, TITLES["per_position"] + " (95% intervals)")
 
 
-def _sweeps(summary: RunSummary) -> dict[tuple[str, str], list[GroupSummary]]:
-    panels = _panels(summary, lambda g: True)
-    return {k: v for k, v in panels.items() if len({g.batch_size for g in v}) > 1}
+#: x-axis label per kind of load: closed loop (batch size / concurrency) or a Poisson request rate.
+LOAD_AXIS = {"load": "load (batch size / concurrency)", "rate": "request rate (req/s)"}
+
+
+def _load_kind(g: GroupSummary) -> str:
+    return "load" if g.request_rate is None else "rate"
+
+
+def _load_x(g: GroupSummary) -> float:
+    return float(g.batch_size) if g.request_rate is None else g.request_rate
+
+
+def _load_order(g: GroupSummary) -> tuple[int, float]:
+    return (0, float(g.batch_size)) if g.request_rate is None else (1, g.request_rate)
+
+
+def _load_text(g: GroupSummary) -> str:
+    return str(g.batch_size) if g.request_rate is None else f"{g.request_rate:g}/s"
+
+
+def _sweeps(summary: RunSummary) -> dict[tuple[str, str, str], list[GroupSummary]]:
+    """Panels ``(target, dataset, kind of load)`` whose groups sweep more than one load of that kind."""
+    out: dict[tuple[str, str, str], list[GroupSummary]] = {}
+    for (target, dataset), gs in _panels(summary, lambda g: True).items():
+        for g in gs:
+            out.setdefault((target, dataset, _load_kind(g)), []).append(g)
+    return {k: v for k, v in out.items() if len({_load_x(g) for g in v}) > 1}
+
+
+def _panel_title(target: str, dataset: str, kind: str, kinds: set[str]) -> str:
+    return f"{target} · {dataset}" + (" · Poisson arrivals" if kind == "rate" and len(kinds) > 1 else "")
 
 
 def _series(groups: list[GroupSummary]) -> dict[tuple[str, float], list[GroupSummary]]:
     out: dict[tuple[str, float], list[GroupSummary]] = {}
-    for g in sorted(groups, key=lambda g: g.batch_size):
+    for g in sorted(groups, key=_load_x):
         out.setdefault((g.method, g.temperature), []).append(g)
     return out
 
@@ -250,15 +278,16 @@ def _speedup_vs_load(summary: RunSummary, colors: dict[str, str]) -> bytes | Non
     if not panels:
         return None
     fig, axes = _figure(len(panels))
-    for ax, ((target, dataset), groups) in zip(axes, panels.items(), strict=True):
+    kinds = {k[2] for k in panels}
+    for ax, ((target, dataset, kind), groups) in zip(axes, panels.items(), strict=True):
         for (m, _t), series in _series(groups).items():
             gs = [g for g in series if g.speedup is not None and g.speedup.value is not None]
             if gs:
                 ests = [g.speedup for g in gs]
-                ax.errorbar([g.batch_size for g in gs], _vals(ests), yerr=_yerr(ests), marker="o",
+                ax.errorbar([_load_x(g) for g in gs], _vals(ests), yerr=_yerr(ests), marker="o",
                             capsize=3, color=colors[m], label=m)
-        _load_axes(ax, "load (batch size / concurrency)", [g.batch_size for g in groups])
-        ax.set_title(f"{target} · {dataset}", fontsize=10, color=INK)
+        _load_axes(ax, LOAD_AXIS[kind], [_load_x(g) for g in groups])
+        ax.set_title(_panel_title(target, dataset, kind, kinds), fontsize=10, color=INK)
     return _png(fig, TITLES["speedup_vs_load"] + " (95% intervals)")
 
 
@@ -283,42 +312,51 @@ def _latency_vs_throughput(summary: RunSummary, colors: dict[str, str]) -> bytes
     if not panels:
         return None
     fig, axes = _figure(len(panels))
-    for ax, ((target, dataset), groups) in zip(axes, panels.items(), strict=True):
+    kinds = {k[2] for k in panels}
+    for ax, ((target, dataset, kind), groups) in zip(axes, panels.items(), strict=True):
         for (m, _t), gs in _series(groups).items():
-            pts = [(xy, g.batch_size) for g in gs if (xy := point(g)) is not None]
+            pts = [(xy, _load_text(g)) for g in gs if (xy := point(g)) is not None]
             if not pts:
                 continue
             ax.plot([p[0][0] for p in pts], [p[0][1] for p in pts], marker="o", color=colors[m], label=m)
             for (x, y), load in pts:
-                ax.annotate(str(load), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color=INK)
+                ax.annotate(load, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color=INK)
         ax.set_xlabel("throughput (output tok/s)")
         ax.set_ylabel("median request latency (s)")
-        ax.set_title(f"{target} · {dataset} (labels: load)", fontsize=10, color=INK)
+        labels = "labels: request rate, req/s" if kind == "rate" else "labels: load"
+        ax.set_title(f"{_panel_title(target, dataset, kind, kinds)} ({labels})", fontsize=10, color=INK)
         _legend(ax)
     return _png(fig, TITLES["latency_vs_throughput"])
 
 
 def _serving_speedup(summary: RunSummary, colors: dict[str, str]) -> bytes | None:
-    panels: dict[str, dict[tuple[str, str], list[tuple[float, Estimate]]]] = {}
+    panels: dict[tuple[str, str], dict[tuple[str, str], list[tuple[float, Estimate]]]] = {}
     for r in serving_rows(summary.extra.get("serving")):
         est = as_estimate(r.get("speedup"))
-        if "concurrency" not in r or est is None or est.value is None:
+        if est is None or est.value is None:
+            continue
+        if r.get("request_rate") is not None:
+            kind, x = "rate", float(r["request_rate"])
+        elif r.get("concurrency") is not None:
+            kind, x = "concurrency", float(r["concurrency"])
+        else:
             continue
         where = str(r.get("group") or " · ".join(str(r[k]) for k in ("target", "dataset") if r.get(k)))
         series = (str(r.get("method", "?")), str(r.get("metric", "")))
-        panels.setdefault(where, {}).setdefault(series, []).append((float(r["concurrency"]), est))
+        panels.setdefault((where, kind), {}).setdefault(series, []).append((x, est))
     if not panels:
         return None
     fig, axes = _figure(len(panels))
-    for ax, (where, lines) in zip(axes, panels.items(), strict=True):
+    for ax, ((where, kind), lines) in zip(axes, panels.items(), strict=True):
         for (m, metric), pts in lines.items():
             pts.sort(key=lambda p: p[0])
             ests = [p[1] for p in pts]
             ax.errorbar([p[0] for p in pts], _vals(ests), yerr=_yerr(ests), marker="o", capsize=3,
                         color=colors.get(m, PALETTE[0]), linestyle="--" if metric == "tpot" else "-",
                         label=f"{m} ({metric})" if metric else m)
-        _load_axes(ax, "concurrent requests", [p[0] for pts in lines.values() for p in pts])
-        ax.set_title(where, fontsize=10, color=INK)
+        _load_axes(ax, "request rate (req/s)" if kind == "rate" else "concurrent requests",
+                   [p[0] for pts in lines.values() for p in pts])
+        ax.set_title(where + (" · Poisson arrivals" if kind == "rate" else ""), fontsize=10, color=INK)
     return _png(fig, TITLES["serving_speedup"] + " (95% intervals)")
 
 

@@ -28,6 +28,7 @@ from specbench.engines.loadgen import (
     RequestItem,
     build_item,
     make_session,
+    poisson_offsets,
     run_load,
     run_warmup,
     spec_counters_from_response,
@@ -546,6 +547,110 @@ def test_engine_attach_unreachable(tmp_path: Path) -> None:
     )
     with pytest.raises(EngineUnavailable, match="did not answer /health"):
         eng.start()
+
+
+# ---------------------------------------------------------------------------
+# request-rate (Poisson) cells
+
+
+def _rate_cell(rate: float, cap: int = 0, repeat: int = 0) -> Cell:
+    return _cell(bs=cap, cell_id=f"t/m/d/T0/rate{rate:g}/r{repeat}").model_copy(
+        update={"request_rate": rate, "repeat": repeat}
+    )
+
+
+def _first(rate: float, seed: int, n: int) -> list[float]:
+    gen = poisson_offsets(rate, seed)
+    return [next(gen) for _ in range(n)]
+
+
+def test_poisson_offsets_are_seeded_increasing_at_the_rate() -> None:
+    a = _first(4.0, 11, 4000)
+    assert a == _first(4.0, 11, 4000) and a != _first(4.0, 12, 4000)
+    assert all(y > x for x, y in zip(a, a[1:], strict=False)) and a[0] > 0
+    assert a[-1] / len(a) == pytest.approx(1 / 4.0, rel=0.06)  # mean gap 1/rate
+
+
+def test_profile_for_cell_from_the_suite_load() -> None:
+    from specbench.suite import LoadSpec
+
+    spec = LoadSpec(request_rates=[2.0], max_concurrency=3, num_requests=12, duration_s=5.0, warmup_requests=2)
+    p = LoadProfile.for_cell(_rate_cell(2.0, cap=3, repeat=1), spec, seed=5)
+    assert (p.mode, p.request_rate, p.concurrency) == ("poisson", 2.0, 3)
+    assert (p.num_requests, p.duration_s, p.warmup_requests) == (12, 5.0, 2)
+    assert p.seed == 5 + 104729  # repeats get their own arrival sequence, reproducibly
+    assert LoadProfile.for_cell(_rate_cell(2.0, cap=3, repeat=0), spec, seed=5).seed == 5
+    assert LoadProfile.for_cell(_rate_cell(2.0, cap=0), spec).concurrency is None  # no cap
+    closed = LoadProfile.for_cell(_cell(bs=4), spec)
+    assert (closed.mode, closed.concurrency, closed.request_rate, closed.duration_s) == ("concurrency", 4, None, 5.0)
+    # An engine default profile passes its bounds, timeout and seed on the same way.
+    dflt = LoadProfile(num_requests=3, request_timeout_s=7.0, seed=9)
+    p = LoadProfile.for_cell(_rate_cell(8.0, repeat=2), dflt)
+    assert (p.request_rate, p.num_requests, p.request_timeout_s, p.seed) == (8.0, 3, 7.0, 9 + 2 * 104729)
+
+
+def _rate_engine(srv: FakeServer, tmp_path: Path, load: LoadProfile) -> VllmServerEngine:
+    eng = VllmServerEngine(_config(), {"model": "fake-model"}, tmp_path / "log", {}, base_url=srv.url, load=load)
+    eng.start()
+    return eng
+
+
+def _prompts(n: int) -> list[PreparedPrompt]:
+    return [PreparedPrompt(prompt_id=f"p{i:02d}", text=f"hello {i}") for i in range(n)]
+
+
+def test_engine_rate_cell_sends_on_the_seeded_schedule(tmp_path: Path) -> None:
+    rate, n, seed = 40.0, 12, 3
+    with FakeServer(gap_s=0.02) as srv:  # a request takes ~0.2 s, arrivals are ~25 ms apart
+        eng = _rate_engine(srv, tmp_path, LoadProfile(seed=seed))
+        cell = _rate_cell(rate, repeat=1)
+        req = CellRequest(run_id="r", cell=cell, prompts=_prompts(n),
+                          sampling=SamplingRequest(temperature=0.0, max_tokens=10))
+        recs: list[RequestRecord] = []
+        out = eng.run_cell(req, recs.append)  # no explicit profile: the cell's rate drives it
+        eng.close()
+        assert srv.max_inflight > 1
+    assert eng.last_cell["profile"]["request_rate"] == rate and eng.last_cell["profile"]["concurrency"] is None
+    assert out.num_requests == n == len(recs) and len({r.prompt_id for r in recs}) == n
+    assert all(r.error is None and r.sent_offset_s is not None for r in recs)
+    sent = {r.prompt_id: r.sent_offset_s for r in recs}
+    want = _first(rate, seed + 104729, n)  # the repeat is mixed into the seed
+    err = [abs(sent[f"p{i:02d}"] - w) for i, w in enumerate(want)]  # type: ignore[operator]
+    assert sum(err) / n < 0.01 and max(err) < 0.05, err
+    # Open loop: requests went out while earlier ones were still streaming.
+    order = sorted(recs, key=lambda r: r.sent_offset_s or 0.0)
+    overlapped = sum(
+        (b.sent_offset_s or 0) < (a.sent_offset_s or 0) + (a.latency_s or 0) for a, b in zip(order, order[1:], strict=False)
+    )
+    assert overlapped >= n // 2
+
+
+def test_engine_rate_cell_capped_and_duration_bounded(tmp_path: Path) -> None:
+    rate, seed = 40.0, 4
+    want = _first(rate, seed, 30)
+    with FakeServer(gap_s=0.02) as srv:
+        eng = _rate_engine(srv, tmp_path, LoadProfile(seed=seed))
+        req = CellRequest(run_id="r", cell=_rate_cell(rate, cap=2), prompts=_prompts(12),
+                          sampling=SamplingRequest(temperature=0.0, max_tokens=10))
+        recs: list[RequestRecord] = []
+        eng.run_cell(req, recs.append)
+        eng.close()
+        assert srv.max_inflight == 2  # the cap holds …
+    sent = sorted(r.sent_offset_s or 0.0 for r in recs)
+    assert len(recs) == 12 and all(s >= w - 0.005 for s, w in zip(sent, want, strict=False))
+    assert sent[-1] > want[11] + 0.1  # … so requests queue behind it and go out late
+
+    # duration_s: nothing is sent once the deadline passed; put it in a wide gap of the schedule.
+    k = max(range(2, 10), key=lambda i: want[i + 1] - want[i])
+    deadline = (want[k] + want[k + 1]) / 2
+    with FakeServer(gap_s=0.002) as srv:
+        eng = _rate_engine(srv, tmp_path, LoadProfile(seed=seed, duration_s=deadline))
+        req = CellRequest(run_id="r", cell=_rate_cell(rate), prompts=_prompts(30),
+                          sampling=SamplingRequest(temperature=0.0, max_tokens=2))
+        recs = []
+        eng.run_cell(req, recs.append)
+        eng.close()
+    assert len(recs) == k + 1 and eng.last_cell["not_sent"] == 30 - (k + 1)
 
 
 # ---------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from specbench.plan import Cell
 from specbench.records import RequestRecord, SpecCounters
 from specbench.serving_metrics import (
     SLO,
+    Rate,
     dist,
     group_records,
     meets_slo,
@@ -16,6 +17,7 @@ from specbench.serving_metrics import (
     speedup,
     speedup_table_markdown,
     speedups_vs_concurrency,
+    speedups_vs_load,
     summarize_cell,
 )
 
@@ -159,3 +161,113 @@ def test_speedup_skips_concurrency_without_baseline() -> None:
     g = {("eagle3", 8): [rec("a")], ("baseline", 1): [rec("b")], ("eagle3", 1): [rec("c")]}
     sp = speedups_vs_concurrency(g, metrics=("tpot",))
     assert [(s.concurrency, s.estimate.method) for s in sp] == [(1, "none")]
+
+
+# ---------------------------------------------------------------------------
+# request-rate (Poisson) loads
+
+
+def _rate_cell(method: str, rate: float, repeat: int = 0, cap: int = 0) -> Cell:
+    return Cell(
+        cell_id=f"t/{method}/d/T0/rate{rate:g}/r{repeat}",
+        engine_key=f"t--{method}",
+        target="t",
+        method=method,
+        method_kind=method,
+        k=None if method == "baseline" else 3,
+        dataset="d",
+        temperature=0.0,
+        batch_size=cap,
+        repeat=repeat,
+        request_rate=rate,
+    )
+
+
+def _records_for(cells: list[Cell], slow: dict[tuple[str, object], float]) -> list[RequestRecord]:
+    out = []
+    for c in cells:
+        load = c.request_rate if c.request_rate is not None else c.batch_size
+        f = slow[(c.method, load)]
+        out += [rec(f"p{i}", n=10, tpot=0.01 * f * (1 + 0.01 * i), cell=c.cell_id) for i in range(8)]
+    return out
+
+
+def test_rate_and_concurrency_loads_are_grouped_apart() -> None:
+    # Concurrency 4 and rate 4 req/s are different loads even though the numbers agree.
+    cells = [_cell(m, 4) for m in ("baseline", "eagle3")] + [_rate_cell(m, 4.0) for m in ("baseline", "eagle3")]
+    records = []
+    for c in cells:
+        f = {"baseline": 3.0 if c.request_rate is not None else 2.0, "eagle3": 1.0}[c.method]
+        records += [rec(f"p{i}", n=10, tpot=0.01 * f * (1 + 0.01 * i), cell=c.cell_id) for i in range(8)]
+    g = group_records(records, cells)[("t", "d", 0.0)]
+    assert set(g) == {("baseline", 4), ("eagle3", 4), ("baseline", Rate(4.0)), ("eagle3", Rate(4.0))}
+    sp = speedups_vs_load(g, resamples=200)
+    assert [(s.method, s.concurrency, s.request_rate, s.metric) for s in sp] == [
+        ("eagle3", 4, None, "tpot"),
+        ("eagle3", 4, None, "throughput"),
+        ("eagle3", None, 4.0, "tpot"),
+        ("eagle3", None, 4.0, "throughput"),
+    ]
+    tpot = {s.load: s.estimate.value for s in sp if s.metric == "tpot"}
+    # Each method is compared with the baseline at its own load: 2× at concurrency 4, 3× at 4 req/s.
+    assert tpot[4] == pytest.approx(2.0) and tpot[Rate(4.0)] == pytest.approx(3.0)
+    assert speedups_vs_concurrency is speedups_vs_load  # the old name still works
+
+
+def test_speedup_vs_request_rate_table() -> None:
+    cells = [_rate_cell(m, r, rep) for m in ("baseline", "eagle3") for r in (0.5, 8.0) for rep in (0, 1)]
+    records = _records_for(cells, {("baseline", 0.5): 1.5, ("eagle3", 0.5): 1.0,
+                                   ("baseline", 8.0): 2.4, ("eagle3", 8.0): 2.0})
+    g = group_records(records, cells)[("t", "d", 0.0)]
+    assert len(g[("eagle3", Rate(8.0))]) == 16  # repeats pooled
+    sp = speedups_vs_load(g, resamples=200)
+    assert [s.request_rate for s in sp] == [0.5, 0.5, 8.0, 8.0] and all(s.concurrency is None for s in sp)
+    est = {(s.request_rate, s.metric): s.estimate for s in sp}
+    assert est[(0.5, "tpot")].value == pytest.approx(1.5) and est[(8.0, "tpot")].value == pytest.approx(1.2)
+    lo, hi = est[(8.0, "tpot")].ci_low, est[(8.0, "tpot")].ci_high
+    assert lo is not None and hi is not None and lo < 1.2 < hi
+    md = speedup_table_markdown(sp).strip().splitlines()
+    assert md[0] == "| request rate (req/s) | eagle3 TPOT | eagle3 throughput | n |"
+    assert md[2].startswith("| 0.5 | 1.50× [") and md[3].startswith("| 8 | 1.20× [") and md[3].endswith("| 16 |")
+    # With both kinds of load, each gets its own table.
+    conc = speedups_vs_load({("baseline", 2): [rec("a", tpot=0.02)], ("eagle3", 2): [rec("a", tpot=0.01)]})
+    both = speedup_table_markdown([*conc, *sp])
+    assert "| concurrency | eagle3 TPOT" in both and "| request rate (req/s) | eagle3 TPOT" in both
+    assert both.index("| concurrency |") < both.index("| request rate")
+
+
+def test_rate_rows_reach_the_summary_and_the_report(tmp_path) -> None:
+    """api._serving on hand-built records: cell rows carry the rate, the report shows a rate table."""
+    from specbench.api import _serving
+    from specbench.records import CellRecord
+    from specbench.report.markdown import Table, build_report, render_markdown
+    from specbench.summary import RunSummary
+
+    cells = [_rate_cell(m, r, cap=4) for m in ("baseline", "eagle3") for r in (1.0, 8.0)]
+    cells += [_cell(m, 2) for m in ("baseline", "eagle3")]
+    slow = {("baseline", 1.0): 2.0, ("eagle3", 1.0): 1.0, ("baseline", 8.0): 3.0, ("eagle3", 8.0): 2.0,
+            ("baseline", 2): 1.0, ("eagle3", 2): 1.0}
+    records = _records_for(cells, slow)
+    cell_recs = [CellRecord(run_id="r", cell_id=c.cell_id, engine_key=c.engine_key, status="ok", wall_time_s=2.0)
+                 for c in cells]
+    manifest = {"suite": {"targets": [{"name": "t", "engine": "vllm-server"}]}}
+    rows = _serving(manifest, cells, records, cell_recs)
+    cell_rows = {r["cell_id"]: r for r in rows if r.get("kind") == "cell"}
+    r8 = cell_rows["t/eagle3/d/T0/rate8/r0"]
+    assert r8["request_rate"] == 8.0 and r8["concurrency"] is None and r8["max_concurrency"] == 4
+    assert cell_rows["t/eagle3/d/T0/b2/r0"]["concurrency"] == 2
+    assert cell_rows["t/eagle3/d/T0/b2/r0"]["request_rate"] is None
+    sp = [r for r in rows if "metric" in r]
+    assert {(r["concurrency"], r["request_rate"]) for r in sp} == {(2, None), (None, 1.0), (None, 8.0)}
+
+    summary = RunSummary(run_id="r", suite_name="s", groups=[], extra={"serving": rows})
+    text = render_markdown(summary, {})
+    assert "Speedup over the baseline by concurrency (95% intervals):" in text
+    assert "Speedup over the baseline by request rate (Poisson arrivals) (95% intervals):" in text
+    serving = next(b for b in build_report(summary, {}) if getattr(b, "title", "") == "Serving")
+    tables = [b for b in serving.blocks if isinstance(b, Table)]
+    assert [t.headers for t in tables] == [["Where", "Method", "Metric", "c=2"],
+                                           ["Where", "Method", "Metric", "1 req/s", "8 req/s"]]
+    tpot_row = next(r for r in tables[1].rows if r[2] == "tpot")
+    assert tpot_row[:3] == ["t · d", "eagle3", "tpot"]
+    assert tpot_row[3].startswith("2.00× [") and tpot_row[4].startswith("1.50× [")

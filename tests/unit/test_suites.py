@@ -425,3 +425,73 @@ def test_cli_dry_run_gpu_suites(name: str, monkeypatch):
             assert f"engine {t.name}--{m.label} " in result.output
             if m.speculator:
                 assert m.speculator in result.output
+
+
+# --------------------------------------------------------------------------
+# load: request rates (Poisson) and their bounds
+
+SERVER = """
+name: rates
+targets:
+  - name: srv
+    model: some/model
+    engine: vllm-server
+    methods:
+      - method: baseline
+      - method: ngram
+        num_speculative_tokens: 3
+datasets:
+  - name: humaneval
+    kind: humaneval
+    limit: 2
+load:
+  request_rates: [0.5, 2]
+  max_concurrency: 8
+  num_requests: 12
+  duration_s: 30
+"""
+
+
+def test_request_rates_on_a_server_target_validate(tmp_path: Path):
+    s = load_suite(_write(tmp_path, SERVER))
+    assert s.load.request_rates == [0.5, 2.0] and s.load.max_concurrency == 8 and s.load.duration_s == 30
+
+
+def test_request_rates_need_server_targets(tmp_path: Path):
+    p = _write(tmp_path, SERVER.replace("    engine: vllm-server\n", ""))
+    msg, duration = _errors(p)
+    assert msg.startswith(f"{p}:{_line_of(p, 'request_rates:')}: load.request_rates: ")
+    assert "need engine: vllm-server" in msg and "'srv' is not" in msg
+    assert duration.startswith(f"{p}:{_line_of(p, 'duration_s:')}: load.duration_s: ")
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", ".inf"])
+def test_request_rate_must_be_positive_and_finite(tmp_path: Path, bad: str):
+    p = _write(tmp_path, SERVER.replace("request_rates: [0.5, 2]", f"request_rates:\n    - 0.5\n    - {bad}"))
+    (msg,) = _errors(p)
+    assert msg.startswith(f"{p}:{_line_of(p, '- 0.5') + 1}: load.request_rates[1]: ")
+    assert "finite number > 0" in msg
+
+
+def test_duplicate_and_empty_request_rates(tmp_path: Path):
+    (dup,) = _errors(_write(tmp_path, SERVER.replace("[0.5, 2]", "[2, 2.0]")))
+    assert "load.request_rates[1]: duplicate request rate 2" in dup
+    (empty,) = _errors(_write(tmp_path, SERVER.replace("[0.5, 2]", "[]"), name="e.yaml"))
+    assert "load.request_rates: request_rates must list at least one rate" in empty
+
+
+def test_max_concurrency_needs_request_rates(tmp_path: Path):
+    p = _write(tmp_path, SERVER.replace("  request_rates: [0.5, 2]\n", "  concurrency: [1, 4]\n"))
+    (msg,) = _errors(p)
+    assert msg.startswith(f"{p}:{_line_of(p, 'max_concurrency:')}: load.max_concurrency: ")
+    assert "needs request_rates" in msg
+
+
+def test_duration_bound_needs_a_server_target(tmp_path: Path):
+    text = SERVER.replace("    engine: vllm-server\n", "").replace("  request_rates: [0.5, 2]\n  max_concurrency: 8\n", "")
+    p = _write(tmp_path, text)
+    (msg,) = _errors(p)
+    assert msg.startswith(f"{p}:{_line_of(p, 'duration_s:')}: load.duration_s: ")
+    # Range errors come from the schema, with their line too.
+    (neg,) = _errors(_write(tmp_path, SERVER.replace("max_concurrency: 8", "max_concurrency: 0"), name="n.yaml"))
+    assert "load.max_concurrency" in neg and "greater than or equal to 1" in neg
