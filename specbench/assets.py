@@ -165,6 +165,23 @@ def ensure_assets(
     return _layout(final, json.loads(manifest.read_text()))
 
 
+# A suite target's ``assets:`` (see specbench.suite.TargetSpec) → ensure_assets arguments.
+ASSET_MODES: dict[str, dict[str, bool]] = {
+    "trained": {"train": True, "quick": False},
+    "quick": {"train": True, "quick": True},
+    "untrained": {"train": False, "quick": False},
+}
+
+
+def ensure_assets_for(mode: str | None, cache_dir: Path | None = None, **kw: Any) -> TinyAssets:
+    """The assets a suite target asks for: ``mode`` is ``trained``, ``quick`` or
+    ``untrained`` (None: untrained). Training happens here, once, on first use."""
+    mode = mode or "untrained"
+    if mode not in ASSET_MODES:
+        raise ValueError(f"unknown assets mode {mode!r}; valid: {', '.join(ASSET_MODES)}")
+    return ensure_assets(cache_dir, **ASSET_MODES[mode], **kw)
+
+
 def resolve_speculator(ref: str, assets: TinyAssets) -> Path:
     """``"tiny:<kind>"`` → the drafter's checkpoint directory."""
     kinds = ", ".join(sorted(assets.speculators))

@@ -75,9 +75,9 @@ def resolve_engine(cfg: EngineConfig, platform: str, assets_factory: Callable[[]
     assets = None
     if model == "tiny" or (spec_ref or "").startswith("tiny:"):
         if assets_factory is None:
-            from specbench.assets import ensure_assets
+            from specbench.assets import ensure_assets_for
 
-            assets = ensure_assets()
+            assets = ensure_assets_for(cfg.target.assets)
         else:
             assets = assets_factory()
     model_path = str(assets.target) if model == "tiny" and assets is not None else model

@@ -65,6 +65,20 @@ class TargetSpec(Strict):
         "recorded in the manifest and the report",
     )
     methods: list[MethodSpec] = Field(min_length=1)
+    assets: Literal["trained", "quick", "untrained"] | None = Field(
+        None,
+        description="model: tiny only: which local zoo (specbench.assets). 'trained': the target and "
+        "drafters trained on CPU (~10 min once, then cached); 'quick': seconds of training (tests); "
+        "'untrained': random weights (harness checks). Default: 'trained' when a method uses a "
+        "'tiny:<kind>' drafter, else 'untrained'",
+    )
+
+    @model_validator(mode="after")
+    def _default_assets(self) -> TargetSpec:
+        if self.assets is None and self.model == "tiny":
+            uses_zoo = any((m.speculator or "").startswith("tiny:") for m in self.methods)
+            self.assets = "trained" if uses_zoo else "untrained"
+        return self
 
 
 class DatasetSpec(Strict):
@@ -299,6 +313,8 @@ def check_semantics(suite: Suite, base_dir: Path) -> list[tuple[tuple[Any, ...],
         if _looks_local(t.model) and not resolve_path(t.model, base_dir).exists():
             problems.append(((*loc_t, "model"), f"model path {t.model!r} does not exist"))
         _unique([m.label for m in t.methods], (*loc_t, "methods"), "method name", problems)
+        if t.assets is not None and t.model != "tiny":
+            problems.append(((*loc_t, "assets"), "'assets' only applies to model: tiny"))
         for pi, name in enumerate(t.engine_patches):
             if name not in ENGINE_PATCHES:
                 problems.append(((*loc_t, "engine_patches", pi), _unknown("engine patch", name, sorted(ENGINE_PATCHES))))

@@ -9,6 +9,7 @@ stable when files are added or removed.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import sysconfig
 from collections.abc import Iterator
@@ -58,9 +59,17 @@ def iter_texts(split: str = "train", root: Path | None = None) -> Iterator[str]:
 
 
 def corpus_fingerprint(root: Path | None = None) -> str:
-    """A short hash of the corpus file list and sizes (part of the asset cache key)."""
+    """A short hash of the corpus file list and sizes (part of the asset cache key).
+
+    Computed once per process and root (walking the standard library takes
+    seconds on a busy machine, and every engine of a run resolves its assets).
+    """
+    return _fingerprint(root or stdlib_root())
+
+
+@functools.lru_cache(maxsize=4)
+def _fingerprint(root: Path) -> str:
     h = hashlib.sha256()
-    root = root or stdlib_root()
     for f in stdlib_files("all", root):
         h.update(f"{f.relative_to(root).as_posix()}:{f.stat().st_size}\n".encode())
     return h.hexdigest()[:16]

@@ -9,12 +9,14 @@ from pathlib import Path
 import pytest
 
 from specbench.assets import (
+    ASSET_MODES,
     DRAFTER_KINDS,
     SPECIAL_TOKENS,
     TinyAssets,
     asset_config,
     cache_key,
     ensure_assets,
+    ensure_assets_for,
     resolve_speculator,
 )
 from specbench.zoo.serve import FLAG, dflash_served_causal, flip_dflash_attention
@@ -121,3 +123,64 @@ def test_failed_build_leaves_no_cache(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError):
         ensure_assets(tmp_path, progress=False, seed=7)
     assert [p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")] == []
+
+
+def test_suite_assets_modes(built):
+    """A suite target's ``assets:`` picks the cache entry; untrained is the untrained build."""
+    cache, a, _ = built
+    assert ensure_assets_for("untrained", cache, progress=False).root == a.root
+    assert ensure_assets_for(None, cache, progress=False).root == a.root
+    keys = {m: cache_key(0, asset_config(**kw)) for m, kw in ASSET_MODES.items()}
+    assert keys["untrained"] == a.root.name
+    assert keys["trained"].startswith("tiny-trained-s0-") and keys["quick"].startswith("tiny-trained-quick-s0-")
+    assert len(set(keys.values())) == 3
+    with pytest.raises(ValueError, match="trained, quick, untrained"):
+        ensure_assets_for("random", cache, progress=False)
+
+
+SUITE = """
+name: s
+targets:
+  - name: t
+    model: {model}
+{assets}    methods:
+      - method: baseline
+{extra}datasets:
+  - name: d
+    kind: humaneval
+"""
+
+
+def _suite(tmp_path: Path, *, model: str = "tiny", assets: str | None = None, extra: str = ""):
+    from specbench.suite import load_suite
+
+    p = tmp_path / "s.yaml"
+    p.write_text(SUITE.format(model=model, assets=f"    assets: {assets}\n" if assets else "", extra=extra))
+    return load_suite(p)
+
+
+def test_suite_assets_default_and_validation(tmp_path):
+    from specbench.suite import SuiteError
+
+    eagle = "      - method: eagle3\n        speculator: tiny:eagle3\n        num_speculative_tokens: 3\n"
+    assert _suite(tmp_path).targets[0].assets == "untrained"  # target only: no training needed
+    assert _suite(tmp_path, extra=eagle).targets[0].assets == "trained"  # a tiny drafter: the zoo
+    assert _suite(tmp_path, assets="quick", extra=eagle).targets[0].assets == "quick"
+    assert _suite(tmp_path, model="Qwen/Qwen3-8B").targets[0].assets is None
+    with pytest.raises(SuiteError, match="only applies to model: tiny"):
+        _suite(tmp_path, model="Qwen/Qwen3-8B", assets="trained")
+    with pytest.raises(SuiteError, match="assets"):
+        _suite(tmp_path, assets="half-trained")
+
+
+def test_cpu_smoke_uses_the_trained_zoo_and_a_greedy_reference_target():
+    from specbench.plan import expand
+    from specbench.suite import load_suite
+
+    s = load_suite(Path(__file__).resolve().parents[2] / "suites" / "cpu-smoke.yaml")
+    assert {t.name: t.assets for t in s.targets} == {"tiny": "trained", "tiny-ref": "trained"}
+    ref = next(t for t in s.targets if t.engine == "reference")
+    assert {m.method for m in ref.methods} >= {"eagle3", "p-eagle", "dflash", "dspark", "draft_model"}
+    cells = expand(s).cells
+    assert {c.temperature for c in cells if c.target == ref.name} == {0.0}  # no sampled cells
+    assert {c.temperature for c in cells if c.target != ref.name} == {0.0, 1.0}
