@@ -203,6 +203,11 @@ def report_cmd(
 def compare(
     base_run: Annotated[Path, typer.Argument(help="baseline run directory")],
     new_run: Annotated[Path, typer.Argument(help="new run directory")],
+    speed_noise_floor_pct: Annotated[
+        float | None,
+        typer.Option(help="test speed changes with each run's interval widened to at least ±this % "
+                     "(default: speed is shown, not tested: within-run intervals miss machine drift)"),
+    ] = None,
 ) -> None:
     """Match the two runs' cells and show each metric's change, with intervals."""
     from specbench.compare import compare_runs, render_comparison_markdown
@@ -211,7 +216,7 @@ def compare(
         base, new = api.load_summary(base_run), api.load_summary(new_run)
     except api.store.StoreError as exc:
         _bad_input([str(exc)])
-    typer.echo(render_comparison_markdown(compare_runs(base, new)))  # raw Markdown: no wrapping
+    typer.echo(render_comparison_markdown(compare_runs(base, new, speed_noise_floor_pct=speed_noise_floor_pct)))  # raw Markdown: no wrapping
 
 
 @app.command()

@@ -16,6 +16,13 @@ It is a normal approximation and only as good as the two intervals: they
 cover sampling noise over requests and prompts, not drift of the machine
 between runs (a slower node moves tok/s and speedup beyond their intervals).
 
+Speed (``output_tps``, ``speedup``) is different: its intervals cover noise
+over requests within one run, not the machine's drift between runs (on a
+shared 2-core runner two runs of one suite differ by 15-40% in tok/s with
+intervals of ±1%). By default speed changes are therefore shown but not
+tested (verdict "not tested"); ``speed_noise_floor_pct=P`` tests them with
+each run's interval widened to at least ±P% of its value.
+
 A change is *significant* when its interval excludes 0. With many metrics
 and groups some 95% intervals would exclude 0 by chance alone, so by default
 (``family_wise=True``) every interval is widened by the Bonferroni factor
@@ -46,6 +53,17 @@ HIGHER_IS_BETTER: dict[str, bool] = {
     "accuracy": True,
     "greedy_match": True,
 }
+
+#: Metrics measured in time: their within-run intervals do not cover drift between runs.
+SPEED_METRICS = frozenset({"output_tps", "speedup"})
+
+
+def floor_interval(e: Estimate, pct: float) -> Estimate:
+    """``e`` with each side of its interval at least ``pct`` % of its value wide."""
+    if not pct or e.value is None or e.ci_low is None or e.ci_high is None:
+        return e
+    h = abs(e.value) * pct / 100
+    return e.model_copy(update={"ci_low": min(e.ci_low, e.value - h), "ci_high": max(e.ci_high, e.value + h)})
 
 
 def metric_family(metric: str) -> str:
@@ -91,9 +109,12 @@ class MetricChange(BaseModel):
     rel_change: float | None = None  # (new - base) / |base|
     significant: bool = False
     higher_is_better: bool = True
+    tested: bool = True  # False: shown only (speed without a noise floor)
 
     @property
-    def verdict(self) -> Literal["better", "worse", "no significant change", "no interval"]:
+    def verdict(self) -> Literal["better", "worse", "no significant change", "no interval", "not tested"]:
+        if not self.tested:
+            return "not tested"
         if self.diff_low is None or self.diff_high is None:
             return "no interval"
         if not self.significant:
@@ -153,6 +174,7 @@ class Comparison(BaseModel):
     family_wise: bool = True
     n_comparisons: int = 0
     widen: float = 1.0
+    speed_noise_floor_pct: float | None = None
     groups: list[GroupComparison] = Field(default_factory=list)
     only_in_base: list[str] = Field(default_factory=list)
     only_in_new: list[str] = Field(default_factory=list)
@@ -175,19 +197,39 @@ def equivalence_verdict(g: GroupSummary) -> str | None:
 
 
 def compare_runs(base: RunSummary, new: RunSummary, *, confidence: float = 0.95,
-                 family_wise: bool = True) -> Comparison:
-    """Every metric of every group present in both runs, base → new."""
+                 family_wise: bool = True, speed_noise_floor_pct: float | None = None) -> Comparison:
+    """Every metric of every group present in both runs, base → new.
+
+    Speed metrics are tested only with ``speed_noise_floor_pct`` (see the module docstring).
+    """
+
+    def tested(metric: str) -> bool:
+        return metric not in SPEED_METRICS or speed_noise_floor_pct is not None
+
+    def prepared(metric: str, e: Estimate) -> Estimate:
+        if metric in SPEED_METRICS and speed_noise_floor_pct:
+            return floor_interval(e, speed_noise_floor_pct)
+        return e
+
     new_by_id = {g.group_id: g for g in new.groups}
     base_ids = {g.group_id for g in base.groups}
     pairs = [(b, new_by_id[b.group_id]) for b in base.groups if b.group_id in new_by_id]
     raw: list[tuple[GroupSummary, GroupSummary, dict[str, Estimate], dict[str, Estimate]]] = [
-        (b, n, metric_estimates(b), metric_estimates(n)) for b, n in pairs
+        (b, n, {k: prepared(k, e) for k, e in metric_estimates(b).items()},
+         {k: prepared(k, e) for k, e in metric_estimates(n).items()}) for b, n in pairs
     ]
-    m = sum(1 for _, _, mb, mn in raw for k in mb.keys() & mn.keys() if _has_ci(mb[k]) and _has_ci(mn[k]))
+    m = sum(1 for _, _, mb, mn in raw for k in mb.keys() & mn.keys()
+            if tested(k) and _has_ci(mb[k]) and _has_ci(mn[k]))
     widen = bonferroni_widen(m if family_wise else 1, confidence)
     groups = []
     for b, n, mb, mn in raw:
-        changes = [c for k in mb if k in mn if (c := metric_change(k, mb[k], mn[k], widen)) is not None]
+        changes = []
+        for k in mb:
+            if k not in mn or (c := metric_change(k, mb[k], mn[k], widen)) is None:
+                continue
+            if not tested(k):
+                c = c.model_copy(update={"significant": False, "tested": False})
+            changes.append(c)
         groups.append(GroupComparison(
             group_id=b.group_id, target=b.target, method=b.method, dataset=b.dataset, temperature=b.temperature,
             batch_size=b.batch_size, base_status=b.status, new_status=n.status, changes=changes,
@@ -195,7 +237,8 @@ def compare_runs(base: RunSummary, new: RunSummary, *, confidence: float = 0.95,
         ))
     return Comparison(
         base_run_id=base.run_id, new_run_id=new.run_id, base_suite=base.suite_name, new_suite=new.suite_name,
-        confidence=confidence, family_wise=family_wise, n_comparisons=m, widen=widen, groups=groups,
+        confidence=confidence, family_wise=family_wise, n_comparisons=m, widen=widen,
+        speed_noise_floor_pct=speed_noise_floor_pct, groups=groups,
         only_in_base=[g.group_id for g in base.groups if g.group_id not in new_by_id],
         only_in_new=[g.group_id for g in new.groups if g.group_id not in base_ids],
     )
@@ -255,6 +298,13 @@ def render_comparison_markdown(comp: Comparison) -> str:
     lines += [f"{len(comp.groups)} groups in both runs; {len(sig)} significant changes ({len(worse)} worse, "
               f"{len(better)} better). Intervals of the differences are {level}, {adj}, from the two runs' "
               "intervals assuming independence.", ""]
+    if comp.speed_noise_floor_pct is None:
+        lines += ["Speed (output_tps, speedup) is shown but not tested: its intervals cover request noise within "
+                  "a run, not machine drift between runs. `--speed-noise-floor-pct P` tests it with each run's "
+                  "interval widened to at least ±P%.", ""]
+    else:
+        lines += [f"Speed intervals widened to at least ±{comp.speed_noise_floor_pct:g}% of each run's value "
+                  "(machine drift between runs).", ""]
     if sig:
         lines += ["## Significant changes", ""] + _table(HEADERS, [_row(g, c) for g, c in worse + better]) + [""]
     status = [[g.group_id, g.base_status, g.new_status] for g in comp.groups if g.base_status != g.new_status]

@@ -58,6 +58,7 @@ from specbench.compare import (
     MetricChange,
     bonferroni_widen,
     equivalence_verdict,
+    floor_interval,
     metric_change,
     metric_estimates,
     metric_family,
@@ -374,11 +375,7 @@ def evaluate_gate(new: RunSummary, baseline: RunSummary | ExpectedValues, rules:
 
 
 def _floor(e: Estimate, pct: float) -> Estimate:
-    """``e`` with each side of its interval at least ``pct`` % of its value wide."""
-    if not pct or e.value is None or e.ci_low is None or e.ci_high is None:
-        return e
-    h = abs(e.value) * pct / 100
-    return e.model_copy(update={"ci_low": min(e.ci_low, e.value - h), "ci_high": max(e.ci_high, e.value + h)})
+    return floor_interval(e, pct)
 
 
 def _missing(result: GateResult, rules: GateRules, gid: str, what: str, message: str) -> None:

@@ -57,8 +57,20 @@ def test_same_suite_other_seed_shows_no_significant_change() -> None:
     assert not comp.only_in_base and not comp.only_in_new
 
 
-def test_regressions_are_found_and_rendered() -> None:
+def test_speed_is_shown_but_not_tested_without_a_noise_floor() -> None:
     comp = compare_runs(load("full"), load("regressed"))
+    speed = [c for _, c in comp.changes() if c.metric in ("speedup", "output_tps")]
+    assert speed and all(c.verdict == "not tested" and not c.significant for c in speed)
+    assert "not tested" in render_comparison_markdown(comp)
+    # with a floor the same drop is tested, and a floor wider than the drop hides it
+    floored = compare_runs(load("full"), load("regressed"), speed_noise_floor_pct=1)
+    assert any(c.metric == "speedup" and c.verdict == "worse" for _, c in floored.changes(True))
+    wide = compare_runs(load("full"), load("regressed"), speed_noise_floor_pct=80)
+    assert not any(c.metric == "speedup" and c.significant for _, c in wide.changes())
+
+
+def test_regressions_are_found_and_rendered() -> None:
+    comp = compare_runs(load("full"), load("regressed"), speed_noise_floor_pct=0)
     worse = {(g.group_id, c.metric) for g, c in comp.changes(significant_only=True) if c.verdict == "worse"}
     assert ("llama-3.1-8b/eagle3/gsm8k/T0/b1", "tau") in worse
     assert ("llama-3.1-8b/eagle3/gsm8k/T0/b1", "speedup") in worse
@@ -126,6 +138,6 @@ def test_simulated_reruns_are_quiet_and_a_real_drop_is_not() -> None:
     flagged_raw = [bool(compare_runs(runs[0], r, family_wise=False).changes(True)) for r in runs[1:]]
     assert sum(flagged_fw) <= 1, flagged_fw
     assert sum(flagged_fw) <= sum(flagged_raw)
-    drop = compare_runs(runs[0], simulate(99, accept=0.6))
+    drop = compare_runs(runs[0], simulate(99, accept=0.6), speed_noise_floor_pct=0)
     worse = {c.metric for _, c in drop.changes(True) if c.verdict == "worse"}
     assert {"tau", "per_position.1", "speedup"} <= worse, worse
