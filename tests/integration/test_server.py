@@ -253,3 +253,96 @@ def test_server_killed_mid_cell_then_restart(engine: VllmServerEngine, assets: A
         assert out.counters == sum((r.spec for r in more if r.spec is not None), SpecCounters())
     finally:
         fresh.close()
+
+
+def test_request_rate_cell_end_to_end(assets: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A suite with one Poisson load (8 req/s, 12 requests), baseline and the target drafting for itself,
+    through plan → runner → launched servers → records → summary → report. Starts its own two servers."""
+    from specbench import api, store
+    from specbench.engines.loadgen import poisson_offsets
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    rate, n = 8.0, 12
+    rows = [{"id": f"q{i:02d}", "prompt": f"def f{i}(x):\n    return"} for i in range(n + 4)]
+    (tmp_path / "prompts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    suite = tmp_path / "rate.yaml"
+    suite.write_text(f"""
+name: rate-it
+targets:
+  - name: tiny
+    model: {assets.target}
+    engine: vllm-server
+    max_model_len: 512
+    chat_template: false
+    methods:
+      - method: baseline
+      - method: draft_model
+        num_speculative_tokens: {K}
+        speculator: target
+datasets:
+  - name: d
+    kind: jsonl
+    path: prompts.jsonl
+sampling:
+  temperatures: [0.0]
+  max_tokens: 64
+load:
+  request_rates: [{rate:g}]
+  num_requests: {n}
+""")
+    t0 = time.monotonic()
+    run_dir = api.run(suite, out=tmp_path / "results", platform="cpu")
+    print(f"rate suite: {time.monotonic() - t0:.1f} s")
+
+    plan_cells = [Cell.model_validate(c) for c in store.read_manifest(run_dir)["plan"]["cells"]]
+    assert sorted(c.cell_id for c in plan_cells) == ["tiny/baseline/d/T0/rate8/r0", "tiny/draft_model/d/T0/rate8/r0"]
+    cells = store.read_cells(run_dir)
+    assert sorted((c.cell_id, c.status) for c in cells) == [(c.cell_id, "ok") for c in sorted(plan_cells, key=lambda c: c.cell_id)]
+    recs = store.read_requests(run_dir)
+    prompt_order = [r["id"] for r in rows][:n]
+    # The schedule every cell's sends must follow (sampling.seed 0, repeat 0).
+    gen = poisson_offsets(rate, 0)
+    want = [next(gen) for _ in range(n)]
+    for c in plan_cells:
+        mine = [r for r in recs if r.cell_id == c.cell_id]
+        # Exactly once: one record per request sent, none missing, none twice, all complete.
+        assert sorted(r.prompt_id for r in mine) == prompt_order
+        assert all(r.error is None and len(r.output_token_ids) == 64 for r in mine), [r.error for r in mine]
+        sent = {r.prompt_id: r.sent_offset_s for r in mine}
+        err = [abs(sent[p] - w) for p, w in zip(prompt_order, want, strict=True)]  # type: ignore[operator]
+        by_sent = sorted(mine, key=lambda r: r.sent_offset_s or 0.0)
+        overlapped = sum(
+            (b.sent_offset_s or 0.0) < (a.sent_offset_s or 0.0) + (a.latency_s or 0.0)
+            for a, b in zip(by_sent, by_sent[1:], strict=False)
+        )
+        print(f"{c.method}: send error mean {sum(err) / n * 1e3:.1f} ms max {max(err) * 1e3:.1f} ms; "
+              f"{overlapped} of {n - 1} sends while the previous request was still streaming")
+        # Open loop: requests go out on the seeded schedule …
+        assert sum(err) / n < 0.05 and max(err) < 0.25, err
+        # … not when earlier ones complete: some were sent while the one before was still streaming.
+        assert overlapped >= (n - 1) // 2
+        cr = next(x for x in cells if x.cell_id == c.cell_id)
+        assert cr.num_requests == n and cr.wall_time_s is not None and cr.wall_time_s >= want[-1] - 0.05
+        if c.method == "draft_model":
+            assert cr.counters == sum((r.spec for r in mine if r.spec is not None), SpecCounters())
+
+    summary = api.load_summary(run_dir)
+    g = summary.group("tiny/draft_model/d/T0/rate8")
+    assert g is not None and g.request_rate == rate and g.status == "ok" and g.n_requests == n
+    assert g.speedup is not None and g.speedup.value is not None  # paired with the baseline at 8 req/s
+    assert g.tau is not None and g.tau.value is not None and 3.9 <= g.tau.value <= K + 1
+    serving = summary.extra["serving"]
+    sp = [r for r in serving if r.get("metric") == "tpot"]
+    assert len(sp) == 1 and sp[0]["request_rate"] == rate and sp[0]["concurrency"] is None
+    assert sp[0]["n_method"] == sp[0]["n_baseline"] == n
+    cell_rows = [r for r in serving if r.get("kind") == "cell"]
+    assert {r["request_rate"] for r in cell_rows} == {rate} and all(r["num_ok"] == n for r in cell_rows)
+
+    paths = api.report(run_dir, tmp_path / "reports")
+    md = paths["markdown"].read_text()
+    serving_md = md.split("## Serving", 1)[1]
+    assert "Speedup over the baseline by request rate (Poisson arrivals) (95% intervals):" in serving_md
+    assert "| Where | Method | Metric | 8 req/s |" in serving_md
+    assert re.search(r"\| tiny · d \| draft_model \| tpot \| [0-9.]+× \[[0-9.]+, [0-9.]+\]", serving_md)
+    assert "8 req/s" in paths["html"].read_text()
