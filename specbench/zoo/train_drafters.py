@@ -131,6 +131,11 @@ def step_kwargs(kind: str, cfg: dict[str, Any]) -> dict[str, Any]:
     raise ValueError(kind)
 
 
+def bar_total(kind_cfg: dict[str, Any]) -> float:
+    """A drafter's progress-bar length: its seconds, or its steps when it has no time budget."""
+    return kind_cfg["seconds"] or max(1, kind_cfg.get("min_steps", 1))
+
+
 def train_one(
     kind: str, model, pool: dict[str, torch.Tensor], *, seed: int, cfg: dict[str, Any], p, task
 ) -> dict:
@@ -151,9 +156,16 @@ def train_one(
     t0 = time.perf_counter()
     clock = budget_clock()
     min_steps = max(1, cfg.get("min_steps", 1))
+    total = bar_total(cfg)
     while True:
         # Progress is the slower of time and the step floor; the lr schedule follows it.
-        frac = min(clock() / seconds, steps / min_steps) if steps < min_steps else clock() / seconds
+        # No time budget (seconds == 0): exactly min_steps steps.
+        if seconds <= 0:
+            frac = steps / min_steps
+        elif steps < min_steps:
+            frac = min(clock() / seconds, steps / min_steps)
+        else:
+            frac = clock() / seconds
         if frac >= 1.0 and steps >= min_steps:
             break
         for g in opt.param_groups:
@@ -167,10 +179,10 @@ def train_one(
         opt.step()
         steps += 1
         losses.append(loss.item())
-        p.update(task, completed=min(frac, 1.0) * seconds, status=f"loss {losses[-1]:.3f}")
-    p.update(task, completed=seconds)  # finish the bar (it stops its clock)
+        p.update(task, completed=min(frac, 1.0) * total, status=f"loss {losses[-1]:.3f}")
+    p.update(task, completed=total)  # finish the bar (it stops its clock)
     model.eval()
-    tail = losses[-10:]
+    tail = losses[-max(1, min(10, len(losses) // 2)) :]  # never the first loss, unless alone
     return {
         "steps": steps,
         "seconds": round(time.perf_counter() - t0, 1),
@@ -192,7 +204,7 @@ def train_drafters(
     }
     with bar(progress) as p:
         for i, (kind, model) in enumerate(drafters.items()):
-            task = p.add_task(kind, total=cfg["per_kind"][kind]["seconds"], status="")
+            task = p.add_task(kind, total=bar_total(cfg["per_kind"][kind]), status="")
             info[kind] = train_one(
                 kind, model, pool, seed=seed * 1000 + 17 * (i + 1), cfg=cfg, p=p, task=task
             )

@@ -8,10 +8,10 @@ import os
 import pytest
 
 from specbench.assets import ensure_assets
+from specbench.zoo import QUICK_DRAFTER_STEPS
 
 
 @pytest.mark.integration
-@pytest.mark.xfail(strict=False, reason="failed in the clean-clone run at the end of the first session; cause not yet diagnosed (issue 7 stays open)")
 def test_quick_zoo_trains_and_caches(tmp_path):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     a = ensure_assets(tmp_path, train=True, quick=True, progress=False)
@@ -20,7 +20,10 @@ def test_quick_zoo_trains_and_caches(tmp_path):
     assert t["steps"] == 8 and t["heldout_loss"] < 8.3  # below uniform (ln 4096 ≈ 8.32)
     d = a.info["drafter_training"]
     for kind in ("eagle3", "p-eagle", "dflash", "dspark"):
-        assert d[kind]["steps"] >= 1, kind
+        # A fixed step count, not a time budget: a 3-second CPU-time budget gave a busy
+        # machine a handful of steps (one, at worst), and the "final" loss then
+        # averaged in the first.
+        assert d[kind]["steps"] == QUICK_DRAFTER_STEPS, kind
         assert d[kind]["final_loss"] < d[kind]["first_loss"], kind
         assert (a.speculators[kind] / "model.safetensors").is_file()
     cfg = json.loads((a.speculators["dflash"] / "config.json").read_text())

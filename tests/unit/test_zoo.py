@@ -52,7 +52,8 @@ def test_budgets():
     full, quick = train_config(False), train_config(True)
     secs = sum(v["seconds"] for v in full["drafters"]["per_kind"].values())
     assert secs <= 330  # with the target's ~3 min the zoo fits in 10 minutes on 2 cores
-    assert all(v["seconds"] <= 5 and v["min_steps"] == 1 for v in quick["drafters"]["per_kind"].values())
+    # quick: a fixed number of steps, no clock (the same on a busy machine)
+    assert all(v["seconds"] == 0 and v["min_steps"] >= 4 for v in quick["drafters"]["per_kind"].values())
     assert set(full["drafters"]["per_kind"]) == {"eagle3", "p-eagle", "dflash", "dspark"}
 
 
