@@ -344,13 +344,20 @@ def counter_checks(summary: RunSummary) -> list[dict]:
 def cross_check(summary: RunSummary, targets: Sequence[dict]) -> list[dict]:
     """Reference-simulator τ next to vLLM τ for the same model, method, K and prompts.
 
-    Targets are paired when they name the same ``model`` and one of them runs
-    ``engine: reference``. A gap is *flagged* when the two 95% intervals do
-    not overlap: either the checkpoint is served differently from how it was
-    trained (e.g. attention flags) or an engine has a bug.
+    Targets are paired when they name the same ``model`` (and, for
+    ``model: tiny``, the same ``assets``) and one of them runs ``engine:
+    reference``; groups are paired when they have the same method kind,
+    speculator, K, dataset and temperature. A gap is *flagged* when the two
+    95% intervals do not overlap: either the checkpoint is served differently
+    from how it was trained (e.g. attention flags) or an engine has a bug.
     """
     engine_of = {t["name"]: t.get("engine", "vllm-offline") for t in targets}
-    model_of = {t["name"]: t.get("model") for t in targets}
+    model_of = {t["name"]: (t.get("model"), t.get("assets")) for t in targets}
+    speculator_of = {
+        (t["name"], m.get("name") or m.get("method")): m.get("speculator")
+        for t in targets
+        for m in t.get("methods", [])
+    }
     out = []
     refs = [g for g in summary.groups if engine_of.get(g.target) == "reference" and g.tau is not None]
     for r in refs:
@@ -360,6 +367,7 @@ def cross_check(summary: RunSummary, targets: Sequence[dict]) -> list[dict]:
                 engine_of.get(g.target) == "reference"
                 or model_of.get(g.target) != model_of.get(r.target)
                 or (g.method_kind, g.k, g.dataset, g.temperature) != (r.method_kind, r.k, r.dataset, r.temperature)
+                or speculator_of.get((g.target, g.method)) != speculator_of.get((r.target, r.method))
                 or g.tau is None
             ):
                 continue

@@ -122,16 +122,22 @@ def test_every_drafter_runs(tiny, prompts, kind):
 
 
 @pytest.mark.integration
-@pytest.mark.xfail(strict=False, reason="failed in the clean-clone run at the end of the first session; cause not yet diagnosed (issue 7 stays open)")
 def test_agrees_with_vllm_eagle3():
-    """Quick-trained EAGLE-3: the reference's outputs and counters match vLLM CPU's."""
+    """Trained EAGLE-3: the reference's outputs and counters match vLLM CPU's.
+
+    The trained zoo, not the quick one: with a target trained for 8 steps and a
+    drafter for a few, acceptance is near 1 (an agreement test with no power) and
+    greedy choices are near-ties that float32 differences between transformers and
+    vLLM can flip; the quick drafter's training also used to depend on the
+    machine's load. CI trains the zoo once for cpu-smoke; here it comes from the cache.
+    """
     from transformers import AutoTokenizer
 
     from specbench.zoo.data import heldout_prompts
     from specbench.zoo.evaluate import evaluate
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    assets = ensure_assets(train=True, quick=True, progress=False)
+    assets = ensure_assets(train=True)
     tok = AutoTokenizer.from_pretrained(assets.target)
     n, max_tokens = 6, 48
     vllm = evaluate(assets.root, ("baseline", "eagle3"), k=K, n=n, max_tokens=max_tokens)["results"]

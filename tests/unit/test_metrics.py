@@ -115,3 +115,27 @@ def test_unique_requests_prefers_a_successful_retry():
     other = req("c", "b", [3], 1.0)
     out = unique_requests([failed, other, retry, retry])
     assert len(out) == 2 and {r.prompt_id: r.error for r in out} == {"a": None, "b": None}
+
+
+def test_cross_check_pairs_by_checkpoint_and_assets():
+    from specbench.metrics import cross_check
+    from specbench.stats import Estimate
+    from specbench.summary import GroupSummary, RunSummary
+
+    def grp(target, method, v):
+        return GroupSummary(group_id=f"{target}/{method}/d/T0/b1", target=target, method=method, method_kind="dflash",
+                            k=3, dataset="d", temperature=0.0, batch_size=1, status="ok",
+                            tau=Estimate(value=v, ci_low=v - 0.1, ci_high=v + 0.1, n=8))
+
+    methods = [{"name": "a", "method": "dflash", "speculator": "tiny:dflash"},
+               {"name": "b", "method": "dflash", "speculator": "/ckpt/flipped"}]
+    targets = [{"name": "v", "model": "tiny", "assets": "trained", "methods": methods},
+               {"name": "ref", "model": "tiny", "assets": "trained", "engine": "reference", "methods": methods},
+               {"name": "ref-quick", "model": "tiny", "assets": "quick", "engine": "reference", "methods": methods}]
+    groups = [grp("v", "a", 2.0), grp("v", "b", 1.5), grp("ref", "a", 2.0), grp("ref", "b", 2.0),
+              grp("ref-quick", "a", 1.0)]
+    rows = cross_check(RunSummary(run_id="r", suite_name="s", groups=groups), targets)
+    assert sorted((r["vllm_group"], r["reference_group"], r["flag"]) for r in rows) == [
+        ("v/a/d/T0/b1", "ref/a/d/T0/b1", False),
+        ("v/b/d/T0/b1", "ref/b/d/T0/b1", True),
+    ]
