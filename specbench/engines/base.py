@@ -10,6 +10,7 @@ delta.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -44,6 +45,19 @@ class SamplingRequest(BaseModel):
     # Top-k logprobs to record per generated token (None: none).
     logprobs: int | None = None
     stop: list[str] | None = None
+
+
+def request_seed(sampling: SamplingRequest, prompt_id: str, sample: int, repeat: int) -> int:
+    """The per-request sampling seed, shared by every engine so that outputs can match.
+
+    It mixes in the prompt: with ``seed + f(sample, repeat)`` alone, sample
+    ``s`` of every prompt drew the same random stream, so prompts with
+    similar next-token distributions emitted correlated tokens, which makes
+    their PIT values dependent and the sampled-equivalence test
+    anti-conservative (false "divergent" verdicts).
+    """
+    mix = sampling.seed + 7919 * sample + 104729 * repeat + 1_000_003 * zlib.crc32(prompt_id.encode())
+    return mix % (2**31 - 1)
 
 
 class CellRequest(BaseModel):

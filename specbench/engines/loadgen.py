@@ -53,7 +53,7 @@ from typing import Any, Literal
 import aiohttp
 from pydantic import BaseModel, ConfigDict, Field
 
-from specbench.engines.base import PreparedPrompt, SamplingRequest
+from specbench.engines.base import PreparedPrompt, SamplingRequest, request_seed
 from specbench.plan import Cell
 from specbench.records import RequestRecord, SpecCounters
 
@@ -151,11 +151,6 @@ class RequestItem:
     seed: int | None = None
 
 
-def request_seed(sampling: SamplingRequest, sample: int, repeat: int) -> int:
-    """Same per-request seed rule as the offline engine (so outputs can match)."""
-    return sampling.seed + 7919 * sample + 104729 * repeat
-
-
 def build_item(
     prompt: PreparedPrompt,
     sampling: SamplingRequest,
@@ -166,7 +161,7 @@ def build_item(
     chat_template_kwargs: dict[str, Any] | None = None,
 ) -> RequestItem:
     """The streaming request body for one prompt and sample."""
-    seed = request_seed(sampling, sample, repeat)
+    seed = request_seed(sampling, prompt.prompt_id, sample, repeat)
     body: dict[str, Any] = {
         "model": model,
         "max_tokens": sampling.max_tokens,

@@ -25,6 +25,7 @@ from specbench.engines.base import (
     CellRequest,
     EmitRecord,
     EngineUnavailable,
+    request_seed,
 )
 from specbench.plan import EngineConfig
 from specbench.records import RequestRecord, SpecCounters
@@ -103,7 +104,7 @@ def _request_record(req: CellRequest, engine_key: str, prompt_id: str, sample: i
         prompt_id=prompt_id,
         repeat=req.cell.repeat,
         sample_index=sample,
-        seed=req.sampling.seed,
+        seed=request_seed(req.sampling, prompt_id, sample, req.cell.repeat),
         prompt_tokens=len(out.prompt_token_ids or []),
         output_token_ids=list(comp.token_ids),
         output_text=comp.text,
@@ -245,11 +246,11 @@ def _worker_main(conn: Any, engine_kwargs: dict[str, Any], log_path: str, env: d
                         temperature=req.sampling.temperature,
                         top_p=req.sampling.top_p,
                         max_tokens=req.sampling.max_tokens,
-                        seed=req.sampling.seed + 7919 * s + 104729 * req.cell.repeat,
+                        seed=request_seed(req.sampling, p.prompt_id, s, req.cell.repeat),
                         logprobs=req.sampling.logprobs,
                         stop=req.sampling.stop,
                     )
-                    for _, s in batch
+                    for p, s in batch
                 ]
                 texts = [
                     p.text if p.messages is None else _render_chat(tokenizer, p.messages, msg[2])

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from specbench.engines.base import CellFailed, CellRequest, PreparedPrompt, SamplingRequest
+from specbench.engines.base import CellFailed, CellRequest, PreparedPrompt, SamplingRequest, request_seed
 from specbench.engines.loadgen import (
     LoadProfile,
     RequestItem,
@@ -268,7 +268,7 @@ def test_build_item_bodies() -> None:
     assert chat.body["stream_options"] == {"include_usage": True}
     assert chat.body["top_logprobs"] == 2 and chat.body["logprobs"] is True
     assert chat.body["chat_template_kwargs"] == {"enable_thinking": False}
-    assert chat.body["seed"] == 3 + 7919 * 1 + 104729 * 2 == chat.seed
+    assert chat.body["seed"] == request_seed(s, "a", 1, 2) == chat.seed
     comp = build_item(PreparedPrompt(prompt_id="b", text="x"), s, "m")
     assert comp.path == "/v1/completions" and comp.body["logprobs"] == 2 and comp.body["stop"] == ["\n"]
 
@@ -873,3 +873,12 @@ def test_launch_server_death_fails_cell_keeps_records(tmp_path: Path) -> None:
     assert len(failed) == 2 and all(0 < len(r.output_token_ids) < 10 for r in failed)
     assert len({r.prompt_id for r in recs}) == len(recs) == 4  # the 4 never sent are not recorded
     assert "not sent" in ei.value.reason
+
+
+def test_request_seeds_differ_across_prompts_samples_and_repeats():
+    """Sample s of two prompts must not share a random stream (correlated PIT values)."""
+    s = SamplingRequest(temperature=1.0, max_tokens=8, seed=0)
+    seeds = {request_seed(s, f"p{i}", j, r) for i in range(50) for j in range(8) for r in range(3)}
+    assert len(seeds) == 50 * 8 * 3
+    assert all(0 <= x < 2**31 for x in seeds)
+    assert request_seed(s, "p1", 2, 0) == request_seed(s, "p1", 2, 0)  # deterministic
