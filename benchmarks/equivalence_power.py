@@ -28,12 +28,14 @@ which each wrong sampler is detected in >= 95% of runs.
 Section ``vllm`` (``--vllm``; ``--vllm-only`` skips the simulation) runs
 the tiny zoo target (trained by default) on vLLM CPU: a plain engine
 (full-vocabulary prompt logprobs) samples a pool of sequences per condition
-— exact (T=1.0, the lossless control), temperature 10% too high (sampled at
-1.1), top-p mismatch (sampled with top_p=0.9) — and two speculative engines
-sample at T=1.0: the target drafting for itself (``draft_model``, drafts
-mostly accepted) and the zoo's EAGLE-3. Every sequence is teacher-forced
-and scored at T=1.0, top_p=1.0, exactly as :mod:`specbench.equivalence_run`
-does in a run. Runs are disjoint chunks of whole sequences of each pool, so
+— exact (at T, the lossless control), temperature 10% too high (sampled at
+1.1 T), top-p mismatch (sampled with top_p=0.9) — and two speculative
+engines sample at T: the target drafting for itself (``draft_model``) and
+the zoo's EAGLE-3. Every sequence is teacher-forced and scored at T,
+top_p=1.0, exactly as :mod:`specbench.equivalence_run` does in a run.
+T is ``--vllm-temperature`` (default 1.0; the tiny target is nearly flat
+there, so greedy drafts are mostly rejected — 0.5 makes it peaked and the
+self-draft's drafts mostly accepted). Runs are disjoint chunks of whole sequences of each pool, so
 the number of runs per size is ``pool tokens // size`` (``--vllm-prompts``
 x ``--vllm-samples`` x ``--vllm-max-tokens`` sets the pool). It prints the
 rejection rate per condition and size (one-sample uniformity test, and the
