@@ -56,7 +56,7 @@ def train_config(quick: bool = False) -> dict[str, Any]:
 
 
 def train_target(model, tok, *, seed: int, quick: bool = False, progress: bool = True) -> dict[str, Any]:
-    from specbench.zoo.train_target import train_target as _train
+    from specbench.zoo.target_training import train_target as _train
 
     return _train(model, tok, seed=seed, cfg=train_config(quick)["target"], progress=progress)
 
@@ -64,6 +64,6 @@ def train_target(model, tok, *, seed: int, quick: bool = False, progress: bool =
 def train_drafters(
     drafters: dict, target, tok, *, seed: int, quick: bool = False, progress: bool = True
 ) -> dict:
-    from specbench.zoo.train_drafters import train_drafters as _train
+    from specbench.zoo.drafter_training import train_drafters as _train
 
     return _train(drafters, target, tok, seed=seed, cfg=train_config(quick)["drafters"], progress=progress)

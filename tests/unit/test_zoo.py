@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 
 from specbench.zoo import train_config
+from specbench.zoo.drafter_training import pack
 from specbench.zoo.serve import serve_config_fixes
-from specbench.zoo.train_drafters import pack
-from specbench.zoo.train_target import lr_at
+from specbench.zoo.target_training import lr_at
 
 
 def _pool(n_docs: int = 3, length: int = 8, h: int = 2) -> dict[str, torch.Tensor]:

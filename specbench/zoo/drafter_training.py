@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from specbench.zoo.progress import bar
-from specbench.zoo.train_target import lr_at
+from specbench.zoo.target_training import lr_at
 
 
 def budget_clock():
