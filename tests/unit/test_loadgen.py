@@ -833,6 +833,10 @@ def test_launch_ctrl_c_mid_cell_then_close(tmp_path: Path) -> None:
         run_id="r", cell=_cell(bs=2), prompts=prompts, sampling=SamplingRequest(temperature=0, max_tokens=50)
     )
     recs: list[RequestRecord] = []
+    # Ctrl-C as in a terminal: Python's default handler (an earlier test in this process,
+    # e.g. one importing vLLM in-process, may have left its own SIGINT handler installed,
+    # and asyncio only turns SIGINT into cancellation when the default handler is in place).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.4, lambda: signal.pthread_kill(threading.main_thread().ident, signal.SIGINT))  # type: ignore[arg-type]
     timer.start()
     try:
@@ -840,6 +844,7 @@ def test_launch_ctrl_c_mid_cell_then_close(tmp_path: Path) -> None:
             eng.run_cell(req, recs.append)
     finally:
         timer.join()
+        signal.signal(signal.SIGINT, previous)
         eng.close()  # what the runner's ``finally`` does
     assert _wait_gone(pid) and _wait_gone(core)
     keys = [(r.prompt_id, r.sample_index) for r in recs]
