@@ -568,7 +568,7 @@ def _vllm_pools(args: argparse.Namespace) -> tuple[dict[str, list[np.ndarray]], 
     pools: dict[str, list[np.ndarray]] = {}
     try:
         for name, rs in recs.items():
-            items = score_items_for(rs, cells, by_prompt, scale)
+            items = score_items_for(rs, cells, by_prompt, 1.0)  # top_p 1.0; the cell carries T
             scored = []
             for i in range(0, len(items), 16):
                 scored += keep.score(items[i : i + 16])
@@ -604,7 +604,7 @@ def vllm_section(args: argparse.Namespace) -> str:
     patched = "as shipped" if args.vllm_as_shipped else "with engine patch vllm-cpu-expand-float"
     lines = [
         f"## vLLM CPU, tiny {args.vllm_assets} target ({patched}), scored at T={args.vllm_temperature:g} "
-        "(condition temperatures scaled by it); pool per condition: {args.vllm_prompts} "
+        f"(condition temperatures scaled by it); pool per condition: {args.vllm_prompts} "
         f"prompts x {args.vllm_samples} samples x <= {args.vllm_max_tokens} tokens; generation + scoring "
         f"{gen_s:.0f} s",
         "",
