@@ -350,7 +350,7 @@ def evaluate_gate(new: RunSummary, baseline: RunSummary | ExpectedValues, rules:
     result.n_comparisons = m
     result.widen = bonferroni_widen(m if rules.family_wise else 1, rules.confidence)
     for gid, name, rule, b_est, n_est, tol_pct, tol_abs in todo:
-        c = metric_change(name, _floor(b_est, rule.noise_floor_pct), _floor(n_est, rule.noise_floor_pct),
+        c = metric_change(name, floor_interval(b_est, rule.noise_floor_pct), floor_interval(n_est, rule.noise_floor_pct),
                           result.widen)
         if c is None:
             continue
@@ -372,10 +372,6 @@ def evaluate_gate(new: RunSummary, baseline: RunSummary | ExpectedValues, rules:
     if result.failures:
         result.exit_code, result.status = 1, "regression"
     return result
-
-
-def _floor(e: Estimate, pct: float) -> Estimate:
-    return floor_interval(e, pct)
 
 
 def _missing(result: GateResult, rules: GateRules, gid: str, what: str, message: str) -> None:
