@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-TRAIN_VERSION = "5"
+TRAIN_VERSION = "6"
 QUICK_DRAFTER_STEPS = 12
 
 
@@ -35,23 +35,21 @@ def train_config(quick: bool = False) -> dict[str, Any]:
         "num_depths": 4,
         "block_size": 4,
         "gamma": 4.0,
-        # Per drafter: seconds (the budget), min_steps (a floor of about 60% of
-        # what an idle 2-core machine does in that time, so that a busy machine
-        # trains longer rather than worse), learning rate, documents packed per
-        # step, anchors per step. Many small steps beat few large ones at these budgets (a probe:
+        # Per drafter: steps (a fixed budget, so the zoo under one cache key is the
+        # same on every machine however busy; about 60-100 s each on an idle
+        # 2-core machine), learning rate, documents packed per step, anchors per
+        # step. Many small steps beat few large ones at these budgets (a probe:
         # DFlash τ 1.65 after 150 s with 4 docs/512 anchors, 1.86 after 100 s with 2/256).
         "per_kind": {
-            "eagle3": {"seconds": 75, "min_steps": 120, "lr": 3e-3, "docs_per_step": 2, "max_anchors": 512},
-            "p-eagle": {"seconds": 60, "min_steps": 64, "lr": 3e-3, "docs_per_step": 4, "max_anchors": 512},
-            "dflash": {"seconds": 95, "min_steps": 250, "lr": 5e-3, "docs_per_step": 2, "max_anchors": 256},
-            "dspark": {"seconds": 80, "min_steps": 200, "lr": 5e-3, "docs_per_step": 2, "max_anchors": 256},
+            "eagle3": {"steps": 280, "lr": 3e-3, "docs_per_step": 2, "max_anchors": 512},
+            "p-eagle": {"steps": 130, "lr": 3e-3, "docs_per_step": 4, "max_anchors": 512},
+            "dflash": {"steps": 540, "lr": 5e-3, "docs_per_step": 2, "max_anchors": 256},
+            "dspark": {"steps": 420, "lr": 5e-3, "docs_per_step": 2, "max_anchors": 256},
         },
     }
     if quick:
-        # A fixed number of steps (no clock): the same training on every machine,
-        # however busy, so that tests can rely on it.
         for v in drafters["per_kind"].values():
-            v["seconds"], v["min_steps"] = 0, QUICK_DRAFTER_STEPS
+            v["steps"] = QUICK_DRAFTER_STEPS
     return {"target": target, "drafters": drafters}
 
 

@@ -9,13 +9,11 @@ drafters. Each step packs a few documents into one sequence with
 training ``forward``, which computes its own objective against the target's
 logits (KL via the eager loss implementation: the fused ones need CUDA).
 
-Loops are time-budgeted (seconds per drafter, not steps), on a CPU clock:
-process CPU time divided by torch's thread count, which on an idle 2-core
-machine runs at about wall-clock speed. A floor of steps (``min_steps``)
-keeps an oversubscribed machine, where threads burn CPU time spin-waiting,
-from training a drafter much less: it then trains longer instead. The number
-of steps still depends on the machine; the seed fixes the data order and
-initialisation.
+Each drafter trains for a fixed number of steps (``steps``), seeded: the
+same data order, initialisation and updates on every machine, so one cache
+key names one zoo. (An earlier version budgeted seconds of CPU time; the zoo
+then depended on how busy the machine was, and so did properties such as
+whether DFlash uses its later block slots.)
 """
 
 from __future__ import annotations
@@ -27,13 +25,6 @@ import torch
 
 from specbench.zoo.progress import bar
 from specbench.zoo.target_training import lr_at
-
-
-def budget_clock():
-    """Seconds of CPU time per torch thread since the call (see the module docstring)."""
-    threads = max(1, torch.get_num_threads())
-    t0 = time.process_time()
-    return lambda: (time.process_time() - t0) / threads
 
 
 def build_pool(target, tok, *, seed: int, cfg: dict[str, Any]) -> dict[str, torch.Tensor]:
@@ -131,17 +122,12 @@ def step_kwargs(kind: str, cfg: dict[str, Any]) -> dict[str, Any]:
     raise ValueError(kind)
 
 
-def bar_total(kind_cfg: dict[str, Any]) -> float:
-    """A drafter's progress-bar length: its seconds, or its steps when it has no time budget."""
-    return kind_cfg["seconds"] or max(1, kind_cfg.get("min_steps", 1))
-
-
 def train_one(
     kind: str, model, pool: dict[str, torch.Tensor], *, seed: int, cfg: dict[str, Any], p, task
 ) -> dict:
-    """Train one drafter in place for ``cfg["per_kind"][kind]["seconds"]``; returns steps and losses."""
+    """Train one drafter in place for ``cfg["per_kind"][kind]["steps"]``; returns steps and losses."""
     cfg = {**cfg, **cfg["per_kind"][kind]}
-    seconds = cfg["seconds"]
+    total = max(1, int(cfg["steps"]))
     shift = kind in ("eagle3", "p-eagle")
     edge = (cfg["ttt_steps"] - 1) if kind == "eagle3" else (0 if shift else cfg["block_size"] - 1)
     kwargs = step_kwargs(kind, cfg)
@@ -152,24 +138,10 @@ def train_one(
     model.train()
     n_docs = pool["ids"].shape[0]
     losses: list[float] = []
-    steps = 0
     t0 = time.perf_counter()
-    clock = budget_clock()
-    min_steps = max(1, cfg.get("min_steps", 1))
-    total = bar_total(cfg)
-    while True:
-        # Progress is the slower of time and the step floor; the lr schedule follows it.
-        # No time budget (seconds == 0): exactly min_steps steps.
-        if seconds <= 0:
-            frac = steps / min_steps
-        elif steps < min_steps:
-            frac = min(clock() / seconds, steps / min_steps)
-        else:
-            frac = clock() / seconds
-        if frac >= 1.0 and steps >= min_steps:
-            break
+    for step in range(total):
         for g in opt.param_groups:
-            g["lr"] = lr_at(min(frac, 1.0), cfg["lr"])
+            g["lr"] = lr_at(step / total, cfg["lr"])
         idx = torch.randint(0, n_docs, (cfg["docs_per_step"],), generator=gen).tolist()
         batch = pack(pool, idx, shift=shift, edge=edge)
         _, loss, _metrics = model(**batch, **kwargs)
@@ -177,16 +149,13 @@ def train_one(
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
-        steps += 1
         losses.append(loss.item())
-        p.update(task, completed=min(frac, 1.0) * total, status=f"loss {losses[-1]:.3f}")
-    p.update(task, completed=total)  # finish the bar (it stops its clock)
+        p.update(task, completed=step + 1, status=f"loss {losses[-1]:.3f}")
     model.eval()
     tail = losses[-max(1, min(10, len(losses) // 2)) :]  # never the first loss, unless alone
     return {
-        "steps": steps,
+        "steps": total,
         "seconds": round(time.perf_counter() - t0, 1),
-        "budget_seconds": round(clock(), 1),
         "first_loss": round(losses[0], 3),
         "final_loss": round(sum(tail) / len(tail), 3),
     }
@@ -204,7 +173,7 @@ def train_drafters(
     }
     with bar(progress) as p:
         for i, (kind, model) in enumerate(drafters.items()):
-            task = p.add_task(kind, total=bar_total(cfg["per_kind"][kind]), status="")
+            task = p.add_task(kind, total=max(1, int(cfg["per_kind"][kind]["steps"])), status="")
             info[kind] = train_one(
                 kind, model, pool, seed=seed * 1000 + 17 * (i + 1), cfg=cfg, p=p, task=task
             )
