@@ -123,8 +123,11 @@ def run(
     try:
         runner.run()
     finally:
+        earlier = {e.get("key"): e for e in manifest.get("engines") or []}
         manifest["engines"] = [
-            {"key": k, **v} for k, v in runner.engine_status.items()
+            # an engine whose cells all finished before a resume keeps what it recorded then
+            {**earlier[k], "status": "done earlier"} if v == {"status": "done earlier"} and k in earlier else {"key": k, **v}
+            for k, v in runner.engine_status.items()
         ]
         manifest["finished_at"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         store.write_json(run_dir / store.MANIFEST, manifest)
@@ -156,7 +159,7 @@ def analyze(run_dir: Path, *, allow_code_exec: bool | None = None) -> RunSummary
     serving = _serving(manifest, cells, requests, store.read_cells(run_dir))
     if serving:
         summary.extra["serving"] = serving
-    xc = metrics.cross_check(summary, manifest["suite"]["targets"])
+    xc = metrics.cross_check(summary, manifest["suite"]["targets"], _draft_attention(manifest, cells))
     if xc:
         summary.extra["cross_check"] = xc
     for gid, eq in _equivalence(run_dir, cells, requests).items():
@@ -170,6 +173,12 @@ def analyze(run_dir: Path, *, allow_code_exec: bool | None = None) -> RunSummary
                 g.scoring_note = next(n for n in notes if "HumanEval" in n)
     store.write_json(run_dir / store.SUMMARY, summary.model_dump(mode="json"))
     return summary
+
+
+def _draft_attention(manifest: dict[str, Any], cells: list[Cell]) -> dict[tuple[str, str], dict]:
+    """(target, method) → how vLLM served its DFlash draft block vs how it was trained."""
+    by_engine = {e.get("key"): e.get("draft_attention") for e in manifest.get("engines") or []}
+    return {(c.target, c.method): by_engine[c.engine_key] for c in cells if by_engine.get(c.engine_key)}
 
 
 def _serving(manifest: dict[str, Any], cells: list[Cell], requests: list, cell_records: list) -> list[dict]:

@@ -341,7 +341,9 @@ def counter_checks(summary: RunSummary) -> list[dict]:
     return out
 
 
-def cross_check(summary: RunSummary, targets: Sequence[dict]) -> list[dict]:
+def cross_check(
+    summary: RunSummary, targets: Sequence[dict], draft_attention: dict[tuple[str, str], dict] | None = None
+) -> list[dict]:
     """Reference-simulator τ next to vLLM τ for the same model, method, K and prompts.
 
     Targets are paired when they name the same ``model`` (and, for
@@ -350,7 +352,14 @@ def cross_check(summary: RunSummary, targets: Sequence[dict]) -> list[dict]:
     speculator, K, dataset and temperature. A gap is *flagged* when the two
     95% intervals do not overlap: either the checkpoint is served differently
     from how it was trained (e.g. attention flags) or an engine has a bug.
+
+    ``draft_attention`` ((target, method) → :func:`specbench.engines.
+    draft_attention.block_attention` of the served checkpoint) adds
+    ``config_mismatch``: the reason when vLLM serves the draft block with an
+    attention it was not trained with, a fact of the checkpoint's config that
+    holds whether or not this drafter's τ shows it (``flag`` stays the τ test).
     """
+    draft_attention = draft_attention or {}
     engine_of = {t["name"]: t.get("engine", "vllm-offline") for t in targets}
     model_of = {t["name"]: (t.get("model"), t.get("assets")) for t in targets}
     speculator_of = {
@@ -372,6 +381,12 @@ def cross_check(summary: RunSummary, targets: Sequence[dict]) -> list[dict]:
             ):
                 continue
             assert g.tau is not None
+            gap = stats.significant_change(r.tau, g.tau)
+            served = draft_attention.get((g.target, g.method)) or {}
+            mismatch = served.get("why") if served.get("mismatch") else None
+            notes = ["serving/training mismatch or engine bug"] if gap else []
+            if mismatch:
+                notes.append(mismatch + ("" if gap else "; τ agrees within its intervals on these prompts"))
             out.append(
                 {
                     "method": g.method,
@@ -383,8 +398,9 @@ def cross_check(summary: RunSummary, targets: Sequence[dict]) -> list[dict]:
                     "vllm_tau": g.tau.model_dump(),
                     "reference_tau": r.tau.model_dump(),
                     "target": f"{g.target} vs {r.target}",
-                    "flag": stats.significant_change(r.tau, g.tau),
-                    "note": "serving/training mismatch or engine bug" if stats.significant_change(r.tau, g.tau) else "",
+                    "flag": gap,
+                    "config_mismatch": mismatch,
+                    "note": "; ".join(notes),
                 }
             )
     return out

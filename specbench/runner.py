@@ -181,6 +181,7 @@ class Runner:
         self.assets_factory = assets_factory
         self._prompts: dict[tuple[str, bool], list[PreparedPrompt]] = {}
         self.engine_status: dict[str, dict[str, Any]] = {}
+        self.draft_attention: dict[str, dict[str, Any]] = {}
 
     # -- data ---------------------------------------------------------------
 
@@ -275,6 +276,13 @@ class Runner:
         except Exception as exc:  # noqa: BLE001 - a bad checkpoint/asset fails this engine only
             raise EngineUnavailable(f"cannot prepare engine: {type(exc).__name__}: {exc}") from exc
         engine = make_engine(res, self.run_dir, self.suite)
+        if cfg.target.engine != "reference":
+            from specbench.engines.draft_attention import checkpoint_block_attention
+
+            # How vLLM will serve a DFlash draft block vs how it was trained (the cross-check reports it).
+            attention = checkpoint_block_attention(res.speculator_path)
+            if attention is not None:
+                self.draft_attention[cfg.key] = attention
         self.progress("engine_start", None, cfg.key)
         try:
             engine.start()
@@ -302,6 +310,8 @@ class Runner:
             self._fail_all(cells, cfg, exc, cells_out)
             return
         self.engine_status[cfg.key] = {"status": "started", "describe": engine.describe()}
+        if cfg.key in self.draft_attention:
+            self.engine_status[cfg.key]["draft_attention"] = self.draft_attention[cfg.key]
         restarts = 0
         try:
             if self.suite.warmup:

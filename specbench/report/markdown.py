@@ -181,6 +181,10 @@ def _header(summary: RunSummary, manifest: dict[str, Any]) -> list[Block]:
     for target, patches in (manifest.get("engine_patches") or {}).items():
         for p in patches:
             blocks.append(Para(f"**Engine patch on {target}:** `{p.get('name')}`: {p.get('summary')}."))
+    for e in manifest.get("engines") or []:
+        att = e.get("draft_attention") or {}
+        if att.get("mismatch"):
+            blocks.append(Para(f"**Draft served ≠ trained on {e.get('key')}:** {att.get('why')}."))
     env: list[Block] = []
     if versions:
         env.append(Table(["Package", "Version"], [[k, str(v)] for k, v in sorted(versions.items())]))
@@ -541,7 +545,9 @@ def _cross_check(summary: RunSummary) -> Section | None:
         rows.append([str(r.get("target", "–")), str(r.get("dataset", "–")), str(r.get("method", "–")),
                      fmt_est(ref, 2), fmt_est(vll, 2), _agreement(r, ref, vll), _one_line(r.get("note"), 200)])
     return Section("Reference cross-check", [
-        Para("τ from specbench's reference decoder versus τ measured in vLLM, same prompts and drafter."),
+        Para("τ from specbench's reference decoder versus τ measured in vLLM, same prompts and drafter. "
+             "FLAG: differs — the 95% intervals do not overlap; FLAG: served ≠ trained — vLLM serves the "
+             "draft block with an attention the drafter was not trained with (from its config)."),
         Table(["Target", "Dataset", "Method", "Reference τ", "vLLM τ", "Agreement", "Note"], rows),
     ], anchor="cross-check")
 
@@ -552,7 +558,9 @@ def _agreement(r: dict[str, Any], ref: Any, vll: Any) -> str:
             return "agrees" if r[key] else "FLAG: differs"
     flag = r.get("flag")
     if isinstance(flag, bool):
-        return "FLAG: differs" if flag else "agrees"
+        if flag:
+            return "FLAG: differs"
+        return "FLAG: served ≠ trained (τ agrees)" if r.get("config_mismatch") else "agrees"
     if flag:
         return str(flag)
     if ref is not None and vll is not None and None not in (ref.ci_low, ref.ci_high, vll.ci_low, vll.ci_high):

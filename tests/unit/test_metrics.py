@@ -92,13 +92,10 @@ def test_counter_checks_catch_inconsistency():
 
 def test_cross_check_flags_non_overlapping_tau():
     from specbench.metrics import cross_check
-    from specbench.stats import Estimate
-    from specbench.summary import GroupSummary, RunSummary
+    from specbench.summary import RunSummary
 
     def grp(target, lo, hi):
-        return GroupSummary(group_id=f"{target}/eagle3/d/T0/b1", target=target, method="eagle3", method_kind="eagle3",
-                            k=3, dataset="d", temperature=0.0, batch_size=1, status="ok",
-                            tau=Estimate(value=(lo + hi) / 2, ci_low=lo, ci_high=hi, n=8))
+        return tau_group(target, "eagle3", (lo + hi) / 2, kind="eagle3", half=(hi - lo) / 2)
 
     targets = [{"name": "v", "model": "tiny"}, {"name": "ref", "model": "tiny", "engine": "reference"}]
     agree = cross_check(RunSummary(run_id="r", suite_name="s", groups=[grp("v", 2.0, 2.4), grp("ref", 2.2, 2.6)]), targets)
@@ -117,15 +114,21 @@ def test_unique_requests_prefers_a_successful_retry():
     assert len(out) == 2 and {r.prompt_id: r.error for r in out} == {"a": None, "b": None}
 
 
+def tau_group(target: str, method: str, v: float, kind: str = "dflash", half: float = 0.1):
+    """A greedy K=3 group with τ = v ± half (for cross-check tests)."""
+    from specbench.stats import Estimate
+    from specbench.summary import GroupSummary
+
+    return GroupSummary(group_id=f"{target}/{method}/d/T0/b1", target=target, method=method, method_kind=kind,
+                        k=3, dataset="d", temperature=0.0, batch_size=1, status="ok",
+                        tau=Estimate(value=v, ci_low=v - half, ci_high=v + half, n=8))
+
+
 def test_cross_check_pairs_by_checkpoint_and_assets():
     from specbench.metrics import cross_check
-    from specbench.stats import Estimate
-    from specbench.summary import GroupSummary, RunSummary
+    from specbench.summary import RunSummary
 
-    def grp(target, method, v):
-        return GroupSummary(group_id=f"{target}/{method}/d/T0/b1", target=target, method=method, method_kind="dflash",
-                            k=3, dataset="d", temperature=0.0, batch_size=1, status="ok",
-                            tau=Estimate(value=v, ci_low=v - 0.1, ci_high=v + 0.1, n=8))
+    grp = tau_group
 
     methods = [{"name": "a", "method": "dflash", "speculator": "tiny:dflash"},
                {"name": "b", "method": "dflash", "speculator": "/ckpt/flipped"}]
@@ -139,3 +142,30 @@ def test_cross_check_pairs_by_checkpoint_and_assets():
         ("v/a/d/T0/b1", "ref/a/d/T0/b1", False),
         ("v/b/d/T0/b1", "ref/b/d/T0/b1", True),
     ]
+
+
+def test_cross_check_reports_a_served_attention_mismatch_beside_the_tau_test():
+    """The config fact is reported whether or not τ shows it; ``flag`` stays the τ test."""
+    from specbench.metrics import cross_check
+    from specbench.summary import RunSummary
+
+    grp = tau_group
+    methods = [{"name": "same", "method": "dflash", "speculator": "/ckpt/causal"},
+               {"name": "drop", "method": "dflash", "speculator": "/ckpt/causal2"},
+               {"name": "ok", "method": "dflash", "speculator": "/ckpt/ok"}]
+    targets = [{"name": "v", "model": "tiny", "methods": methods},
+               {"name": "ref", "model": "tiny", "engine": "reference", "methods": methods}]
+    groups = [grp("v", "same", 2.0), grp("ref", "same", 2.0), grp("v", "drop", 1.5), grp("ref", "drop", 2.0),
+              grp("v", "ok", 2.0), grp("ref", "ok", 2.0)]
+    why = "vLLM serves causal draft blocks (…) but the drafter was trained with non-causal blocks"
+    attention = {("v", m): {"served": "causal", "trained": "non-causal", "mismatch": True, "why": why}
+                 for m in ("same", "drop")}
+    attention[("v", "ok")] = {"served": "non-causal", "trained": "non-causal", "mismatch": False, "why": ""}
+    attention[("ref", "same")] = attention[("v", "same")]  # the reference side is never read
+    rows = {r["method"]: r for r in cross_check(RunSummary(run_id="r", suite_name="s", groups=groups), targets,
+                                                attention)}
+    assert (rows["same"]["flag"], rows["drop"]["flag"], rows["ok"]["flag"]) == (False, True, False)
+    assert rows["same"]["config_mismatch"] == why and rows["drop"]["config_mismatch"] == why
+    assert rows["ok"]["config_mismatch"] is None and rows["ok"]["note"] == ""
+    assert "τ agrees" in rows["same"]["note"] and "engine bug" in rows["drop"]["note"]
+    assert cross_check(RunSummary(run_id="r", suite_name="s", groups=groups), targets)[0]["config_mismatch"] is None
