@@ -206,13 +206,10 @@ def _say(progress: bool, msg: str) -> None:
 
 def _quiet_build(tmp: Path, final: Path, cfg: dict[str, Any], **kw: Any) -> dict[str, Any]:
     """:func:`_build` with speculators' per-file loader logging switched off."""
-    from loguru import logger
+    from specbench.zoo.progress import quiet_speculators
 
-    logger.disable("speculators")
-    try:
+    with quiet_speculators():
         return _build(tmp, final, cfg, **kw)
-    finally:
-        logger.enable("speculators")
 
 
 def _build(

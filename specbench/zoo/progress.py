@@ -1,4 +1,4 @@
-"""Rich progress bars on stderr (or nothing, when progress is off)."""
+"""Rich progress bars on stderr (or nothing, when progress is off), and quiet speculators loading."""
 
 from __future__ import annotations
 
@@ -34,3 +34,15 @@ def bar(enabled: bool) -> Iterator[Any]:
         console=Console(stderr=True),
     ) as p:
         yield p
+
+
+@contextlib.contextmanager
+def quiet_speculators() -> Iterator[None]:
+    """Switch off speculators' loguru lines (one INFO line per file it loads) for the block."""
+    from loguru import logger
+
+    logger.disable("speculators")
+    try:
+        yield
+    finally:
+        logger.enable("speculators")

@@ -245,7 +245,10 @@ def load_proposer(method: str, path: str, spec_config: dict[str, Any] | None = N
         return DraftModelProposer(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32))
     from speculators.model import SpeculatorModel
 
-    model = SpeculatorModel.from_pretrained(path).float()
+    from specbench.zoo.progress import quiet_speculators
+
+    with quiet_speculators():
+        model = SpeculatorModel.from_pretrained(path).float()
     _force_eager(model)
     algo = model.config.speculators_config.algorithm
     if method == "eagle3" and not spec_config.get("parallel_drafting"):
