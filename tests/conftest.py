@@ -1,0 +1,26 @@
+"""Whole-suite hygiene: no test may leave its own SIGINT handler in the pytest process.
+
+A leaked handler absorbs Ctrl-C in every later test (the Ctrl-C tests then
+fail far from the cause). Each test's handler is compared before and after;
+a change is restored and reported as a warning that names the test.
+"""
+
+from __future__ import annotations
+
+import signal
+import warnings
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _sigint_handler_is_restored(request):
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    after = signal.getsignal(signal.SIGINT)
+    if after is not before:
+        signal.signal(signal.SIGINT, before)
+        warnings.warn(
+            f"{request.node.nodeid} left SIGINT handler {after!r} (was {before!r}); restored",
+            stacklevel=1,
+        )
