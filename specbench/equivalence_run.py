@@ -201,7 +201,7 @@ def greedy_equivalence(
             comps.append(compare_greedy(b.output_token_ids, m.output_token_ids, b.logprobs))
             which.append(m)
         s = summarize_greedy(comps)
-        examples = [
+        examples: list[dict[str, Any]] = [
             {
                 "prompt_id": m.prompt_id,
                 "sample_index": m.sample_index,
@@ -288,7 +288,9 @@ def _group_pit(
 ) -> tuple[np.ndarray, int, int, list[str]]:
     """Concatenated PIT values of a group; counts of scored and unscored requests."""
     ids = {c.cell_id for c in gcells}
-    parts, n_scored, n_missing, errors = [], 0, 0, []
+    parts: list[np.ndarray] = []
+    errors: list[str] = []
+    n_scored = n_missing = 0
     for r in sorted(recs, key=lambda r: (r.cell_id, r.prompt_id, r.sample_index)):
         if r.cell_id not in ids or not r.output_token_ids:
             continue
@@ -500,7 +502,7 @@ def teacher_force_run(
     except Exception as exc:  # noqa: BLE001
         _append(out, [{"target": None, "error": f"cannot read records: {type(exc).__name__}: {exc}"}])
         return
-    prompts = {(o.get("dataset"), o.get("prompt_id")): o for o in store.iter_jsonl(run_dir / store.PROMPTS)}
+    prompts = {(str(o.get("dataset")), str(o.get("prompt_id"))): o for o in store.iter_jsonl(run_dir / store.PROMPTS)}
     todo: dict[str, list[RequestRecord]] = defaultdict(list)
     for r in records:
         c = cells.get(r.cell_id)

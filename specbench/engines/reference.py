@@ -62,7 +62,9 @@ class ReferenceEngine:
         spec = config.speculative_config or {}
         self.k: int | None = config.method.num_speculative_tokens or spec.get("num_speculative_tokens")
         self.spec_config = spec
-        self.tok = self.target = self.proposer = None
+        self.tok: Any = None
+        self.target: Any = None
+        self.proposer: Any = None
         self.stats: dict[str, Any] = {"rounds": 0, "drafter_forward_passes": 0, "requests": 0, "cells": {}}
 
     def describe(self) -> dict[str, Any]:
@@ -208,7 +210,7 @@ class ReferenceEngine:
         t0 = time.perf_counter()
         pooled = None if self.proposer is None else SpecCounters(accepted_per_pos=[0] * (self.k or 0))
         n = 0
-        cell_stats = {"rounds": 0, "drafter_forward_passes": 0, "requests": {}}
+        cell_stats: dict[str, Any] = {"rounds": 0, "drafter_forward_passes": 0, "requests": {}}
         try:
             for p in request.prompts:
                 todo = [i for i in range(s.samples_per_prompt) if (p.prompt_id, i) not in request.skip]

@@ -90,7 +90,7 @@ def _request_record(req: CellRequest, engine_key: str, prompt_id: str, sample: i
     m = out.metrics
     latency = ttft = None
     itl = None
-    if m is not None and getattr(m, "first_token_ts", 0) and getattr(m, "scheduled_ts", 0):
+    if m is not None and getattr(m, "first_token_ts", None) and getattr(m, "scheduled_ts", None):
         # Engine-core monotonic timestamps: queue → first token → last token.
         ttft = max(0.0, m.first_token_ts - m.queued_ts)
         latency = max(0.0, m.last_token_ts - m.queued_ts)
@@ -175,7 +175,7 @@ def _score_items(llm: Any, tokenizer: Any, items: list[dict[str, Any]], opts: di
             results[i] = {"error": f"prompt re-tokenizes to {len(pids)} tokens, the run had {want}"}
             continue
         prompts.append(TokensPrompt(prompt_token_ids=pids + [int(t) for t in it["output_token_ids"]]))
-        sp = dict(max_tokens=1, temperature=0.0, prompt_logprobs=-1, detokenize=False)
+        sp: dict[str, Any] = dict(max_tokens=1, temperature=0.0, prompt_logprobs=-1, detokenize=False)
         try:
             params.append(SamplingParams(**sp, flat_logprobs=True))
         except TypeError:
@@ -252,7 +252,7 @@ def _worker_main(conn: Any, engine_kwargs: dict[str, Any], log_path: str, env: d
                     )
                     for p, s in batch
                 ]
-                texts = [
+                texts: list[Any] = [
                     p.text if p.messages is None else _render_chat(tokenizer, p.messages, msg[2])
                     for p, _ in batch
                 ]

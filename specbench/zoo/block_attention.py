@@ -87,7 +87,7 @@ def measure_model(model, held: dict) -> dict:
     ``tau_drop`` (non-causal minus causal ``tau_proxy``).
     """
     docs, st, P = held["ids"], held, held["prompt_len"]
-    rows = {"noncausal": [], "causal": []}
+    rows: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {"noncausal": [], "causal": []}
     for i in range(docs.shape[0]):
         for name in rows:
             with causal_blocks() if name == "causal" else contextlib.nullcontext():
