@@ -22,26 +22,10 @@ import argparse
 import json
 from pathlib import Path
 
-import torch
-
-
-def measure(root: Path, n_prompts: int, new_tokens: int) -> dict:
-    """Measure the DFlash drafter of the zoo saved at ``root``."""
-    from speculators.model import SpeculatorModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from specbench.zoo.block_attention import heldout_docs, measure_model
-    from specbench.zoo.proposers import _force_eager
-
-    tok = AutoTokenizer.from_pretrained(root / "target")
-    target = AutoModelForCausalLM.from_pretrained(root / "target", dtype=torch.float32).eval()
-    model = SpeculatorModel.from_pretrained(root / "speculators" / "dflash").float().eval()
-    _force_eager(model)
-    return measure_model(model, heldout_docs(target, tok, n_prompts, new_tokens))
-
 
 def main() -> None:
     from specbench.assets import default_cache_dir
+    from specbench.zoo.block_attention import measure_checkpoint
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument(
@@ -55,7 +39,7 @@ def main() -> None:
     )
     print(f"{'zoo':44} {'anchors':>7} {'τ~ non-causal':>13} {'τ~ causal':>10} {'drop':>6}  changed per slot")
     for z in zoos:
-        r = measure(z, a.prompts, a.new_tokens)
+        r = measure_checkpoint(z / "target", z / "speculators" / "dflash", a.prompts, a.new_tokens)
         print(
             f"{str(z)[-44:]:44} {r['anchors']:7d} {r['noncausal']['tau_proxy']:13.3f} "
             f"{r['causal']['tau_proxy']:10.3f} {r['tau_drop']:6.3f}  {r['changed_per_slot']}"

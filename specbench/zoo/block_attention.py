@@ -2,7 +2,8 @@
 
 speculators trains DFlash with *non-causal* attention inside each draft
 block; vLLM serves causal blocks when the checkpoint's
-``sliding_window_non_causal`` flag is false (see :mod:`specbench.zoo.serve`).
+``sliding_window_non_causal`` flag is false (see
+:mod:`specbench.engines.draft_attention`).
 Whether that mismatch costs acceptance depends on the trained weights: in a
 one-layer drafter the later slots hold only mask tokens, so they carry no
 information about the context, and a drafter may or may not have learned to
@@ -18,6 +19,7 @@ exactly when this shows that the drafts change enough to move τ.
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 
 import torch
 
@@ -110,3 +112,15 @@ def measure_model(model, held: dict) -> dict:
     out["changed_per_slot"] = [round(float(x), 3) for x in changed.float().mean(0)]
     out["tau_drop"] = round(out["noncausal"]["tau_proxy"] - out["causal"]["tau_proxy"], 3)
     return out
+
+
+def measure_checkpoint(target_dir: str | Path, dflash_dir: str | Path, n_prompts: int, new_tokens: int) -> dict:
+    """:func:`measure_model` for a saved target and DFlash drafter (loaded as the reference engine does)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from specbench.zoo.proposers import load_proposer
+
+    tok = AutoTokenizer.from_pretrained(target_dir)
+    target = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32).eval()
+    model = load_proposer("dflash", str(dflash_dir)).model
+    return measure_model(model, heldout_docs(target, tok, n_prompts, new_tokens))

@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from specbench.engines.draft_attention import FLAG, block_attention
+from specbench.engines.draft_attention import FLAG, block_attention, checkpoint_block_attention
 
 
 def serve_config_fixes(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -30,8 +30,7 @@ def serve_config_fixes(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def dflash_served_causal(checkpoint_dir: Path) -> bool:
     """Whether vLLM will serve this DFlash checkpoint with causal block attention."""
-    cfg = json.loads((Path(checkpoint_dir) / "config.json").read_text())
-    info = block_attention(cfg)
+    info = checkpoint_block_attention(checkpoint_dir)
     return info is not None and info["served"] == "causal"
 
 

@@ -24,6 +24,7 @@ import pytest
 
 from specbench import api
 from specbench.assets import ensure_assets
+from specbench.zoo.block_attention import measure_checkpoint
 from specbench.zoo.serve import dflash_served_causal, flip_dflash_attention
 
 pytestmark = pytest.mark.integration
@@ -86,22 +87,9 @@ def run(tmp_path_factory):
     suite = tmp / "suite.yaml"
     suite.write_text(SUITE.format(targets=targets, data=data))
     run_dir = api.run(suite, out=tmp / "results")
-    return run_dir, api.load_summary(run_dir), flip_effect(assets, tok)
-
-
-def flip_effect(assets, tok) -> dict:
-    """The PyTorch measurement of the flip on the same held-out prompts and greedy continuations."""
-    import torch
-    from speculators.model import SpeculatorModel
-    from transformers import AutoModelForCausalLM
-
-    from specbench.zoo.block_attention import heldout_docs, measure_model
-    from specbench.zoo.proposers import _force_eager
-
-    target = AutoModelForCausalLM.from_pretrained(assets.target, dtype=torch.float32).eval()
-    model = SpeculatorModel.from_pretrained(assets.speculators["dflash"]).float().eval()
-    _force_eager(model)
-    return measure_model(model, heldout_docs(target, tok, N_PROMPTS, 64))
+    # The flip's effect measured in PyTorch on the same held-out prompts and greedy continuations.
+    effect = measure_checkpoint(assets.target, assets.speculators["dflash"], N_PROMPTS, 64)
+    return run_dir, api.load_summary(run_dir), effect
 
 
 def _rows(s):
