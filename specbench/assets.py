@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specbench.settings import settings
+
 ASSET_VERSION = "2"
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|mask|>", "<|pad|>"]
@@ -79,8 +81,7 @@ class TinyAssets:
 
 
 def default_cache_dir() -> Path:
-    env = os.environ.get("SPECBENCH_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "specbench"
+    return settings().cache.expanduser()
 
 
 def asset_config(*, train: bool, quick: bool) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from specbench.engines.vllm_patches import patch_env
 from specbench.methods import get_method
 from specbench.plan import Cell, EngineConfig, Plan, sampled_equivalence_temperature
 from specbench.records import CellRecord, RequestRecord, SpecCounters
+from specbench.settings import settings
 from specbench.store import CELLS, PROMPTS, RECORDS, JsonlAppender, read_cells, read_requests
 from specbench.suite import Suite
 
@@ -43,7 +44,7 @@ def now() -> str:
 
 def detect_platform() -> str:
     """'cuda' when a CUDA device is visible to torch, else 'cpu'."""
-    forced = os.environ.get("SPECBENCH_PLATFORM")
+    forced = settings().platform
     if forced:
         return forced
     try:
@@ -115,7 +116,7 @@ def make_engine(res: ResolvedEngine, run_dir: Path, suite: Suite | None = None) 
         return VllmOfflineEngine(res.config, res.engine_kwargs, log, res.env)
     if engine == "vllm-server":
         from specbench.engines.loadgen import LoadProfile
-        from specbench.engines.vllm_server import REQUEST_TIMEOUT_S, VllmServerEngine
+        from specbench.engines.vllm_server import VllmServerEngine
 
         load = None
         if suite is not None:
@@ -127,7 +128,7 @@ def make_engine(res: ResolvedEngine, run_dir: Path, suite: Suite | None = None) 
                 duration_s=suite.load.duration_s,
                 warmup_requests=suite.load.warmup_requests,
                 seed=suite.sampling.seed,
-                request_timeout_s=REQUEST_TIMEOUT_S,
+                request_timeout_s=settings().request_timeout,
             )
         return VllmServerEngine(
             res.config, res.engine_kwargs, log, res.env, base_url=res.config.target.base_url, load=load

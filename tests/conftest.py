@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import signal
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -24,3 +25,14 @@ def _sigint_handler_is_restored(request):
             f"{request.node.nodeid} left SIGINT handler {after!r} (was {before!r}); restored",
             stacklevel=1,
         )
+
+
+_INTEGRATION_DIR = Path(__file__).parent / "integration"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Everything under tests/integration/ is an integration test (real vLLM, subprocesses): marked
+    by directory, so the unit lane is ``pytest -m "not integration"`` (or ``nox -s unit``)."""
+    for item in items:
+        if _INTEGRATION_DIR in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.integration)

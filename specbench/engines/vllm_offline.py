@@ -29,9 +29,7 @@ from specbench.engines.base import (
 )
 from specbench.plan import EngineConfig
 from specbench.records import RequestRecord, SpecCounters
-
-START_TIMEOUT_S = float(os.environ.get("SPECBENCH_ENGINE_START_TIMEOUT", "900"))
-CELL_TIMEOUT_S = float(os.environ.get("SPECBENCH_CELL_TIMEOUT", "3600"))
+from specbench.settings import settings
 
 # Phrases in a start-up log that say a configuration cannot run on this
 # platform. Only a hint for log scanning: whether a cell is *skipped* rather
@@ -328,7 +326,7 @@ class VllmOfflineEngine:
         self._proc.start()
         child.close()
         self._conn = parent
-        kind, payload = self._recv(START_TIMEOUT_S, starting=True)
+        kind, payload = self._recv(settings().engine_start_timeout, starting=True)
         if kind == "start_error":
             self._reap()
             # Whether this is a "skip" (method unsupported on this platform) is decided by
@@ -370,7 +368,7 @@ class VllmOfflineEngine:
         }
         self._conn.send(("cell", request.model_dump(mode="json"), opts))
         while True:
-            kind, payload = self._recv(CELL_TIMEOUT_S)
+            kind, payload = self._recv(settings().cell_timeout)
             if kind == "records":
                 for r in payload:
                     emit(RequestRecord.model_validate(r))
@@ -397,7 +395,7 @@ class VllmOfflineEngine:
             raise CellFailed("engine is not running", engine_dead=True, log_tail=tail(self.log_path))
         opts = {"chat_template_kwargs": self.config.target.chat_template_kwargs}
         self._conn.send(("score", items, opts))
-        kind, payload = self._recv(CELL_TIMEOUT_S)
+        kind, payload = self._recv(settings().cell_timeout)
         if kind == "score_error":
             raise CellFailed(payload, log_tail=tail(self.log_path))
         return payload

@@ -52,9 +52,8 @@ from specbench.engines.loadgen import (
 from specbench.engines.prom import CounterReset, PromSnapshot, scrape_settled
 from specbench.engines.vllm_offline import tail
 from specbench.plan import EngineConfig
+from specbench.settings import settings
 
-START_TIMEOUT_S = float(os.environ.get("SPECBENCH_ENGINE_START_TIMEOUT", "900"))
-REQUEST_TIMEOUT_S = float(os.environ.get("SPECBENCH_REQUEST_TIMEOUT", "600"))
 HOST = "127.0.0.1"
 
 # vLLM server options that are plain ``store_true`` (no ``--no-…`` form); every
@@ -198,7 +197,7 @@ class VllmServerEngine:
         base_url: str | None = None,
         *,
         load: LoadProfile | None = None,
-        start_timeout_s: float = START_TIMEOUT_S,
+        start_timeout_s: float | None = None,
     ):
         self.config = config
         self.server_args = dict(server_args)
@@ -206,7 +205,7 @@ class VllmServerEngine:
         self.env = dict(env)
         self.attach_url = base_url.rstrip("/") if base_url else None
         self.load = load
-        self.start_timeout_s = start_timeout_s
+        self.start_timeout_s = settings().engine_start_timeout if start_timeout_s is None else start_timeout_s
         self.base_url: str | None = self.attach_url
         self.model_name: str | None = None
         self.command: list[str] | None = None
@@ -389,7 +388,7 @@ class VllmServerEngine:
         """
         if load is not None:
             return load
-        return LoadProfile.for_cell(request.cell, self.load or LoadProfile(request_timeout_s=REQUEST_TIMEOUT_S))
+        return LoadProfile.for_cell(request.cell, self.load or LoadProfile(request_timeout_s=settings().request_timeout))
 
     def items_for(self, request: CellRequest) -> list[RequestItem]:
         assert self.model_name is not None

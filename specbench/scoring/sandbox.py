@@ -70,6 +70,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
+from specbench.settings import settings
+
 Status = Literal["passed", "failed", "timeout", "error", "killed"]
 IsolationMode = Literal["namespaces", "userns", "none"]
 
@@ -249,7 +251,7 @@ def _resolve_mode(isolation: str) -> IsolationMode:
     global _detected
     requested = isolation
     if requested == "auto":
-        requested = os.environ.get("SPECBENCH_SANDBOX_ISOLATION", "auto") or "auto"
+        requested = settings().sandbox_isolation
     if requested == "userns" and os.geteuid() == 0:
         raise ValueError("isolation 'userns' is for non-root callers (as root it would map to real root)")
     if requested in ("namespaces", "userns", "none"):

@@ -8,11 +8,7 @@ reuse ~/.cache/specbench.
 import json
 import shutil
 
-import pytest
-
 from specbench import api, store
-
-pytestmark = pytest.mark.integration
 
 VLLM, REF = "tiny", "tiny-ref"  # cpu-smoke's vLLM and reference-simulator targets
 LEARNED = ("eagle3", "p-eagle", "dflash")

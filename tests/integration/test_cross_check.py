@@ -27,8 +27,6 @@ from specbench.assets import ensure_assets
 from specbench.zoo.block_attention import measure_checkpoint
 from specbench.zoo.serve import dflash_served_causal, flip_dflash_attention
 
-pytestmark = pytest.mark.integration
-
 N_PROMPTS = 48  # held-out standard-library windows; enough for the intervals to separate
 
 SUITE = """

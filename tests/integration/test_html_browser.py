@@ -27,8 +27,6 @@ import pytest
 
 from specbench.report.html import write_reports
 
-pytestmark = pytest.mark.integration
-
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 CHROMIUM = next((p for p in (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")) if p), None)
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -121,7 +121,6 @@ def test_every_drafter_runs(tiny, prompts, kind):
     assert eng.stats["drafter_forward_passes"] == per_round * c.num_drafts
 
 
-@pytest.mark.integration
 def test_agrees_with_vllm_eagle3():
     """Trained EAGLE-3: the reference's outputs and counters match vLLM CPU's.
 

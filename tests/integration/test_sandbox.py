@@ -24,7 +24,7 @@ import pytest
 from specbench.scoring.humaneval import build_program, load_problems, score_humaneval
 from specbench.scoring.sandbox import describe_isolation, run_program, run_programs
 
-pytestmark = [pytest.mark.integration, pytest.mark.skipif(os.name != "posix", reason="POSIX only")]
+pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX only")
 
 HOSTILE_DIR = Path(__file__).parent / "hostile"
 WRONG_BODY = "    return None  # wrong on purpose: the hostile code below is module-level\n\n\n"

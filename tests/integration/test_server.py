@@ -27,8 +27,6 @@ from specbench.records import RequestRecord, SpecCounters
 from specbench.serving_metrics import summarize_cell
 from specbench.suite import MethodSpec, TargetSpec
 
-pytestmark = pytest.mark.integration
-
 K = 3
 ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 

@@ -5,13 +5,10 @@ from __future__ import annotations
 import json
 import os
 
-import pytest
-
 from specbench.assets import ensure_assets
 from specbench.zoo import QUICK_DRAFTER_STEPS
 
 
-@pytest.mark.integration
 def test_quick_zoo_trains_and_caches(tmp_path):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     a = ensure_assets(tmp_path, train=True, quick=True, progress=False)

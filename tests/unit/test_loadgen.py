@@ -93,8 +93,8 @@ class FakeServer:
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/metrics", self._metrics)
-        app.router.add_get("/health", lambda r: web.Response(text=""))
-        app.router.add_get("/v1/models", lambda r: web.json_response({"data": [{"id": "fake-model"}]}))
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/v1/models", self._models)
         runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=0.5)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -103,6 +103,12 @@ class FakeServer:
         self._ready.set()
         await self._stop.wait()
         await runner.cleanup()
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.Response(text="")
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": "fake-model"}]})
 
     async def _metrics(self, request: web.Request) -> web.Response:
         c = self.counters

@@ -1,0 +1,109 @@
+"""A run as pandas DataFrames, for notebooks: ``specbench.load(RUN_DIR)``.
+
+Three tables, all built from the run's files (nothing is recomputed here
+that ``summary.json`` does not already hold):
+
+- ``requests``: one row per recorded request (the latest record of each
+  cell × prompt × sample × repeat), with its cell's target, method, K,
+  dataset, temperature and load, token counts, timings and per-request
+  spec-decode counters (``num_drafts`` … ``tau``; NaN where the engine could
+  not attribute them to a request);
+- ``cells``: one row per cell with its latest status and the counter deltas;
+- ``groups``: one row per summary group (repeats pooled): each estimate as
+  ``<metric>``, ``<metric>_lo``, ``<metric>_hi`` and ``<metric>_n``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from specbench import api, metrics, store
+from specbench.summary import RunSummary
+
+CELL_COLUMNS = ("target", "method", "method_kind", "k", "dataset", "temperature", "batch_size", "request_rate")
+ESTIMATES = ("tau", "tau_per_request", "draft_acceptance_rate", "output_tps", "throughput_tps", "latency_s",
+             "ttft_s", "speedup", "greedy_match")
+
+
+@dataclass
+class RunFrames:
+    run_dir: Path
+    manifest: dict[str, Any]
+    requests: pd.DataFrame
+    cells: pd.DataFrame
+    groups: pd.DataFrame
+
+
+def _counter_columns(c: Any) -> dict[str, Any]:
+    if c is None:
+        return {"num_drafts": None, "num_draft_tokens": None, "num_accepted_tokens": None, "tau": None}
+    tau = 1 + c.num_accepted_tokens / c.num_drafts if c.num_drafts else None
+    return {"num_drafts": c.num_drafts, "num_draft_tokens": c.num_draft_tokens,
+            "num_accepted_tokens": c.num_accepted_tokens, "tau": tau}
+
+
+def requests_frame(manifest: dict[str, Any], records: list) -> pd.DataFrame:
+    cells = {c["cell_id"]: c for c in manifest["plan"]["cells"]}
+    rows = []
+    for r in metrics.unique_requests(records):
+        cell = cells.get(r.cell_id, {})
+        rows.append({
+            "cell_id": r.cell_id, **{k: cell.get(k) for k in CELL_COLUMNS},
+            "prompt_id": r.prompt_id, "sample_index": r.sample_index, "repeat": r.repeat, "seed": r.seed,
+            "prompt_tokens": r.prompt_tokens, "output_tokens": r.num_output_tokens,
+            "finish_reason": r.finish_reason, "latency_s": r.latency_s, "ttft_s": r.ttft_s,
+            "error": r.error, **_counter_columns(r.spec), "output_text": r.output_text,
+        })
+    return pd.DataFrame(rows)
+
+
+def cells_frame(manifest: dict[str, Any], cell_records: list) -> pd.DataFrame:
+    latest = metrics.latest_cell_records(cell_records)
+    rows = []
+    for c in manifest["plan"]["cells"]:
+        rec = latest.get(c["cell_id"])
+        rows.append({
+            "cell_id": c["cell_id"], **{k: c.get(k) for k in CELL_COLUMNS}, "repeat": c.get("repeat"),
+            "status": rec.status if rec else "not run", "reason": rec.reason if rec else None,
+            "num_requests": rec.num_requests if rec else 0, "wall_time_s": rec.wall_time_s if rec else None,
+            **_counter_columns(rec.counters if rec else None),
+        })
+    return pd.DataFrame(rows)
+
+
+def groups_frame(summary: RunSummary) -> pd.DataFrame:
+    rows = []
+    for g in summary.groups:
+        row: dict[str, Any] = {
+            "group_id": g.group_id, "target": g.target, "method": g.method, "method_kind": g.method_kind,
+            "k": g.k, "dataset": g.dataset, "temperature": g.temperature, "batch_size": g.batch_size,
+            "request_rate": g.request_rate, "status": g.status, "n_requests": g.n_requests,
+        }
+        for name in ESTIMATES:
+            est = getattr(g, name)
+            row[name] = est.value if est else None
+            row[f"{name}_lo"] = est.lo if est else None
+            row[f"{name}_hi"] = est.hi if est else None
+            row[f"{name}_n"] = est.n if est else None
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def load(run_dir: str | Path) -> RunFrames:
+    """Load a run directory (``results/<suite>/<run-id>``) as DataFrames.
+
+    Reads ``summary.json`` when present, else rebuilds it (``specbench analyze``).
+    """
+    run_dir = Path(run_dir)
+    manifest = store.read_manifest(run_dir)
+    return RunFrames(
+        run_dir=run_dir,
+        manifest=manifest,
+        requests=requests_frame(manifest, store.read_requests(run_dir)),
+        cells=cells_frame(manifest, store.read_cells(run_dir)),
+        groups=groups_frame(api.load_summary(run_dir)),
+    )
