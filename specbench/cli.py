@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -152,18 +153,28 @@ def run(
             console.print(f"{kind} report: {path}")
 
 
+def closing_tables(summary) -> list[Table]:
+    """One compact table per target (see :mod:`specbench.report.terminal`)."""
+    from specbench.report.terminal import HEADER, closing_rows
+
+    tables = []
+    for target, rows in closing_rows(summary).items():
+        t = Table(*HEADER, title=f"target {target}", title_justify="left", box=box.SIMPLE_HEAD,
+                  pad_edge=False, padding=(0, 1))
+        for col in t.columns:
+            col.no_wrap = True
+        for row in rows:
+            t.add_row(*row)
+        tables.append(t)
+    return tables
+
+
 def _print_summary(run_dir: Path) -> None:
+    """The compact closing table (≤ 100 columns, never wrapped; piped output is 100 wide)."""
     s = api.load_summary(run_dir)
-    t = Table("target", "dataset", "method", "K", "status", "τ [95% CI]", "tok/s", "speedup", "greedy match")
-    for g in s.groups:
-        t.add_row(
-            g.target, g.dataset, g.method, str(g.k or "–"), g.status,
-            g.tau.fmt() if g.tau else "–",
-            g.output_tps.fmt(0) if g.output_tps else "–",
-            g.speedup.fmt() if g.speedup else "–",
-            g.greedy_match.fmt(0, pct=True) if g.greedy_match else "–",
-        )
-    console.print(t)
+    out = console if console.is_terminal else Console(width=100)
+    for t in closing_tables(s):
+        out.print(t, highlight=False)
     bad = [c for c in s.checks if not c["ok"]]
     if bad:
         for c in bad:

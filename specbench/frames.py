@@ -86,8 +86,8 @@ def groups_frame(summary: RunSummary) -> pd.DataFrame:
         for name in ESTIMATES:
             est = getattr(g, name)
             row[name] = est.value if est else None
-            row[f"{name}_lo"] = est.lo if est else None
-            row[f"{name}_hi"] = est.hi if est else None
+            row[f"{name}_lo"] = est.ci_low if est else None
+            row[f"{name}_hi"] = est.ci_high if est else None
             row[f"{name}_n"] = est.n if est else None
         rows.append(row)
     return pd.DataFrame(rows)

@@ -1,0 +1,47 @@
+"""The closing table of ``specbench run`` / ``analyze`` in a terminal (pure: rows of strings).
+
+One table per target (its name as the title), six short columns that fit
+100 characters: dataset, method (with K), T and load, τ with its interval,
+speedup with its interval, verdict. The
+verdict is the group's equivalence verdict when it has one, else its status
+when it did not run; the full story is in the reports.
+"""
+
+from __future__ import annotations
+
+from specbench.summary import GroupSummary, RunSummary
+
+HEADER = ("dataset", "method", "T·load", "τ [95% CI]", "speedup [95% CI]", "verdict")
+#: Width every column may take; the widest row is under 100 characters with the separators.
+MAX_WIDTHS = (12, 18, 10, 18, 18, 12)
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def verdict(g: GroupSummary) -> str:
+    if g.status in ("skipped", "failed"):
+        return g.status
+    eq = g.equivalence or {}
+    entries = [eq] if "verdict" in eq else [v for v in eq.values() if isinstance(v, dict) and "verdict" in v]
+    verdicts = sorted({str(e["verdict"]) for e in entries})
+    if not verdicts:
+        return "–" if g.status == "ok" else g.status
+    return " / ".join("not shown" if v == "not shown equivalent" else v for v in verdicts)
+
+
+def closing_rows(summary: RunSummary) -> dict[str, list[tuple[str, ...]]]:
+    """Target name → its rows, in the summary's order."""
+    rows: dict[str, list[tuple[str, ...]]] = {}
+    for g in summary.groups:
+        load = f"b{g.batch_size}" if g.request_rate is None else f"r{g.request_rate:g}"
+        method = g.method + (f" K{g.k}" if g.k and f"k{g.k}" not in g.method.lower() else "")
+        cells = (
+            g.dataset, method, f"{g.temperature:g}·{load}",
+            g.tau.fmt() if g.tau and g.tau.value is not None else "–",
+            g.speedup.fmt() if g.speedup and g.speedup.value is not None else "–",
+            verdict(g),
+        )
+        rows.setdefault(g.target, []).append(tuple(_clip(c, w) for c, w in zip(cells, MAX_WIDTHS, strict=True)))
+    return rows
