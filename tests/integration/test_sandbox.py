@@ -50,6 +50,7 @@ CASES: dict[str, tuple[float, set[str]]] = {
     "disk_fill": (10.0, {"failed", "killed"}),
     "fd_exhaustion": (10.0, {"failed"}),
     "privilege_escalation": (10.0, {"failed"}),
+    "forge_marker": (10.0, {"failed"}),
 }
 NETWORK_CASES = {"socket_loopback", "socket_external"}
 
@@ -63,15 +64,10 @@ def problems():
     return load_problems()
 
 
-def _marker() -> str:
-    return f"specbench-test-passed-{uuid.uuid4().hex}"
-
-
 def _canonical_passes(problems, task_id: str = "HumanEval/0", isolation: str = "auto") -> bool:
     p = problems[task_id]
-    marker = _marker()
-    src = build_program(p, p["canonical_solution"]) + f"\nprint({marker!r})\n"
-    res = run_program(src, timeout_s=10, success_marker=marker, isolation=isolation)
+    src = build_program(p, p["canonical_solution"]) + "\n"
+    res = run_program(src, timeout_s=10, must_finish=True, isolation=isolation)
     return res.passed
 
 
@@ -181,14 +177,13 @@ def test_hostile_completion_is_contained(name, isolation, problems, monkeypatch)
         .replace("SPECBENCH_SENTINEL_DIR", str(sentinel))
         .replace("SPECBENCH_LOOPBACK_PORT", str(port))
     )
-    marker = _marker()
-    source = build_program(problems["HumanEval/0"], WRONG_BODY + hostile) + f"\nprint({marker!r})\n"
+    source = build_program(problems["HumanEval/0"], WRONG_BODY + hostile) + "\n"
 
     before = _snapshot()
     dirs_before = _sbx_dirs()
     t0 = time.monotonic()
     try:
-        res = run_program(source, timeout_s=timeout_s, success_marker=marker, isolation=isolation)
+        res = run_program(source, timeout_s=timeout_s, must_finish=True, isolation=isolation)
         took = time.monotonic() - t0
         if name == "daemon_escape":
             time.sleep(1.5)  # the daemon would write its file after 1 s
@@ -216,6 +211,9 @@ def test_hostile_completion_is_contained(name, isolation, problems, monkeypatch)
         assert conn is None, "the sandbox reached the host's loopback"
         if name == "huge_output":
             assert len(res.stdout_tail.encode()) <= 8192 + 8
+        if name == "forge_marker":  # it did hunt and claim, and still did not pass
+            assert "FORGED" in res.stdout_tail and res.returncode == 0, res
+            assert "did not run to its end" in res.detail, res
         if name == "privilege_escalation" and res.sandbox_uid is not None:
             assert "uid=0" not in output
 
@@ -233,13 +231,9 @@ def test_humaneval_canonical_solutions_all_pass(problems):
     """164/164 through run_programs with 4 workers, nothing left behind."""
     before = _snapshot()
     dirs_before = _sbx_dirs()
-    sources, markers = [], []
-    for p in problems.values():
-        m = _marker()
-        sources.append(build_program(p, p["canonical_solution"]) + f"\nprint({m!r})\n")
-        markers.append(m)
+    sources = [build_program(p, p["canonical_solution"]) + "\n" for p in problems.values()]
     t0 = time.monotonic()
-    results = run_programs(sources, workers=4, success_markers=markers, timeout_s=20)
+    results = run_programs(sources, workers=4, must_finish=True, timeout_s=20)
     took = time.monotonic() - t0
     assert len(results) == len(problems) == 164
     failed = [
@@ -275,6 +269,21 @@ def test_order_preserved_and_statuses():
     assert [r.status for r in res] == ["passed", "failed", "timeout", "passed"]
     assert res[0].stdout_tail == "a\n" and res[3].stdout_tail == "d\n"
     assert res[1].returncode == 3
+
+
+def test_must_finish_counts_only_programs_that_ran_to_their_end():
+    srcs = [
+        "assert __name__ == '__main__'\nprint('end')\n",
+        "import sys\nsys.exit(0)\nprint('never')\n",
+        "import os\nos._exit(0)\n",
+        "import os, atexit\natexit.register(os._exit, 0)\nraise SystemExit(0)\n",
+    ]
+    res = run_programs(srcs, workers=4, must_finish=True, timeout_s=10)
+    assert [r.passed for r in res] == [True, False, False, False], res
+    assert res[0].stdout_tail == "end\n"
+    assert all(r.returncode == 0 for r in res[1:]), res
+    # Without must_finish exit status 0 is enough.
+    assert run_program(srcs[1], timeout_s=10).passed
 
 
 def test_environment_is_scrubbed_and_workdir_empty(monkeypatch):

@@ -125,14 +125,14 @@ def test_require_code_exec():
         require_code_exec(False)
 
 
-def test_score_humaneval_builds_marked_programs(monkeypatch, problems):
-    """The harness side, without executing: truncation, one marker per program, order."""
+def test_score_humaneval_builds_programs_that_must_finish(monkeypatch, problems):
+    """The harness side, without executing: truncation, must_finish, no marker in the source, order."""
     from specbench.scoring.sandbox import ExecResult
 
     seen = {}
 
-    def fake_run_programs(sources, workers, success_markers, **kwargs):
-        seen.update(sources=sources, markers=success_markers, workers=workers)
+    def fake_run_programs(sources, workers, **kwargs):
+        seen.update(sources=sources, workers=workers, kwargs=kwargs)
         return [
             ExecResult(i % 2 == 0, "passed" if i % 2 == 0 else "failed", 0, "", "", 0.1, "fake")
             for i in range(len(sources))
@@ -145,10 +145,11 @@ def test_score_humaneval_builds_marked_programs(monkeypatch, problems):
     res = score_humaneval(items, allow_code_exec=True, problems=problems, workers=3)
     assert [r.passed for r in res] == [True, False]
     assert seen["workers"] == 3
-    assert len(set(seen["markers"])) == 2
+    assert seen["kwargs"]["must_finish"] is True
     assert "junk" not in seen["sources"][0]
-    for src, marker in zip(seen["sources"], seen["markers"], strict=True):
-        assert src.rstrip().endswith(f"print({marker!r})")
+    for src, (tid, _) in zip(seen["sources"], items, strict=True):
+        assert src.rstrip().endswith(f"check({problems[tid]['entry_point']})")
+        assert "print(" not in src.rsplit("def check", 1)[-1]
 
 
 def test_score_humaneval_accepts_records(monkeypatch, problems):
