@@ -17,6 +17,7 @@ from typing import Any
 
 import jinja2
 import yaml
+from markupsafe import Markup, escape
 
 from specbench.report.markdown import (
     Block,
@@ -55,6 +56,21 @@ def _cell_class(text: str) -> str:
     return "wrap" if len(text) > 60 else ""
 
 
+_CODE = re.compile(r"(`+)(.+?)\1")
+_STRONG = re.compile(r"\*\*(.+?)\*\*")
+
+
+def _inline(text: str) -> Markup:
+    """A paragraph's inline Markdown (``**strong**``, `` `code` ``) as escaped HTML; the rest is text."""
+    out, pos = [], 0
+    for m in _CODE.finditer(text):
+        out.append(_STRONG.sub(r"<strong>\1</strong>", str(escape(text[pos:m.start()]))))
+        out.append(f"<code>{escape(m.group(2).strip())}</code>")
+        pos = m.end()
+    out.append(_STRONG.sub(r"<strong>\1</strong>", str(escape(text[pos:]))))
+    return Markup("".join(out))
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "section"
 
@@ -66,12 +82,12 @@ def _ctx(block: Block) -> dict[str, Any] | None:
         return {"kind": "section", "title": block.title, "level": block.level,
                 "id": block.anchor or _slug(block.title), "blocks": children}
     if isinstance(block, Para):
-        return {"kind": "para", "text": block.text}
+        return {"kind": "para", "text": _inline(block.text)}
     if isinstance(block, Pre):
         return {"kind": "pre", "text": block.text}
     if isinstance(block, Table):
         rows = [[{"text": c, "cls": _cell_class(c)} for c in row] for row in block.rows]
-        return {"kind": "table", "headers": block.headers, "rows": rows, "notes": block.notes}
+        return {"kind": "table", "headers": block.headers, "rows": rows, "notes": [_inline(n) for n in block.notes]}
     if isinstance(block, Details):
         return {"kind": "details", "summary": block.summary,
                 "blocks": [c for c in (_ctx(b) for b in block.blocks) if c is not None]}

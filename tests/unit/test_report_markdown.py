@@ -178,6 +178,22 @@ def test_html_escapes_untrusted_text() -> None:
     assert "&lt;img src=x onerror=alert(1)&gt;" in page
 
 
+def test_html_renders_inline_markdown_of_paragraphs() -> None:
+    """The engine-patch and draft-attention lines: bold and code as HTML, never literal ** or backticks."""
+    from specbench.report.html import render_html
+    from specbench.report.markdown import render_markdown
+
+    summary, manifest = load("minimal")
+    manifest["engine_patches"] = {"tiny": [{"name": "vllm-cpu-expand-float", "summary": "x < y & `z`"}]}
+    manifest["engines"] = [{"key": "tiny/eagle3", "draft_attention": {"mismatch": True, "why": "causal <b>"}}]
+    page = render_html(summary, manifest, figures={})
+    body = page.split("<main>", 1)[1].split('id="configuration"', 1)[0]
+    assert "**" not in body and "`" not in body
+    assert "<p><strong>Engine patch on tiny:</strong> <code>vllm-cpu-expand-float</code>: x &lt; y &amp; <code>z</code>.</p>" in body
+    assert "<strong>Draft served ≠ trained on tiny/eagle3:</strong> causal &lt;b&gt;." in body
+    assert "**Engine patch on tiny:** `vllm-cpu-expand-float`" in render_markdown(summary, manifest)
+
+
 def test_write_reports_default_and_explicit_out_dir(tmp_path: Path) -> None:
     import shutil
 
