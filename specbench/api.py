@@ -49,7 +49,7 @@ def dry_run(suite: Suite, platform: str | None = None) -> list[dict[str, Any]]:
                 "speculative_config": res.engine_kwargs.get("speculative_config"),
                 "llm_kwargs": res.engine_kwargs,
                 "env": res.env,
-                "vllm_serve": vllm_serve_command(cfg, res.engine_kwargs),
+                "server_command": vllm_serve_command(cfg, res.engine_kwargs, platform, res.env),
                 "cells": len(plan.cells_for(cfg.key)),
             }
         )

@@ -129,7 +129,7 @@ def run(
             console.print(f"LLM(**{json.dumps(e['llm_kwargs'], sort_keys=True)})", highlight=False, soft_wrap=True)
             if e["env"]:
                 console.print("env: " + " ".join(f"{k}={v}" for k, v in e["env"].items()), highlight=False)
-            console.print(e["vllm_serve"], highlight=False, soft_wrap=True)
+            console.print(e["server_command"], highlight=False, soft_wrap=True)
         return
     from specbench.plan import expand
 

@@ -12,6 +12,8 @@ requests in flight (``load.max_concurrency``; 0 = no cap).
 from __future__ import annotations
 
 import json
+import shlex
+import sys
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -169,21 +171,72 @@ def sampled_equivalence_temperature(suite: Suite) -> float | None:
     return float(sampled.get("temperature", 1.0)) if isinstance(sampled, dict) else 1.0
 
 
-def vllm_serve_command(cfg: EngineConfig, engine_kwargs: dict[str, Any]) -> str:
-    """The equivalent ``vllm serve`` command line for an engine (for --dry-run)."""
-    parts = ["vllm", "serve", str(engine_kwargs.get("model", cfg.target.model))]
-    for k, v in engine_kwargs.items():
-        if k in ("model", "speculative_config"):
+# vLLM server options that are plain ``store_true`` (no ``--no-…`` form); every
+# other boolean of ``vllm serve`` (0.32) is a BooleanOptionalAction.
+STORE_TRUE_FLAGS = frozenset(
+    {
+        "disable_log_stats",
+        "headless",
+        "grpc",
+        "data_parallel_multi_port_external_lb",
+        "aggregate_engine_logging",
+    }
+)
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+
+
+def server_cli_args(server_args: dict[str, Any]) -> list[str]:
+    """``vllm.LLM`` keyword arguments (as ``build_engine_kwargs`` makes them) → server flags.
+
+    The one kwargs → ``vllm serve`` translation (the launcher and ``--dry-run``).
+    ``model`` becomes ``--model``; dicts and lists are passed as JSON; ``None``
+    is omitted; ``True`` → ``--flag``; ``False`` → ``--no-flag`` (omitted for
+    the few ``store_true`` options, whose default is already off).
+    """
+    out: list[str] = []
+    for key, value in server_args.items():
+        if value is None:
             continue
-        flag = "--" + k.replace("_", "-")
-        if isinstance(v, bool):
-            if v:
-                parts.append(flag)
-        elif isinstance(v, dict):
-            parts += [flag, "'" + json.dumps(v) + "'"]
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            if value:
+                out.append(flag)
+            elif key not in STORE_TRUE_FLAGS:
+                out.append("--no-" + key.replace("_", "-"))
+        elif isinstance(value, dict | list):
+            out += [flag, json.dumps(value, sort_keys=True)]
         else:
-            parts += [flag, str(v)]
-    spec = engine_kwargs.get("speculative_config")
-    if spec is not None:
-        parts += ["--speculative-config", "'" + json.dumps(spec, sort_keys=True) + "'"]
-    return " ".join(parts)
+            out += [flag, str(value)]
+    return out
+
+
+def server_argv(engine_kwargs: dict[str, Any], python: str = sys.executable) -> list[str]:
+    """The server command specbench launches for an engine (without ``--host``/``--port``).
+
+    The engine's ``vllm.LLM`` kwargs plus two server-only defaults: per-request
+    spec-decode metrics when speculating, no uvicorn access log. The module
+    form, because the ``vllm`` console script of the CPU build does not run.
+    """
+    args = dict(engine_kwargs)
+    if args.get("speculative_config") is not None:
+        args.setdefault("per_request_spec_decode_metrics", "detailed")
+    args.setdefault("disable_uvicorn_access_log", True)
+    return [python, "-m", SERVER_MODULE, *server_cli_args(args)]
+
+
+def vllm_serve_command(
+    cfg: EngineConfig, engine_kwargs: dict[str, Any], platform: str = "cpu", env: dict[str, str] | None = None
+) -> str:
+    """The shell line that serves an engine on ``platform`` (for --dry-run): exactly what is launched.
+
+    On cpu that is ``python -m vllm.entrypoints.openai.api_server …`` (the CPU
+    build's ``vllm`` script is broken); elsewhere ``vllm serve MODEL …`` with
+    the same flags. ``env`` (the engine's variables) prefixes the line.
+    """
+    kwargs = {"model": cfg.target.model, **engine_kwargs}
+    argv = server_argv(kwargs)
+    if platform != "cpu":
+        flags = argv[3:]
+        i = flags.index("--model")
+        argv = ["vllm", "serve", flags[i + 1], *flags[:i], *flags[i + 2:]]
+    return shlex.join([f"{k}={v}" for k, v in (env or {}).items()] + argv)

@@ -51,22 +51,10 @@ from specbench.engines.loadgen import (
 )
 from specbench.engines.prom import CounterReset, PromSnapshot, scrape_settled
 from specbench.engines.vllm_offline import tail
-from specbench.plan import EngineConfig
+from specbench.plan import EngineConfig, server_argv
 from specbench.settings import settings
 
 HOST = "127.0.0.1"
-
-# vLLM server options that are plain ``store_true`` (no ``--no-…`` form); every
-# other boolean of ``vllm serve`` (0.32) is a BooleanOptionalAction.
-STORE_TRUE_FLAGS = frozenset(
-    {
-        "disable_log_stats",
-        "headless",
-        "grpc",
-        "data_parallel_multi_port_external_lb",
-        "aggregate_engine_logging",
-    }
-)
 
 # Phrases in a start-up exception meaning "this configuration cannot run on
 # this platform" (skipped, not failed). Deliberately narrower than "not
@@ -89,30 +77,6 @@ UNSUPPORTED_MARKERS = (
 _EXC_LINE = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Exit)\b:?.*$")
 
 T = TypeVar("T")
-
-
-def server_cli_args(server_args: dict[str, Any]) -> list[str]:
-    """``vllm.LLM`` keyword arguments (as ``build_engine_kwargs`` makes them) → server flags.
-
-    ``model`` becomes ``--model``; dicts and lists are passed as JSON; ``None``
-    is omitted; ``True`` → ``--flag``; ``False`` → ``--no-flag`` (omitted for
-    the few ``store_true`` options, whose default is already off).
-    """
-    out: list[str] = []
-    for key, value in server_args.items():
-        if value is None:
-            continue
-        flag = "--" + key.replace("_", "-")
-        if isinstance(value, bool):
-            if value:
-                out.append(flag)
-            elif key not in STORE_TRUE_FLAGS:
-                out.append("--no-" + key.replace("_", "-"))
-        elif isinstance(value, dict | list):
-            out += [flag, json.dumps(value, sort_keys=True)]
-        else:
-            out += [flag, str(value)]
-    return out
 
 
 def free_port(host: str = HOST) -> int:
@@ -234,14 +198,7 @@ class VllmServerEngine:
 
     def server_command(self, port: int) -> list[str]:
         """The command that starts the server on ``port`` (tests substitute a fake)."""
-        return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *self._flags(port)]
-
-    def _flags(self, port: int) -> list[str]:
-        args = dict(self.server_args)
-        if args.get("speculative_config") is not None:
-            args.setdefault("per_request_spec_decode_metrics", "detailed")
-        args.setdefault("disable_uvicorn_access_log", True)
-        return server_cli_args(args) + ["--host", HOST, "--port", str(port)]
+        return [*server_argv(self.server_args), "--host", HOST, "--port", str(port)]
 
     def start(self) -> None:
         if self.attach_url is not None:

@@ -37,7 +37,8 @@ from specbench.engines.loadgen import (
     token_timing,
 )
 from specbench.engines.prom import parse_metrics
-from specbench.engines.vllm_server import VllmServerEngine, server_cli_args, start_failure
+from specbench.engines.vllm_server import VllmServerEngine, start_failure
+from specbench.plan import server_cli_args
 from specbench.plan import Cell, EngineConfig
 from specbench.records import RequestRecord, SpecCounters
 from specbench.suite import MethodSpec, TargetSpec

@@ -1,4 +1,6 @@
 import json
+import shlex
+import sys
 
 import pytest
 
@@ -42,9 +44,34 @@ def test_expand_cells_and_engines(tmp_path):
         "method": "eagle3", "model": "org/peagle", "num_speculative_tokens": 4, "parallel_drafting": True,
     }
     cmd = vllm_serve_command(pe, {"model": "some/model", "speculative_config": pe.speculative_config,
-                                  "enforce_eager": True, "max_model_len": 512})
+                                  "enforce_eager": True, "max_model_len": 512}, platform="cuda")
     assert cmd.startswith("vllm serve some/model") and "--enforce-eager" in cmd and "--max-model-len 512" in cmd
-    assert '"parallel_drafting": true' in cmd
+    assert '"parallel_drafting": true' in cmd and "--model" not in cmd
+
+
+def test_dry_run_command_is_the_launched_command(tmp_path):
+    """One kwargs → server-flags translation: --dry-run prints exactly what the server launcher runs."""
+    from specbench.engines.vllm_server import VllmServerEngine
+
+    p = tmp_path / "s.yaml"
+    p.write_text(SUITE)
+    pe = expand(load_suite(p)).engines[1]
+    kwargs = {"model": "/m/some model", "seed": 0, "disable_log_stats": False, "enforce_eager": True,
+              "trust_remote_code": False, "max_model_len": None, "speculative_config": pe.speculative_config,
+              "per_request_spec_decode_metrics": "detailed", "limit_mm_per_prompt": {"image": 0}}
+    env = {"VLLM_CPU_KVCACHE_SPACE": "1"}
+    line = vllm_serve_command(pe, kwargs, platform="cpu", env=env)
+    words = shlex.split(line)
+    assert words[0] == "VLLM_CPU_KVCACHE_SPACE=1"
+    launched = VllmServerEngine(pe, kwargs, tmp_path / "log", env).server_command(8123)
+    assert launched[-4:] == ["--host", "127.0.0.1", "--port", "8123"]
+    assert words[1:] == launched[:-4]
+    assert launched[:3] == [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+    # Booleans: True → --flag, False → --no-flag except store_true options; None omitted.
+    assert "--no-trust-remote-code" in words and "--enforce-eager" in words
+    assert not any("disable-log-stats" in w or "max-model-len" in w for w in words)
+    cuda = shlex.split(vllm_serve_command(pe, kwargs, platform="cuda"))
+    assert cuda[:3] == ["vllm", "serve", "/m/some model"] and sorted(cuda[3:]) == sorted(launched[5:-4])
 
 
 def test_every_speculative_method_passes_method_explicitly():

@@ -85,7 +85,8 @@ def _check_engine(engine: dict, method: str, model: str, k: int, tp: int, extra:
     # On CUDA no CPU defaults leak in, and nothing forces the hub offline.
     assert "enforce_eager" not in kw
     assert engine["env"] == {}
-    assert f'"method": "{method}"' in engine["vllm_serve"]
+    assert f'"method": "{method}"' in engine["server_command"]
+    assert engine["server_command"].startswith(f"vllm serve {engine['llm_kwargs']['model']} ")
 
 
 def test_gsm8k_dry_run_speculative_configs():
