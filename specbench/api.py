@@ -147,19 +147,21 @@ def analyze(run_dir: Path, *, allow_code_exec: bool | None = None) -> RunSummary
     run_dir = Path(run_dir)
     manifest = store.read_manifest(run_dir)
     cells = [Cell.model_validate(c) for c in manifest["plan"]["cells"]]
-    requests = store.read_requests(run_dir)
-    scores, notes = _scores(run_dir, manifest, cells, requests, allow_code_exec)
+    torn: list[str] = []  # torn last lines of interrupted writes, "file:line: …"
+    requests = store.read_requests(run_dir, torn)
+    cell_records = store.read_cells(run_dir, torn)
+    scores, notes = _scores(run_dir, manifest, cells, requests, allow_code_exec, torn)
     summary = metrics.summarize(
         manifest["run_id"],
         manifest["suite_name"],
         cells,
-        store.read_cells(run_dir),
+        cell_records,
         requests,
         references=manifest["suite"].get("references", []),
         scores=scores,
     )
     summary.checks = metrics.counter_checks(summary)
-    serving = _serving(manifest, cells, requests, store.read_cells(run_dir))
+    serving = _serving(manifest, cells, requests, cell_records)
     if serving:
         summary.extra["serving"] = serving
     xc = metrics.cross_check(summary, manifest["suite"]["targets"], _draft_attention(manifest, cells))
@@ -169,6 +171,8 @@ def analyze(run_dir: Path, *, allow_code_exec: bool | None = None) -> RunSummary
         g = summary.group(gid)
         if g is not None:
             g.equivalence = eq
+    if torn:
+        summary.extra["torn_lines"] = torn
     if notes:
         summary.extra["scoring_notes"] = notes
         for g in summary.groups:
@@ -226,16 +230,22 @@ def _dataset_kind(manifest: dict[str, Any], name: str) -> str | None:
 
 
 def _scores(
-    run_dir: Path, manifest: dict[str, Any], cells: list[Cell], requests: list, allow_code_exec: bool | None
+    run_dir: Path,
+    manifest: dict[str, Any],
+    cells: list[Cell],
+    requests: list,
+    allow_code_exec: bool | None,
+    torn: list[str] | None = None,
 ) -> tuple[dict, list[str]]:
     from specbench.scoring.apply import score_requests
 
-    prompts = list(store.iter_jsonl(run_dir / store.PROMPTS))
+    prompts = list(store.iter_jsonl(run_dir / store.PROMPTS, torn))
     if not prompts:
         return {}, []
     scoring = manifest["suite"].get("scoring") or {}
     allow = scoring.get("allow_code_exec", False) if allow_code_exec is None else allow_code_exec
-    cached = {(o["cell_id"], o["prompt_id"], o["sample_index"]): o["score"] for o in store.iter_jsonl(run_dir / store.SCORES)}
+    cached = {(o["cell_id"], o["prompt_id"], o["sample_index"]): o["score"]
+              for o in store.iter_jsonl(run_dir / store.SCORES, torn)}
     scores, notes = score_requests(
         requests,
         {c.cell_id: c.dataset for c in cells},

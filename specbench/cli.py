@@ -190,10 +190,15 @@ def analyze(
 ) -> None:
     """Rebuild summary.json from the raw records (no engine needed)."""
     try:
-        api.analyze(run_dir, allow_code_exec=allow_code_exec or None)
+        summary = api.analyze(run_dir, allow_code_exec=allow_code_exec or None)
     except api.store.StoreError as exc:
         _bad_input([str(exc)])
     _print_summary(run_dir)
+    torn = summary.extra.get("torn_lines") or []
+    if torn:
+        from specbench.report.markdown import torn_lines_note
+
+        err.print(f"[yellow]note[/yellow] {run_dir}: {torn_lines_note(torn)}", highlight=False, soft_wrap=True)
 
 
 @app.command("report")

@@ -5,7 +5,7 @@
 * ``records.jsonl`` / ``cells.jsonl`` — append-only raw records, one JSON
   object per line, flushed and fsynced per write, so an interrupted run
   loses at most the line being written (a torn last line is ignored on
-  read and repaired on resume).
+  read -- and said: ``iter_jsonl(..., torn=notes)`` -- and repaired on resume).
 * ``summary.json`` — derived; rebuilt by ``specbench analyze``.
 * ``engines/<key>.log`` — each engine's stdout/stderr.
 """
@@ -63,7 +63,11 @@ class JsonlAppender:
 
 
 def _repair_torn_tail(path: Path) -> None:
-    """Cut a partial last line (a write interrupted mid-line) before appending."""
+    """Cut a partial last line (a write interrupted mid-line) before appending.
+
+    A last line that is whole but for its newline is kept (and ended), as the
+    reader keeps it.
+    """
     if not path.exists() or path.stat().st_size == 0:
         return
     with open(path, "rb+") as fh:
@@ -72,10 +76,21 @@ def _repair_torn_tail(path: Path) -> None:
             return
         data = path.read_bytes()
         cut = data.rfind(b"\n") + 1
-        fh.truncate(cut)
+        try:
+            json.loads(data[cut:])
+            fh.write(b"\n")
+        except ValueError:
+            fh.truncate(cut)
 
 
-def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+def iter_jsonl(path: Path, torn: list[str] | None = None) -> Iterator[dict[str, Any]]:
+    """The objects of a JSONL file (none when it does not exist): the one JSONL reader.
+
+    A corrupt line is a :class:`StoreError` (``file:line``), except a partial
+    last line without its newline -- a write interrupted by a crash or a
+    kill -- which is skipped and, when ``torn`` is given, said there as
+    ``"<file>:<line>: …"``.
+    """
     if not path.exists():
         return
     with open(path, encoding="utf-8") as fh:
@@ -87,7 +102,11 @@ def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
             yield json.loads(line)
         except json.JSONDecodeError:
             if i == len(lines) - 1 and not line.endswith("\n"):
-                return  # torn last line of an interrupted run
+                # torn last line of an interrupted run
+                if torn is not None:
+                    torn.append(f"{path.name}:{i + 1}: torn last line ({len(line.encode())} bytes, an "
+                                "interrupted write) ignored")
+                return
             raise StoreError(f"{path}:{i + 1}: corrupt record") from None
 
 
@@ -99,12 +118,12 @@ def migrate(obj: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
-def read_requests(run_dir: Path) -> list[RequestRecord]:
-    return [RequestRecord.model_validate(migrate(o)) for o in iter_jsonl(run_dir / RECORDS)]
+def read_requests(run_dir: Path, torn: list[str] | None = None) -> list[RequestRecord]:
+    return [RequestRecord.model_validate(migrate(o)) for o in iter_jsonl(run_dir / RECORDS, torn)]
 
 
-def read_cells(run_dir: Path) -> list[CellRecord]:
-    return [CellRecord.model_validate(migrate(o)) for o in iter_jsonl(run_dir / CELLS)]
+def read_cells(run_dir: Path, torn: list[str] | None = None) -> list[CellRecord]:
+    return [CellRecord.model_validate(migrate(o)) for o in iter_jsonl(run_dir / CELLS, torn)]
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -159,6 +159,12 @@ class _Refs:
 # sections
 
 
+def torn_lines_note(torn: list[str]) -> str:
+    """One line for ``summary.extra["torn_lines"]``: how many, and where."""
+    return (f"{len(torn)} torn last line{'s' if len(torn) != 1 else ''} of an interrupted write ignored: "
+            + "; ".join(torn))
+
+
 def _header(summary: RunSummary, manifest: dict[str, Any]) -> list[Block]:
     versions = manifest.get("versions") or {}
     hw = manifest.get("hardware") or {}
@@ -181,6 +187,9 @@ def _header(summary: RunSummary, manifest: dict[str, Any]) -> list[Block]:
     for target, patches in (manifest.get("engine_patches") or {}).items():
         for p in patches:
             blocks.append(Para(f"**Engine patch on {target}:** `{p.get('name')}`: {p.get('summary')}."))
+    torn = summary.extra.get("torn_lines") or []
+    if torn:
+        blocks.append(Para(f"**{torn_lines_note(torn)}**"))
     for e in manifest.get("engines") or []:
         att = e.get("draft_attention") or {}
         if att.get("mismatch"):

@@ -211,3 +211,65 @@ def test_speedup_pairs_with_the_baseline_at_the_same_rate(tmp_path):
         assert g.batch_size == 8 and g.group_id.endswith(f"rate{rate:g}")
         # Paired with the wrong rate's baseline this would be 2.5 or 0.625.
         assert g.speedup is not None and g.speedup.value == pytest.approx(1.25)
+
+
+def _hand_made_run(tmp_path):
+    """A run directory written by hand: manifest, one finished baseline cell, records with a torn last line."""
+    p = tmp_path / "s.yaml"
+    p.write_text(SUITE)
+    suite = load_suite(p)
+    plan = expand(suite)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    store.write_json(run_dir / store.MANIFEST, {"run_id": "r", "suite_name": suite.name,
+                                                 "suite": suite.model_dump(mode="json"),
+                                                 "plan": plan.model_dump(mode="json")})
+    cell = plan.cells[0]
+    recs = store.JsonlAppender(run_dir / store.RECORDS)
+    for i in range(3):
+        recs.append(RequestRecord(run_id="r", cell_id=cell.cell_id, engine_key=cell.engine_key, prompt_id=f"p{i}",
+                                  prompt_tokens=4, output_token_ids=[1, 2, 3], output_text="abc", latency_s=0.1))
+    recs.close()
+    cells = store.JsonlAppender(run_dir / store.CELLS)
+    cells.append({"run_id": "r", "cell_id": cell.cell_id, "engine_key": cell.engine_key, "status": "ok",
+                  "num_requests": 4, "wall_time_s": 1.0})
+    cells.close()
+    with open(run_dir / store.RECORDS, "a") as fh:
+        fh.write('{"run_id": "r", "cell_id": "' + cell.cell_id + '", "prompt_')  # killed mid-write
+    return run_dir
+
+
+def test_analyze_says_a_torn_last_line_was_dropped(tmp_path):
+    from typer.testing import CliRunner
+
+    from specbench import api
+    from specbench.cli import app
+    from specbench.report.markdown import render_markdown
+
+    run_dir = _hand_made_run(tmp_path)
+    size = len((run_dir / store.RECORDS).read_bytes().rsplit(b"\n", 1)[1])
+    torn: list[str] = []
+    assert len(store.read_requests(run_dir, torn)) == 3
+    assert torn == [f"records.jsonl:4: torn last line ({size} bytes, an interrupted write) ignored"]
+    summary = api.analyze(run_dir)
+    assert summary.extra["torn_lines"] == torn
+    assert sum(g.n_requests for g in summary.groups) == 3
+    note = "1 torn last line of an interrupted write ignored: records.jsonl:4"
+    assert note in render_markdown(summary, {})
+    result = CliRunner().invoke(app, ["analyze", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    assert note in " ".join(result.output.split())
+    # Resuming cuts the torn line; the next analyze has nothing to say.
+    store.JsonlAppender(run_dir / store.RECORDS).close()
+    assert "torn_lines" not in api.analyze(run_dir).extra
+
+
+def test_whole_last_line_without_newline_is_kept_by_reader_and_appender(tmp_path):
+    path = tmp_path / "cells.jsonl"
+    path.write_text('{"a": 1}\n{"a": 2}')
+    torn: list[str] = []
+    assert [o["a"] for o in store.iter_jsonl(path, torn)] == [1, 2] and torn == []
+    w = store.JsonlAppender(path)
+    w.append({"a": 3})
+    w.close()
+    assert [o["a"] for o in store.iter_jsonl(path)] == [1, 2, 3]
