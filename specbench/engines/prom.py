@@ -145,6 +145,35 @@ def per_position_rates(c: SpecCounters) -> list[float]:
     return [a / c.num_drafts for a in c.accepted_per_pos]
 
 
+def served_mismatch(k: int | None, before: PromSnapshot, after: PromSnapshot) -> str | None:
+    """How a server's counters contradict a claim of K draft tokens (``None``: baseline), or ``None``.
+
+    vLLM exports the spec-decode families only when it speculates, with one
+    ``position`` label per draft token (K of them) from start-up; every draft
+    proposes at most K tokens (exactly K for model drafters). ``before`` and
+    ``after`` are scrapes around a cell that ran requests.
+    """
+    spec = after.spec
+    drafted = spec_delta(before.spec, spec) if spec is not None else None
+    width = len(spec.accepted_per_pos) if spec is not None else 0
+    if k is None:
+        if spec is None:
+            return None
+        did = f"; {drafted.num_drafts} drafts during the cell" if drafted is not None else ""
+        return f"the suite claims no speculation (baseline), the server speculates (K={width} draft positions{did})"
+    if spec is None:
+        return f"the suite claims speculation with K={k}, the server exports no spec-decode counters (no speculation)"
+    if width and width != k:
+        return f"the suite claims K={k}, the server's per-position counters show K={width}"
+    assert drafted is not None
+    if drafted.num_drafts <= 0:
+        return f"the suite claims speculation with K={k}, the server proposed no drafts during the cell"
+    per_draft = drafted.num_draft_tokens / drafted.num_drafts
+    if per_draft > k or (not width and per_draft <= k - 1):
+        return f"the suite claims K={k}, the server proposed {per_draft:.2f} draft tokens per draft"
+    return None
+
+
 # ---------------------------------------------------------------------------
 # scraping
 

@@ -4,7 +4,12 @@ and measure it from the client side.
 Launch mode starts ``python -m vllm.entrypoints.openai.api_server`` on
 127.0.0.1 and a free port, in its own process group (so stopping it takes its
 EngineCore children too), with its output in ``log_path``. Attach mode
-(``base_url``) only measures a server someone else runs.
+(``base_url``) only measures a server someone else runs -- and checks that
+it serves what the suite claims: the model (``/v1/models``) at start, and per
+cell whether it speculates and with how many draft tokens (the spec-decode
+counters of ``/metrics``: :func:`~specbench.engines.prom.served_mismatch`). A
+mismatch fails the engine or the cell with the reason; what the server
+reported is in :meth:`describe` (the manifest).
 
 Per cell: optional warmup requests, a ``/metrics`` scrape, the load (see
 :mod:`specbench.engines.loadgen`), another scrape; the spec-decode counter
@@ -49,7 +54,7 @@ from specbench.engines.loadgen import (
     run_warmup,
     to_record,
 )
-from specbench.engines.prom import CounterReset, PromSnapshot, scrape_settled
+from specbench.engines.prom import CounterReset, PromSnapshot, scrape_settled, served_mismatch
 from specbench.engines.vllm_offline import tail
 from specbench.plan import EngineConfig, server_argv
 from specbench.settings import settings
@@ -176,6 +181,8 @@ class VllmServerEngine:
         self.last_cell: dict[str, Any] = {}
         self._proc: subprocess.Popen[bytes] | None = None
         self._atexit_registered = False
+        # Attach mode: what the server reported (/v1/models) and what its counters said of the claim.
+        self.served: dict[str, Any] = {}
         spec = self.server_args.get("speculative_config") or config.speculative_config or {}
         self.k: int | None = spec.get("num_speculative_tokens") if spec else None
 
@@ -194,6 +201,7 @@ class VllmServerEngine:
             "command": self.command or self.server_command(0),
             "server_args": self.server_args,
             "env": self.env,
+            **({"served": self.served} if self.attach_url else {}),
         }
 
     def server_command(self, port: int) -> list[str]:
@@ -204,6 +212,9 @@ class VllmServerEngine:
         if self.attach_url is not None:
             self._wait_ready(self.attach_url, proc=None)
             self.model_name = self._fetch_model(self.attach_url)
+            why = self._model_mismatch()
+            if why is not None:
+                raise EngineUnavailable(f"attached server at {self.attach_url} does not serve the suite's target: {why}")
             return
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         for _attempt in range(3):
@@ -274,8 +285,12 @@ class VllmServerEngine:
         status, body = _http_get(url + "/v1/models", timeout_s=10.0)
         if status == 200:
             try:
-                return str(json.loads(body)["data"][0]["id"])
-            except (ValueError, KeyError, IndexError):
+                data = json.loads(body)["data"]
+                self.served["models"] = [
+                    {k: m.get(k) for k in ("id", "root", "max_model_len")} for m in data if isinstance(m, dict)
+                ]
+                return str(data[0]["id"])
+            except (ValueError, KeyError, IndexError, TypeError):
                 pass
         # Fall back to what the server was told to serve.
         return str(
@@ -283,6 +298,36 @@ class VllmServerEngine:
             or self.server_args.get("model")
             or self.config.target.model
         )
+
+    def _model_mismatch(self) -> str | None:
+        """The attached server's models (id or root, or their last path part) against the claim."""
+        models = self.served.get("models")
+        if not models:
+            self.served["model_check"] = "unverified: /v1/models gave no model"
+            return None
+        claimed = {
+            str(x).rstrip("/")
+            for x in (self.server_args.get("served_model_name"), self.server_args.get("model"), self.config.target.model)
+            if x
+        }
+        served = {str(m[k]).rstrip("/") for m in models for k in ("id", "root") if m.get(k)}
+        if claimed & served or {os.path.basename(x) for x in claimed} & {os.path.basename(x) for x in served}:
+            self.served["model_check"] = "ok"
+            return None
+        why = f"it serves {sorted(served)}, the suite claims {sorted(claimed)}"
+        self.served["model_check"] = "mismatch: " + why
+        return why
+
+    def _check_claim(self, before: PromSnapshot | None, after: PromSnapshot | None, prom_error: str | None) -> None:
+        """Attach mode: does the cell's /metrics delta fit the method and K the suite claims?"""
+        if before is None or after is None:
+            self.served["metrics_check"] = f"unverified: {prom_error or 'no /metrics scrape'}"
+            return
+        k = self.k if self.config.speculative_config is not None else None
+        why = served_mismatch(k, before, after)
+        self.served["metrics_check"] = "ok" if why is None else "mismatch: " + why
+        if why is not None:
+            raise CellFailed(f"attached server does not serve the suite's method: {why}")
 
     def alive(self) -> bool:
         if self._proc is not None:
@@ -414,6 +459,8 @@ class VllmServerEngine:
                     raise CellFailed(str(exc), log_tail=self._tail()) from exc
                 counters = delta.spec
                 self.last_cell["prom_totals"] = delta.totals
+        if self.attach_url is not None:
+            self._check_claim(before, after, prom_error)
         return CellOutcome(counters=counters, wall_time_s=report.wall_time_s, num_requests=len(emitted))
 
     async def _cell(

@@ -196,6 +196,92 @@ def test_start_failure_is_clear(assets: Any, tmp_path: Path) -> None:
     assert (tmp_path / "bad.log").read_text().count("[specbench] starting:") == 1
 
 
+def test_attach_checks_what_the_server_serves(
+    engine: VllmServerEngine, assets: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attach mode against the module's server (draft_model, K=3): claims of another K, of no speculation or of
+    another model are reported with their reason; the right claim passes. Engine level, then a whole suite."""
+    from specbench import api, store
+    from specbench.report.markdown import render_markdown
+
+    target = str(assets.target)
+
+    def attach(method: MethodSpec, spec: dict[str, Any] | None, model: str = target) -> VllmServerEngine:
+        cfg = _config(model, method, spec)
+        kwargs = build_engine_kwargs(cfg, model, target if spec else None)
+        return VllmServerEngine(cfg, kwargs, tmp_path / "attach.log", ENV, base_url=engine.base_url)
+
+    right = attach(MethodSpec(method="draft_model", num_speculative_tokens=K, speculator="target"),
+                   {"method": "draft_model", "num_speculative_tokens": K})
+    right.start()
+    out = right.run_cell(_request(2, n_prompts=4, max_tokens=16, name="attach"), lambda r: None)
+    assert out.counters is not None and out.counters.num_drafts > 0
+    assert right.served["model_check"] == "ok" and right.served["metrics_check"] == "ok", right.served
+    assert right.served["models"][0]["root"] == target
+    assert right.describe()["served"] is right.served
+
+    other_k = attach(MethodSpec(method="draft_model", num_speculative_tokens=2, speculator="target"),
+                     {"method": "draft_model", "num_speculative_tokens": 2})
+    other_k.start()
+    with pytest.raises(CellFailed) as ei:
+        other_k.run_cell(_request(2, n_prompts=4, max_tokens=16, name="attach"), lambda r: None)
+    assert "claims K=2" in ei.value.reason and "show K=3" in ei.value.reason, ei.value.reason
+    assert other_k.served["metrics_check"].startswith("mismatch")
+
+    baseline = attach(MethodSpec(method="baseline"), None)
+    baseline.start()
+    with pytest.raises(CellFailed) as ei:
+        baseline.run_cell(_request(2, n_prompts=4, max_tokens=16, name="attach"), lambda r: None)
+    assert "no speculation (baseline)" in ei.value.reason and "K=3" in ei.value.reason, ei.value.reason
+
+    with pytest.raises(EngineUnavailable) as eu:
+        attach(MethodSpec(method="baseline"), None, model=str(tmp_path / "another-model")).start()
+    assert "does not serve the suite's target" in eu.value.reason and "another-model" in eu.value.reason
+
+    # A suite attached to the same server: each claim's verdict lands in cells.jsonl, the manifest and the report.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    (tmp_path / "prompts.jsonl").write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"def f{i}(x):"}) + "\n"
+                                                    for i in range(4)))
+    suite = tmp_path / "attach.yaml"
+    suite.write_text(f"""
+name: attach-it
+targets:
+  - name: tiny
+    model: {target}
+    engine: vllm-server
+    base_url: {engine.base_url}
+    max_model_len: 512
+    chat_template: false
+    methods:
+      - method: baseline
+      - method: draft_model
+        name: dm-k2
+        num_speculative_tokens: 2
+        speculator: target
+      - method: draft_model
+        num_speculative_tokens: {K}
+        speculator: target
+datasets:
+  - name: d
+    kind: jsonl
+    path: prompts.jsonl
+sampling:
+  temperatures: [0.0]
+  max_tokens: 16
+""")
+    run_dir = api.run(suite, out=tmp_path / "results", platform="cpu")
+    status = {c.cell_id.split("/")[1]: (c.status, c.reason or "") for c in store.read_cells(run_dir)}
+    assert status["draft_model"][0] == "ok", status
+    assert status["baseline"][0] == "failed" and "no speculation (baseline)" in status["baseline"][1], status
+    assert status["dm-k2"][0] == "failed" and "claims K=2" in status["dm-k2"][1], status
+    manifest = store.read_manifest(run_dir)
+    checks = {e["key"]: e["describe"]["served"]["metrics_check"] for e in manifest["engines"]}
+    assert checks["tiny--draft_model"] == "ok" and checks["tiny--dm-k2"].startswith("mismatch"), checks
+    report = render_markdown(api.load_summary(run_dir), manifest)
+    assert "the suite claims K=2, the server's per-position counters show K=3" in report
+
+
 def test_server_killed_mid_cell_then_restart(engine: VllmServerEngine, assets: Any, tmp_path: Path) -> None:
     """Runs last: kills the module's server (SIGKILL to its process group) while requests are in flight."""
     import threading

@@ -38,8 +38,7 @@ from specbench.engines.loadgen import (
 )
 from specbench.engines.prom import parse_metrics
 from specbench.engines.vllm_server import VllmServerEngine, start_failure
-from specbench.plan import server_cli_args
-from specbench.plan import Cell, EngineConfig
+from specbench.plan import Cell, EngineConfig, server_cli_args
 from specbench.records import RequestRecord, SpecCounters
 from specbench.suite import MethodSpec, TargetSpec
 

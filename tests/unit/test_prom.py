@@ -10,6 +10,7 @@ from specbench.engines.prom import (
     parse_metrics,
     parse_spec_counters,
     per_position_rates,
+    served_mismatch,
     spec_delta,
     tau,
 )
@@ -136,3 +137,31 @@ def test_reset_is_detected() -> None:
         spec_delta(a, None)
     assert spec_delta(None, None) is None
     assert spec_delta(None, b) == b
+
+
+def _snap(drafts: int, draft_tokens: int, positions: int) -> PromSnapshot:
+    return PromSnapshot(SpecCounters(num_drafts=drafts, num_draft_tokens=draft_tokens, num_accepted_tokens=0,
+                                     accepted_per_pos=[0] * positions))
+
+
+def test_served_mismatch_reads_method_and_k_from_the_counters() -> None:
+    plain = PromSnapshot(None, {"vllm:generation_tokens": 5.0})
+    k3_idle, k3_busy = _snap(10, 30, 3), _snap(50, 150, 3)
+    # Consistent claims.
+    assert served_mismatch(None, plain, plain) is None
+    assert served_mismatch(3, k3_idle, k3_busy) is None
+    # Baseline claimed, the server speculates (its families exist even before any draft).
+    why = served_mismatch(None, k3_idle, k3_busy)
+    assert why is not None and "baseline" in why and "K=3" in why and "40 drafts" in why
+    assert served_mismatch(None, _snap(0, 0, 3), _snap(0, 0, 3)) is not None
+    # Speculation claimed, the server does not speculate.
+    assert "no speculation" in (served_mismatch(3, plain, plain) or "")
+    # Another K: the per-position label set says so …
+    assert "claims K=2" in (served_mismatch(2, k3_idle, k3_busy) or "") and "show K=3" in (
+        served_mismatch(2, k3_idle, k3_busy) or "")
+    # … and without per-position labels, draft tokens per draft do.
+    assert "3.00 draft tokens per draft" in (served_mismatch(2, _snap(10, 30, 0), _snap(50, 150, 0)) or "")
+    assert "1.00 draft tokens per draft" in (served_mismatch(2, _snap(10, 10, 0), _snap(50, 50, 0)) or "")
+    assert served_mismatch(3, _snap(10, 30, 0), _snap(50, 150, 0)) is None
+    # Speculation claimed but nothing drafted in the cell.
+    assert "no drafts" in (served_mismatch(3, k3_idle, k3_idle) or "")
