@@ -11,6 +11,7 @@ How a program runs (``run_program``)::
         └─▶ launcher (this file run as a script: ``python -I -S -B sandbox.py --launch``)
               mounts (namespaces only), then forks:
               └─▶ target: rlimits, no_new_privs, setuid(dedicated uid), exec ``python -I -S -B prog.py``
+                    (``must_finish``: ``python -I -S -B -c DRIVER``, the driver runs prog.py)
 
 Isolation modes (``describe_isolation()`` says which one ``auto`` picked here):
 
