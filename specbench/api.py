@@ -167,7 +167,7 @@ def analyze(run_dir: Path, *, allow_code_exec: bool | None = None) -> RunSummary
     xc = metrics.cross_check(summary, manifest["suite"]["targets"], _draft_attention(manifest, cells))
     if xc:
         summary.extra["cross_check"] = xc
-    for gid, eq in _equivalence(run_dir, cells, requests).items():
+    for gid, eq in _equivalence(run_dir, cells, requests, torn).items():
         g = summary.group(gid)
         if g is not None:
             g.equivalence = eq
@@ -217,12 +217,14 @@ def _serving(manifest: dict[str, Any], cells: list[Cell], requests: list, cell_r
     return rows
 
 
-def _equivalence(run_dir: Path, cells: list[Cell], requests: list) -> dict[str, dict[str, Any]]:
+def _equivalence(
+    run_dir: Path, cells: list[Cell], requests: list, torn: list[str] | None = None
+) -> dict[str, dict[str, Any]]:
     try:
         from specbench.equivalence_run import equivalence_summaries
     except ImportError:
         return {}
-    return equivalence_summaries(run_dir, cells, requests)
+    return equivalence_summaries(run_dir, cells, requests, torn)
 
 
 def _dataset_kind(manifest: dict[str, Any], name: str) -> str | None:

@@ -31,7 +31,6 @@ it and rerun :func:`teacher_force_run` to rebuild it.
 
 from __future__ import annotations
 
-import json
 import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -40,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from specbench import store
 from specbench.equivalence import (
     compare_greedy,
     distribution_verdict,
@@ -243,21 +243,9 @@ def greedy_equivalence(
 # sampled
 
 
-def read_scores(run_dir: Path) -> list[dict[str, Any]]:
-    path = Path(run_dir) / EQUIVALENCE
-    if not path.exists():
-        return []
-    rows = []
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a torn last line from a killed run
-    return rows
+def read_scores(run_dir: Path, torn: list[str] | None = None) -> list[dict[str, Any]]:
+    """The rows of ``equivalence.jsonl`` (a torn last line of a killed run is skipped, said in ``torn``)."""
+    return list(store.iter_jsonl(Path(run_dir) / EQUIVALENCE, torn))
 
 
 def _score_key(row: dict[str, Any]) -> tuple[str, str, int]:
@@ -315,6 +303,7 @@ def sampled_equivalence(
     alpha: float = 0.01,
     power: float = 0.95,
     target_tv: float | None = None,
+    torn: list[str] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """PIT verdict of every non-baseline group at temperature > 0.
 
@@ -329,7 +318,7 @@ def sampled_equivalence(
         kw["target_tv"] = target_tv
     groups, baselines = _groups(cells)
     recs = _records_by_group(cells, requests)
-    ok, err, engine_errors = _latest_scores(read_scores(run_dir))
+    ok, err, engine_errors = _latest_scores(read_scores(run_dir, torn))
     out: dict[str, dict[str, Any]] = {}
     for gid, gcells in groups.items():
         c0 = gcells[0]
@@ -383,7 +372,7 @@ def sampled_equivalence(
 
 
 def equivalence_summaries(
-    run_dir: Path, cells: Sequence[Cell], requests: Sequence[RequestRecord]
+    run_dir: Path, cells: Sequence[Cell], requests: Sequence[RequestRecord], torn: list[str] | None = None
 ) -> dict[str, dict[str, Any]]:
     """Greedy and sampled results merged per group: ``{group_id: {"greedy": …, "sampled": …}}``.
 
@@ -391,7 +380,7 @@ def equivalence_summaries(
     ``verdict`` and ``reason`` (what :mod:`specbench.report.markdown` renders).
     """
     out: dict[str, dict[str, Any]] = defaultdict(dict)
-    for part in (greedy_equivalence(cells, requests), sampled_equivalence(run_dir, cells, requests)):
+    for part in (greedy_equivalence(cells, requests), sampled_equivalence(run_dir, cells, requests, torn=torn)):
         for gid, d in part.items():
             out[gid].update(d)
     return dict(out)
@@ -421,10 +410,12 @@ def _baseline_config(plan: Plan, target_name: str) -> Any:
 
 
 def _append(path: Path, rows: Iterable[dict[str, Any]]) -> None:
-    with open(path, "a", encoding="utf-8") as fh:
+    out = store.JsonlAppender(path)
+    try:
         for row in rows:
-            fh.write(json.dumps(row) + "\n")
-        fh.flush()
+            out.append(row)
+    finally:
+        out.close()
 
 
 def score_items_for(
@@ -488,7 +479,6 @@ def teacher_force_run(
     ``equivalence.jsonl``; failures (engine start, a request) are recorded
     there, never raised.
     """
-    from specbench import store
     from specbench.engines.vllm_offline import VllmOfflineEngine
     from specbench.runner import resolve_engine
 

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import gzip
 import json
 import os
 import platform
@@ -83,17 +84,19 @@ def _repair_torn_tail(path: Path) -> None:
             fh.truncate(cut)
 
 
-def iter_jsonl(path: Path, torn: list[str] | None = None) -> Iterator[dict[str, Any]]:
+def iter_jsonl(path: Path, torn: list[str] | None = None, *, tail_may_tear: bool = True) -> Iterator[dict[str, Any]]:
     """The objects of a JSONL file (none when it does not exist): the one JSONL reader.
 
-    A corrupt line is a :class:`StoreError` (``file:line``), except a partial
-    last line without its newline -- a write interrupted by a crash or a
-    kill -- which is skipped and, when ``torn`` is given, said there as
-    ``"<file>:<line>: …"``.
+    Gzip-compressed when the name ends in ``.gz``. A corrupt line is a
+    :class:`StoreError` (``file:line``), except a partial last line without
+    its newline -- a write interrupted by a crash or a kill -- which is
+    skipped and, when ``torn`` is given, said there as ``"<file>:<line>: …"``
+    (with ``tail_may_tear=False``, for files nobody appends to, it is corrupt too).
     """
+    path = Path(path)
     if not path.exists():
         return
-    with open(path, encoding="utf-8") as fh:
+    with (gzip.open if path.name.endswith(".gz") else open)(path, "rt", encoding="utf-8") as fh:
         lines = fh.readlines()
     for i, line in enumerate(lines):
         if not line.strip():
@@ -101,13 +104,13 @@ def iter_jsonl(path: Path, torn: list[str] | None = None) -> Iterator[dict[str, 
         try:
             yield json.loads(line)
         except json.JSONDecodeError:
-            if i == len(lines) - 1 and not line.endswith("\n"):
+            if tail_may_tear and i == len(lines) - 1 and not line.endswith("\n"):
                 # torn last line of an interrupted run
                 if torn is not None:
                     torn.append(f"{path.name}:{i + 1}: torn last line ({len(line.encode())} bytes, an "
                                 "interrupted write) ignored")
                 return
-            raise StoreError(f"{path}:{i + 1}: corrupt record") from None
+            raise StoreError(f"{path}:{i + 1}: corrupt record (invalid JSON)") from None
 
 
 def migrate(obj: dict[str, Any]) -> dict[str, Any]:

@@ -14,14 +14,13 @@ Where the rows come from (``source_of`` says, and the manifest records it):
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import json
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from specbench.engines.base import PreparedPrompt
+from specbench.store import StoreError, iter_jsonl
 from specbench.suite import DatasetSpec, resolve_path
 
 GSM8K_TEMPLATE = "Solve the problem step by step. End with '#### <answer>'.\n\n{question}"
@@ -49,19 +48,14 @@ class DatasetError(ValueError):
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Rows of a jsonl file (gzip-compressed when the name ends in ``.gz``)."""
-    rows = []
-    opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as fh:
-        for i, line in enumerate(fh, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise DatasetError(f"{path}:{i}: invalid JSON: {exc.msg}") from None
-    return rows
+    """Rows of a jsonl file (gzip-compressed when the name ends in ``.gz``), read by
+    :func:`specbench.store.iter_jsonl`; any invalid line, the last included, is an error."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{path}: no such dataset file")
+    try:
+        return list(iter_jsonl(Path(path), tail_may_tear=False))
+    except StoreError as exc:
+        raise DatasetError(str(exc)) from None
 
 
 def packaged_file(kind: str) -> Path:

@@ -273,3 +273,32 @@ def test_whole_last_line_without_newline_is_kept_by_reader_and_appender(tmp_path
     w.append({"a": 3})
     w.close()
     assert [o["a"] for o in store.iter_jsonl(path)] == [1, 2, 3]
+
+
+def test_other_jsonl_files_go_through_the_one_reader(tmp_path):
+    """Datasets (strict, gzip) and equivalence.jsonl (torn tail said, repaired on append) use store.iter_jsonl."""
+    import gzip
+
+    from specbench import equivalence_run
+    from specbench.datasets import DatasetError, read_jsonl
+
+    data = tmp_path / "d.jsonl.gz"
+    with gzip.open(data, "wt") as fh:
+        fh.write('{"prompt": "a"}\n{"prompt": "b"}')
+    assert [r["prompt"] for r in read_jsonl(data)] == ["a", "b"]
+    bad = tmp_path / "d.jsonl"
+    bad.write_text('{"prompt": "a"}\n{"prompt": ')
+    with pytest.raises(DatasetError, match="d.jsonl:2"):
+        read_jsonl(bad)
+    with pytest.raises(FileNotFoundError):
+        read_jsonl(tmp_path / "missing.jsonl")
+
+    eq = tmp_path / equivalence_run.EQUIVALENCE
+    equivalence_run._append(eq, [{"cell_id": "c", "prompt_id": "p", "u": [0.5]}])
+    with open(eq, "a") as fh:
+        fh.write('{"cell_id": "c", "pro')
+    torn: list[str] = []
+    assert len(equivalence_run.read_scores(tmp_path, torn)) == 1
+    assert torn and torn[0].startswith("equivalence.jsonl:2: torn last line")
+    equivalence_run._append(eq, [{"cell_id": "c", "prompt_id": "q", "u": [0.1]}])
+    assert [r["prompt_id"] for r in equivalence_run.read_scores(tmp_path)] == ["p", "q"]
