@@ -82,8 +82,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-from specbench.settings import settings
-
 Status = Literal["passed", "failed", "timeout", "error", "killed"]
 IsolationMode = Literal["namespaces", "userns", "none"]
 
@@ -258,6 +256,10 @@ def _resolve_mode(isolation: str) -> IsolationMode:
     global _detected
     requested = isolation
     if requested == "auto":
+        # Parent side only: this file is also the launcher script, which must
+        # run with the standard library alone (``python -I -S``).
+        from specbench.settings import settings
+
         requested = settings().sandbox_isolation
     if requested == "userns" and os.geteuid() == 0:
         raise ValueError("isolation 'userns' is for non-root callers (as root it would map to real root)")

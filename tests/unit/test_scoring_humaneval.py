@@ -168,3 +168,16 @@ def test_unknown_task_id_is_an_error(problems):
 
 def test_module_exports_pass_at_k():
     assert humaneval.pass_at_k is pass_at_k
+
+
+def test_sandbox_module_runs_with_the_standard_library_alone():
+    """sandbox.py is also the launcher script (``python -I -S -B sandbox.py --launch``): no specbench imports
+    at module level, or every sandboxed program ends in 'error' before it starts."""
+    import subprocess
+    import sys
+
+    import specbench.scoring.sandbox as sandbox
+
+    out = subprocess.run([sys.executable, "-I", "-S", "-B", sandbox.__file__], capture_output=True, text=True,
+                         timeout=60, cwd="/")
+    assert out.returncode == 0, out.stderr
