@@ -18,6 +18,7 @@ from specbench import datasets, metrics, store
 from specbench.engines.vllm_patches import PATCHES as ENGINE_PATCHES
 from specbench.plan import Cell, Plan, expand, vllm_serve_command
 from specbench.runner import Progress, Runner, detect_platform, resolve_engine
+from specbench.schema import MANIFEST_SCHEMA_VERSION, hardware_class
 from specbench.settings import settings
 from specbench.suite import Suite, SuiteError, load_suite
 from specbench.summary import RunSummary
@@ -67,8 +68,9 @@ def reports_dir_for(run_dir: Path) -> Path:
 
 def _manifest(suite: Suite, plan: Plan, run_id: str, platform: str, limit: int | None) -> dict[str, Any]:
     src = Path(suite.source_path) if suite.source_path else None
+    hw, versions = store.hardware(), store.package_versions()
     return {
-        "schema_version": store.SCHEMA_VERSION,
+        "schema_version": MANIFEST_SCHEMA_VERSION,
         "run_id": run_id,
         "suite_name": suite.name,
         "suite_path": str(src) if src else None,
@@ -79,8 +81,10 @@ def _manifest(suite: Suite, plan: Plan, run_id: str, platform: str, limit: int |
         "platform": platform,
         "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "git_commit": store.git_commit(src.parent if src else None),
-        "versions": store.package_versions(),
-        "hardware": store.hardware(),
+        "versions": versions,
+        "hardware": hw,
+        "hardware_class": hardware_class(hw),
+        "specbench_version": versions.get("specbench"),
         "command": settings().command or shlex.join(sys.argv),
         "datasets": {d.name: datasets.source_of(d, src.parent if src else Path.cwd()) for d in suite.datasets},
         "engine_patches": {
@@ -271,7 +275,7 @@ def load_summary(run_dir: Path) -> RunSummary:
     p = Path(run_dir) / store.SUMMARY
     if not p.exists():
         return analyze(Path(run_dir))
-    return RunSummary.model_validate(json.loads(p.read_text()))
+    return RunSummary.load(json.loads(p.read_text()))
 
 
 def report(run_dir: Path, out_dir: Path | None = None) -> dict[str, Path]:

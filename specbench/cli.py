@@ -7,6 +7,7 @@ Exit codes: 0 ok, 1 regression (gate), 2 bad input or configuration,
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -215,6 +216,22 @@ def report_cmd(
         console.print(f"{kind} report: {path}")
 
 
+def _step_summary(markdown: str, enabled: bool) -> None:
+    """Append to ``$GITHUB_STEP_SUMMARY`` (the job summary of a GitHub Actions step) when it is set."""
+    path = os.environ.get("GITHUB_STEP_SUMMARY")
+    if enabled and path:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(markdown + "\n")
+
+
+StepSummary = Annotated[
+    bool, typer.Option("--step-summary/--no-step-summary",
+                       help="also append the Markdown to $GITHUB_STEP_SUMMARY when that is set")]
+DbOption = Annotated[
+    str | None, typer.Option("--db", help="history database: an SQLAlchemy URL or an SQLite file "
+                                          "(default results/history.sqlite)")]
+
+
 @app.command()
 def compare(
     base_run: Annotated[Path, typer.Argument(help="baseline run directory")],
@@ -224,6 +241,7 @@ def compare(
         typer.Option(help="test speed changes with each run's interval widened to at least ±this % "
                      "(default: speed is shown, not tested: within-run intervals miss machine drift)"),
     ] = None,
+    step_summary: StepSummary = True,
 ) -> None:
     """Match the two runs' cells and show each metric's change, with intervals."""
     from specbench.compare import compare_runs, render_comparison_markdown
@@ -232,27 +250,103 @@ def compare(
         base, new = api.load_summary(base_run), api.load_summary(new_run)
     except api.store.StoreError as exc:
         _bad_input([str(exc)])
-    typer.echo(render_comparison_markdown(compare_runs(base, new, speed_noise_floor_pct=speed_noise_floor_pct)))  # raw Markdown: no wrapping
+    text = render_comparison_markdown(compare_runs(base, new, speed_noise_floor_pct=speed_noise_floor_pct))
+    typer.echo(text)  # raw Markdown: no wrapping
+    _step_summary(text, step_summary)
 
 
 @app.command()
 def gate(
     new_run: Annotated[Path, typer.Argument(help="the run to judge")],
-    baseline: Annotated[Path, typer.Option(help="a stored run directory or a JSON of expected values")],
+    baseline: Annotated[str, typer.Option(
+        help="a stored run directory, a JSON of expected values, or history[:N] (the median of the last N "
+             "runs of the suite on this hardware class in --db; N=5 by default)")],
     rules: Annotated[Path | None, typer.Option(help="gate rules YAML (default rules otherwise)")] = None,
+    db: DbOption = None,
+    step_summary: StepSummary = True,
 ) -> None:
     """CI regression gate. Exit 0 pass, 1 regression, 2 bad input/config, 3 nothing measured / run errors."""
     from specbench.gate import GateConfigError, evaluate_gate, load_baseline, load_rules, render_gate
+    from specbench.gate_history import evaluate_history_gate, history_window
+    from specbench.history import History, HistoryError
 
+    window = history_window(baseline)
     try:
         rule_set = load_rules(rules)
-        base = load_baseline(baseline)
         new = api.load_summary(new_run)
-    except (GateConfigError, api.store.StoreError, FileNotFoundError, ValueError) as exc:
+        if window is None:
+            result = evaluate_gate(new, load_baseline(Path(baseline)), rule_set)
+        else:
+            with History(db) as hist:
+                result = evaluate_history_gate(new, api.store.load_manifest(new_run), hist, window, rule_set)
+    except (GateConfigError, HistoryError, api.store.StoreError, FileNotFoundError, ValueError) as exc:
         _bad_input([str(exc)])
-    result = evaluate_gate(new, base, rule_set)
-    typer.echo(render_gate(result))  # raw Markdown: no wrapping
+    text = render_gate(result)
+    typer.echo(text)  # raw Markdown: no wrapping
+    _step_summary(text, step_summary)
     raise typer.Exit(result.exit_code)
+
+
+history_app = typer.Typer(help="The history database of runs (SQLite by default; any SQLAlchemy URL).",
+                          no_args_is_help=True)
+app.add_typer(history_app, name="history")
+
+
+@history_app.command("add")
+def history_add(
+    run_dirs: Annotated[list[Path], typer.Argument(help="results/<suite>/<run-id> directories")],
+    db: DbOption = None,
+) -> None:
+    """Store runs' metrics and context; a run already stored is left unchanged."""
+    from specbench.history import History, HistoryError
+
+    try:
+        with History(db) as hist:
+            for d in run_dirs:
+                r = hist.add_run(d)
+                console.print(f"{'added' if r.added else 'already stored'} {r.run_id}"
+                              + (f" ({r.n_groups} groups, {r.n_metrics} metrics)" if r.added else ""),
+                              highlight=False)
+    except (HistoryError, api.store.StoreError, ValueError) as exc:
+        _bad_input([str(exc)])
+
+
+@history_app.command("list")
+def history_list(suite: Annotated[str | None, typer.Option(help="only this suite")] = None,
+                 db: DbOption = None) -> None:
+    """The stored runs, oldest first."""
+    from specbench.history import History, HistoryError
+
+    try:
+        with History(db) as hist:
+            runs = hist.runs(suite=suite)
+    except HistoryError as exc:
+        _bad_input([str(exc)])
+    t = Table("run", "suite", "date", "commit", "hardware class")
+    for r in runs:
+        t.add_row(r.run_id, r.suite, r.created_at, r.git_commit or "–", r.hardware_class)
+    console.print(t)
+
+
+@app.command()
+def trend(
+    out: Annotated[Path, typer.Option(help="directory for trend-<suite>.md/.html")],
+    suite: Annotated[str | None, typer.Option(help="only this suite")] = None,
+    db: DbOption = None,
+) -> None:
+    """Every metric of every group over the stored runs: Markdown and HTML with figures, per suite."""
+    from specbench.history import History, HistoryError
+    from specbench.report.trend import write_trend
+
+    try:
+        with History(db) as hist:
+            pages = write_trend(hist, out, suite)
+    except HistoryError as exc:
+        _bad_input([str(exc)])
+    if not pages:
+        _bad_input([f"no stored runs{f' of suite {suite!r}' if suite else ''}: add some with `specbench history add`"])
+    for name, paths in pages.items():
+        console.print(f"{name}: {paths['html']} {paths['markdown']}", highlight=False)
 
 
 @app.command()

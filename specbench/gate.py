@@ -64,6 +64,7 @@ from specbench.compare import (
     metric_family,
 )
 from specbench.report import fmt_est
+from specbench.schema import SchemaError
 from specbench.stats import Estimate
 from specbench.summary import GroupSummary, RunSummary
 
@@ -238,9 +239,10 @@ def load_baseline(path: Path) -> RunSummary | ExpectedValues:
         raise GateConfigError(f"{file}: invalid JSON: {exc}") from None
     if not isinstance(data, dict) or "groups" not in data:
         raise GateConfigError(f"{file}: not a run summary nor expected values (no 'groups')")
-    model: type[BaseModel] = RunSummary if isinstance(data["groups"], list) else ExpectedValues
     try:
-        return model.model_validate(data)  # type: ignore[return-value]
+        return RunSummary.load(data) if isinstance(data["groups"], list) else ExpectedValues.model_validate(data)
+    except SchemaError as exc:
+        raise GateConfigError(f"{file}: {exc}") from None
     except ValidationError as err:
         raise GateConfigError(_errors(str(file), err)) from None
 
@@ -256,6 +258,7 @@ class GateCheck(_Strict):
     passed: bool
     message: str
     change: MetricChange | None = None
+    first_run: str | None = None  # history gate: the run where the worse level began
 
 
 class GateResult(_Strict):

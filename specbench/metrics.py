@@ -25,6 +25,7 @@ import numpy as np
 from specbench import stats
 from specbench.plan import Cell
 from specbench.records import CellRecord, RequestRecord, SpecCounters
+from specbench.schema import CounterCheck
 from specbench.stats import Estimate
 from specbench.summary import CellStatusLine, GroupSummary, RunSummary
 
@@ -322,7 +323,7 @@ def summarize(
     return RunSummary(run_id=run_id, suite_name=suite_name, groups=list(summaries.values()))
 
 
-def counter_checks(summary: RunSummary) -> list[dict]:
+def counter_checks(summary: RunSummary) -> list[CounterCheck]:
     """Internal-consistency checks on every group's counters (see DESIGN.md)."""
     out = []
     for g in summary.groups:
@@ -337,7 +338,7 @@ def counter_checks(summary: RunSummary) -> list[dict]:
             "1 <= tau <= K+1": 1.0 <= tau <= k + 1 + 1e-9,
         }
         for name, ok in checks.items():
-            out.append({"group_id": g.group_id, "check": name, "ok": bool(ok)})
+            out.append(CounterCheck(group_id=g.group_id, check=name, ok=bool(ok)))
     return out
 
 

@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from specbench.records import SCHEMA_VERSION, CellRecord, RequestRecord
+from specbench.schema import RunManifest, SchemaError, upgrade_manifest
 
 RECORDS = "records.jsonl"
 CELLS = "cells.jsonl"
@@ -140,7 +141,15 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
     p = run_dir / MANIFEST
     if not p.exists():
         raise StoreError(f"{run_dir}: not a specbench run directory (no {MANIFEST})")
-    return json.loads(p.read_text())
+    try:
+        return upgrade_manifest(json.loads(p.read_text()))
+    except SchemaError as exc:
+        raise StoreError(f"{p}: {exc}") from None
+
+
+def load_manifest(run_dir: Path) -> RunManifest:
+    """The run's manifest, typed (any stored schema version)."""
+    return RunManifest.model_validate(read_manifest(run_dir))
 
 
 # ---------------------------------------------------------------------------

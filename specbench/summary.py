@@ -10,7 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from specbench.records import SCHEMA_VERSION, SpecCounters
+from specbench.records import SpecCounters
+from specbench.schema import SUMMARY_SCHEMA_VERSION, CounterCheck, SummaryExtra, upgrade_summary
 from specbench.stats import Estimate
 
 
@@ -67,14 +68,21 @@ class GroupSummary(BaseModel):
 
 
 class RunSummary(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """``summary.json`` (see :mod:`specbench.schema` for versions; load stored ones with :meth:`load`)."""
 
-    schema_version: int = SCHEMA_VERSION
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    schema_version: int = SUMMARY_SCHEMA_VERSION
     run_id: str
     suite_name: str
     groups: list[GroupSummary]
-    checks: list[dict[str, Any]] = Field(default_factory=list)
-    extra: dict[str, Any] = Field(default_factory=dict)
+    checks: list[CounterCheck] = Field(default_factory=list)
+    extra: SummaryExtra = Field(default_factory=SummaryExtra)
+
+    @classmethod
+    def load(cls, data: dict[str, Any]) -> RunSummary:
+        """A stored summary of any schema version."""
+        return cls.model_validate(upgrade_summary(data))
 
     def group(self, group_id: str) -> GroupSummary | None:
         return next((g for g in self.groups if g.group_id == group_id), None)

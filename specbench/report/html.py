@@ -145,7 +145,7 @@ def write_reports(run_dir: Path, out_dir: Path | None = None) -> dict[str, Path]
     summary_path = run_dir / "summary.json"
     if not summary_path.is_file():
         raise FileNotFoundError(f"{summary_path}: no summary.json (run `specbench analyze {run_dir}` first?)")
-    summary = RunSummary.model_validate_json(summary_path.read_text())
+    summary = RunSummary.load(json.loads(summary_path.read_text()))
     manifest_path = run_dir / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
     if out_dir is None:

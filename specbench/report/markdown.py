@@ -29,6 +29,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel
+
 from specbench.report import (
     as_estimate,
     fmt_est,
@@ -458,6 +460,8 @@ def serving_rows(serving: Any) -> list[dict[str, Any]]:
     out = []
     for group, rows in items:
         for r in rows:
+            if isinstance(r, BaseModel):
+                r = r.model_dump(mode="json", exclude_none=True)
             if not isinstance(r, dict):
                 continue
             row = dict(r)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def load(name: str) -> RunSummary:
-    return RunSummary.model_validate_json((FIXTURES / f"summary_{name}.json").read_text())
+    return RunSummary.load(json.loads((FIXTURES / f"summary_{name}.json").read_text()))
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,238 @@
+"""``specbench trend``: every metric of every group over the stored runs, per suite.
+
+One Markdown and one self-contained HTML page (figures embedded as PNG) per
+suite and hardware class: each group's metrics over runs with their 95%
+interval bands, detected steps as dashed lines, the first run of a worse
+level marked red, and a table of each group's latest change.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specbench.compare import HIGHER_IS_BETTER, metric_family
+from specbench.history import History, Point, RunInfo
+from specbench.report import auto_digits, fmt_est
+from specbench.stats import Estimate
+from specbench.stepdetect import Step, detect_steps
+
+#: Metrics drawn, in this order, when a group has them (all metrics are in the tables).
+FIGURE_METRICS = ("tau", "speedup", "output_tps", "accuracy.", "ttft_s", "serving.ttft_p50_s",
+                  "serving.tpot_p50_s", "serving.itl_p50_s", "latency_p50_s")
+MAX_PANELS = 6
+LOWER_IS_BETTER = re.compile(r"(latency|ttft|tpot|itl)")
+
+
+def higher_is_better(metric: str) -> bool:
+    return False if LOWER_IS_BETTER.search(metric) else HIGHER_IS_BETTER.get(metric_family(metric), True)
+
+
+@dataclass
+class Series:
+    group_id: str
+    metric: str
+    points: list[Point]
+    steps: list[Step] = field(default_factory=list)
+
+    def worse_steps(self) -> list[Step]:
+        hib = higher_is_better(self.metric)
+        return [s for s in self.steps if (s.change < 0 if hib else s.change > 0)]
+
+
+@dataclass
+class TrendPage:
+    suite: str
+    hardware_class: str
+    runs: list[RunInfo]
+    series: dict[tuple[str, str], Series]
+
+
+def _hw(e: Estimate) -> float | None:
+    return None if e.ci_low is None or e.ci_high is None else (e.ci_high - e.ci_low) / 2
+
+
+def build_pages(hist: History, suite: str | None = None) -> list[TrendPage]:
+    pages = []
+    for s in [suite] if suite else hist.suites():
+        runs_all = hist.runs(suite=s)
+        for hwc in sorted({r.hardware_class for r in runs_all}, key=lambda h: -sum(r.hardware_class == h
+                                                                                    for r in runs_all)):
+            runs = [r for r in runs_all if r.hardware_class == hwc]
+            series = {}
+            for key, pts in hist.series(runs).items():
+                pts = [p for p in pts if p.estimate.value is not None]
+                if not pts:
+                    continue
+                steps = detect_steps([p.estimate.value for p in pts],  # type: ignore[misc]
+                                     [_hw(p.estimate) for p in pts]) if len(pts) >= 3 else []
+                series[key] = Series(key[0], key[1], pts, steps)
+            pages.append(TrendPage(s, hwc, runs, series))
+    return pages
+
+
+def _run_label(r: RunInfo) -> str:
+    return f"{r.created_at[:16].replace('T', ' ')}" + (f" {r.git_commit[:7]}" if r.git_commit else "")
+
+
+def _fmt(metric: str, e: Estimate) -> str:
+    return fmt_est(e, 3 if metric.startswith(("tau", "per_position", "speedup", "accuracy")) else auto_digits(e.value))
+
+
+def _latest_change(s: Series) -> tuple[str, str, str, str]:
+    """(previous, latest, Δ %, step) of a series."""
+    pts = s.points
+    latest = _fmt(s.metric, pts[-1].estimate)
+    if len(pts) < 2:
+        return "–", latest, "–", "–"
+    a, b = pts[-2].estimate.value, pts[-1].estimate.value
+    rel = f"{100 * (b - a) / abs(a):+.1f}%" if a else "–"  # type: ignore[operator]
+    step = "–"
+    if s.steps:
+        st = s.steps[-1]
+        bad = st in s.worse_steps()
+        step = (f"{'REGRESSION' if bad else 'step'} {st.before:.4g} → {st.after:.4g} from "
+                f"{pts[st.index].run.run_id}")
+    return _fmt(s.metric, pts[-2].estimate), latest, rel, step
+
+
+def _groups(page: TrendPage) -> dict[str, list[Series]]:
+    out: dict[str, list[Series]] = {}
+    for s in page.series.values():
+        if s.points[0].verdict is None or s.points[0].estimate.value is not None:
+            out.setdefault(s.group_id, []).append(s)
+    return out
+
+
+def _esc(x: str) -> str:
+    return x.replace("|", "\\|")
+
+
+def render_markdown(page: TrendPage) -> str:
+    lines = [f"# specbench trend: {page.suite}", "",
+             f"Hardware class: {page.hardware_class}. {len(page.runs)} runs, oldest first. Values are shown "
+             "with their 95% intervals; steps are detected over each metric's runs (specbench.stepdetect).", "",
+             "## Runs", "", "| # | Run | Date | Commit | specbench | vLLM |", "|---:|---|---|---|---|---|"]
+    for i, r in enumerate(page.runs, 1):
+        lines.append(f"| {i} | {r.run_id} | {r.created_at} | {r.git_commit or '–'} | {r.specbench_version or '–'} "
+                     f"| {r.vllm_version or '–'} |")
+    lines += ["", "## Latest change per group", "", "| Group | Metric | Previous | Latest | Δ | Step |",
+              "|---|---|---|---|---|---|"]
+    for gid, ss in _groups(page).items():
+        for s in ss:
+            prev, latest, rel, step = _latest_change(s)
+            lines.append(f"| {_esc(gid)} | {s.metric} | {prev} | {latest} | {rel} | {_esc(step)} |")
+    for gid, ss in _groups(page).items():
+        lines += ["", f"## {gid}", "", "| Run | " + " | ".join(s.metric for s in ss) + " |",
+                  "|---|" + "---|" * len(ss)]
+        for r in page.runs:
+            cells = []
+            for s in ss:
+                p = next((p for p in s.points if p.run.run_id == r.run_id), None)
+                cells.append(_fmt(s.metric, p.estimate) if p else "–")
+            lines.append(f"| {r.run_id} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _figure_series(ss: list[Series]) -> list[Series]:
+    out = []
+    for prefix in FIGURE_METRICS:
+        out += [s for s in ss if (s.metric == prefix or (prefix.endswith(".") and s.metric.startswith(prefix)))]
+    return out[:MAX_PANELS]
+
+
+def group_figure(gid: str, ss: list[Series], runs: list[RunInfo]) -> bytes | None:
+    from specbench.report.plots import _figure, _png
+
+    panels = _figure_series(ss)
+    if not panels:
+        return None
+    index = {r.run_id: i for i, r in enumerate(runs)}
+    fig, axes = _figure(len(panels), cols=min(3, len(panels)), panel=(4.6, 3.0))
+    for ax, s in zip(axes, panels, strict=True):
+        xs = [index[p.run.run_id] for p in s.points]
+        ys = [p.estimate.value for p in s.points]
+        lo = [p.estimate.ci_low if p.estimate.ci_low is not None else p.estimate.value for p in s.points]
+        hi = [p.estimate.ci_high if p.estimate.ci_high is not None else p.estimate.value for p in s.points]
+        ax.fill_between(xs, lo, hi, color="#1f77b4", alpha=0.18, linewidth=0, label="95% interval")
+        ax.plot(xs, ys, "o-", color="#1f77b4", markersize=4, linewidth=1.4, label=s.metric)
+        worse = s.worse_steps()
+        for st in s.steps:
+            x = xs[st.index] - 0.5
+            ax.axvline(x, color="#d62728" if st in worse else "#5f6368", linestyle="--", linewidth=1.2)
+        if worse:
+            ax.plot([xs[st.index] for st in worse], [ys[st.index] for st in worse], "o", color="#d62728",
+                    markersize=8, label="first run of a worse level")
+        ax.set_title(s.metric + ("  (lower is better)" if not higher_is_better(s.metric) else ""), fontsize=9)
+        ax.set_xlabel("run #", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.set_xlim(-0.5, max(len(runs) - 0.5, 0.5))
+        ax.legend(fontsize=6, loc="best")
+    return _png(fig, gid)
+
+
+CSS = """body{font-family:system-ui,sans-serif;margin:2em;color:#202124;max-width:1400px}
+table{border-collapse:collapse;margin:1em 0;font-size:13px}th,td{border:1px solid #dadce0;padding:3px 8px}
+th{background:#f1f3f4}td.bad{color:#b31412;font-weight:600}img{max-width:100%;border:1px solid #dadce0}
+code{background:#f1f3f4}"""
+
+
+def render_html(page: TrendPage) -> str:
+    e = html.escape
+    out = [f"<!doctype html><html lang=en><head><meta charset=utf-8><title>specbench trend: {e(page.suite)}"
+           f"</title><style>{CSS}</style></head><body>", f"<h1>specbench trend: {e(page.suite)}</h1>",
+           f"<p>Hardware class: <code>{e(page.hardware_class)}</code>. {len(page.runs)} runs, oldest first "
+           "(run # on the x axes). Bands: 95% intervals. Dashed lines: detected steps; red: the first run of a "
+           "worse level.</p>", "<h2>Latest change per group</h2>",
+           "<table><tr><th>Group</th><th>Metric</th><th>Previous</th><th>Latest</th><th>Δ</th><th>Step</th></tr>"]
+    groups = _groups(page)
+    for gid, ss in groups.items():
+        for s in ss:
+            prev, latest, rel, step = _latest_change(s)
+            cls = " class=bad" if step.startswith("REGRESSION") else ""
+            out.append(f"<tr><td>{e(gid)}</td><td>{e(s.metric)}</td><td>{e(prev)}</td><td>{e(latest)}</td>"
+                       f"<td>{e(rel)}</td><td{cls}>{e(step)}</td></tr>")
+    out.append("</table><h2>Runs</h2><table><tr><th>#</th><th>Run</th><th>Date</th><th>Commit</th>"
+               "<th>specbench</th><th>vLLM</th></tr>")
+    for i, r in enumerate(page.runs):
+        out.append(f"<tr><td>{i}</td><td>{e(r.run_id)}</td><td>{e(r.created_at)}</td><td>{e(r.git_commit or '–')}"
+                   f"</td><td>{e(r.specbench_version or '–')}</td><td>{e(r.vllm_version or '–')}</td></tr>")
+    out.append("</table>")
+    for gid, ss in groups.items():
+        out.append(f"<h2>{e(gid)}</h2>")
+        png = group_figure(gid, ss, page.runs)
+        if png:
+            out.append(f'<img alt="{e(gid)} over runs" src="data:image/png;base64,{base64.b64encode(png).decode()}">')
+        out.append("<table><tr><th>Run</th>" + "".join(f"<th>{e(s.metric)}</th>" for s in ss) + "</tr>")
+        for r in page.runs:
+            cells = []
+            for s in ss:
+                p = next((p for p in s.points if p.run.run_id == r.run_id), None)
+                cells.append(f"<td>{e(_fmt(s.metric, p.estimate)) if p else '–'}</td>")
+            out.append(f"<tr><td>{e(r.run_id)}</td>{''.join(cells)}</tr>")
+        out.append("</table>")
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+def _slug(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", s).strip("-")[:80] or "x"
+
+
+def write_trend(hist: History, out_dir: Path, suite: str | None = None) -> dict[str, dict[str, Path]]:
+    """Write ``<suite>[--<hardware>].md/.html`` per page; returns {page name: {"markdown": …, "html": …}}."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: dict[str, dict[str, Path]] = {}
+    pages = build_pages(hist, suite)
+    for page in pages:
+        same = [p for p in pages if p.suite == page.suite]
+        name = _slug(page.suite) + ("" if same[0] is page else f"--{_slug(page.hardware_class)}")
+        md, ht = out_dir / f"trend-{name}.md", out_dir / f"trend-{name}.html"
+        md.write_text(render_markdown(page))
+        ht.write_text(render_html(page))
+        written[name] = {"markdown": md, "html": ht}
+    return written
