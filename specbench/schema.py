@@ -168,7 +168,8 @@ class RunManifest(Part):
 
 def hardware_class(hw: dict[str, Any]) -> str:
     """What a history compares runs within: the GPU models (or the CPU model) and their count."""
-    gpus = [str(g).split(",")[0].strip() for g in hw.get("gpus") or [] if str(g).strip()]
+    gpus = [str(g.get("name") if isinstance(g, dict) else g).split(",")[0].strip() for g in hw.get("gpus") or []]
+    gpus = [g for g in gpus if g and g != "None"]
     if gpus:
         names = sorted(set(gpus))
         return "gpu:" + "+".join(f"{len([g for g in gpus if g == n])}x{n}" for n in names)

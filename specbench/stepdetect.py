@@ -80,7 +80,7 @@ def detect_steps(
     values: Sequence[float],
     half_widths: Sequence[float | None] | None = None,
     *,
-    penalty: float = 3.0,
+    penalty: float = 2.0,
     min_sigmas: float = 2.0,
 ) -> list[Step]:
     """Every level change in ``values`` (oldest first); ``half_widths``: each run's interval half-width."""

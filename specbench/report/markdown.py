@@ -12,13 +12,13 @@ Optional inputs, rendered only when present:
 * ``GroupSummary.equivalence``: either one verdict, ``{"verdict": ...,
   "reason": ..., <numbers>}``, or several, ``{"greedy": {...},
   "distribution": {...}}`` (keys name the test);
-* ``RunSummary.extra["serving"]``: a list of rows (dicts) such as
-  ``{"target", "method", "dataset", "concurrency", "speedup", ...}``; values
-  may be numbers, strings or Estimate-like dicts (see :func:`serving_rows`
-  for the accepted shapes). Rows shaped like ``serving_metrics.Speedup``
-  are rendered by ``serving_metrics.speedup_table_markdown`` in Markdown;
-* ``RunSummary.extra["cross_check"]``: a list of rows ``{"target", "method",
-  "dataset", "reference_tau", "vllm_tau", "agree" | "flag", "note"}``.
+* ``RunSummary.extra.serving``: typed rows (:mod:`specbench.schema`): a
+  cell's latency percentiles, or a method's speedup at one load (pivoted by
+  load);
+* ``RunSummary.extra.cross_check``: typed rows (reference τ, vLLM τ, flag, note).
+
+Older summaries reach the report through their schema loaders, so the
+shapes here are the current schema's.
 """
 
 from __future__ import annotations
@@ -473,34 +473,10 @@ def serving_rows(serving: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _serving_metrics_markdown(serving: Any) -> str | None:
-    """``serving_metrics.speedup_table_markdown`` for Speedup-shaped data, when that module has it."""
-    try:
-        from specbench import serving_metrics
-    except ImportError:
-        return None
-    table = getattr(serving_metrics, "speedup_table_markdown", None)
-    model = getattr(serving_metrics, "Speedup", None)
-    if table is None or model is None:
-        return None
-    if isinstance(serving, dict) and isinstance(serving.get("speedups"), list):
-        serving = serving["speedups"]
-    groups = [("", serving)] if isinstance(serving, list) else list(serving.items()) if isinstance(serving, dict) else []
-    try:
-        parts = [table([model.model_validate(r) for r in rows], title=str(key) or None) for key, rows in groups]
-    except Exception:  # noqa: BLE001 - not Speedup-shaped: render generically
-        return None
-    return "\n".join(p for p in parts if p) or None
-
-
 def _serving(summary: RunSummary, markdown: bool) -> Section | None:
     serving = summary.extra.get("serving")
     if not serving:
         return None
-    native = _serving_metrics_markdown(serving) if markdown else None
-    if native is not None:
-        return Section("Serving", [Para(f"Speedup over the baseline by {_load_words(serving_rows(serving))} "
-                                        "(95% intervals):"), Raw(native)], anchor="serving")
     rows = [r for r in serving_rows(serving) if as_estimate(r.get("speedup")) and _serving_load(r) is not None]
     if not rows:
         return Section("Serving", _generic_blocks(serving), anchor="serving")

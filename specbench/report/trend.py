@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import html
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,8 +79,16 @@ def _run_label(r: RunInfo) -> str:
     return f"{r.created_at[:16].replace('T', ' ')}" + (f" {r.git_commit[:7]}" if r.git_commit else "")
 
 
+def _digits(metric: str, v: float | None) -> int:
+    if metric.startswith(("tau", "per_position", "speedup", "accuracy")):
+        return 3
+    if v is not None and 0 < abs(v) < 1:
+        return min(6, 2 - math.floor(math.log10(abs(v))))  # three significant digits
+    return auto_digits(v)
+
+
 def _fmt(metric: str, e: Estimate) -> str:
-    return fmt_est(e, 3 if metric.startswith(("tau", "per_position", "speedup", "accuracy")) else auto_digits(e.value))
+    return fmt_est(e, _digits(metric, e.value))
 
 
 def _latest_change(s: Series) -> tuple[str, str, str, str]:
@@ -97,6 +106,13 @@ def _latest_change(s: Series) -> tuple[str, str, str, str]:
         step = (f"{'REGRESSION' if bad else 'step'} {st.before:.4g} → {st.after:.4g} from "
                 f"{pts[st.index].run.run_id}")
     return _fmt(s.metric, pts[-2].estimate), latest, rel, step
+
+
+def _headline(page: TrendPage) -> list[Series]:
+    """The latest-change table's rows: each group's headline metrics and every metric with a step; regressions first."""
+    rows = [s for s in page.series.values()
+            if s.steps or s.metric in ("tau", "speedup", "output_tps") or s.metric.startswith("accuracy.")]
+    return sorted(rows, key=lambda s: (not s.worse_steps(), not s.steps, s.group_id, s.metric))
 
 
 def _groups(page: TrendPage) -> dict[str, list[Series]]:
@@ -119,12 +135,12 @@ def render_markdown(page: TrendPage) -> str:
     for i, r in enumerate(page.runs, 1):
         lines.append(f"| {i} | {r.run_id} | {r.created_at} | {r.git_commit or '–'} | {r.specbench_version or '–'} "
                      f"| {r.vllm_version or '–'} |")
-    lines += ["", "## Latest change per group", "", "| Group | Metric | Previous | Latest | Δ | Step |",
-              "|---|---|---|---|---|---|"]
-    for gid, ss in _groups(page).items():
-        for s in ss:
-            prev, latest, rel, step = _latest_change(s)
-            lines.append(f"| {_esc(gid)} | {s.metric} | {prev} | {latest} | {rel} | {_esc(step)} |")
+    lines += ["", "## Latest change per group", "", "Headline metrics and every metric with a detected step "
+              "(regressions first); every metric is in the group tables below.", "",
+              "| Group | Metric | Previous | Latest | Δ | Step |", "|---|---|---|---|---|---|"]
+    for s in _headline(page):
+        prev, latest, rel, step = _latest_change(s)
+        lines.append(f"| {_esc(s.group_id)} | {s.metric} | {prev} | {latest} | {rel} | {_esc(step)} |")
     for gid, ss in _groups(page).items():
         lines += ["", f"## {gid}", "", "| Run | " + " | ".join(s.metric for s in ss) + " |",
                   "|---|" + "---|" * len(ss)]
@@ -189,12 +205,11 @@ def render_html(page: TrendPage) -> str:
            "worse level.</p>", "<h2>Latest change per group</h2>",
            "<table><tr><th>Group</th><th>Metric</th><th>Previous</th><th>Latest</th><th>Δ</th><th>Step</th></tr>"]
     groups = _groups(page)
-    for gid, ss in groups.items():
-        for s in ss:
-            prev, latest, rel, step = _latest_change(s)
-            cls = " class=bad" if step.startswith("REGRESSION") else ""
-            out.append(f"<tr><td>{e(gid)}</td><td>{e(s.metric)}</td><td>{e(prev)}</td><td>{e(latest)}</td>"
-                       f"<td>{e(rel)}</td><td{cls}>{e(step)}</td></tr>")
+    for s in _headline(page):
+        prev, latest, rel, step = _latest_change(s)
+        cls = " class=bad" if step.startswith("REGRESSION") else ""
+        out.append(f"<tr><td>{e(s.group_id)}</td><td>{e(s.metric)}</td><td>{e(prev)}</td><td>{e(latest)}</td>"
+                   f"<td>{e(rel)}</td><td{cls}>{e(step)}</td></tr>")
     out.append("</table><h2>Runs</h2><table><tr><th>#</th><th>Run</th><th>Date</th><th>Commit</th>"
                "<th>specbench</th><th>vLLM</th></tr>")
     for i, r in enumerate(page.runs):

@@ -195,3 +195,73 @@ def test_html_report_in_chromium(source: str, tmp_path: Path) -> None:
         img = (imread(io.BytesIO(shot.read_bytes()), format="png")[..., :3] * 255).round().astype(int)
         eagle_blue = np.array([0x1F, 0x77, 0xB4])
         assert int((np.abs(img - eagle_blue).sum(axis=-1) <= 8).sum()) > 500, "figures do not show"
+
+
+def _fixture_history(tmp_path: Path) -> str:
+    """A history of six copies of the fixture run, τ of one group 10% lower in the last two (a step)."""
+    from specbench.history import History
+
+    db = f"sqlite:///{tmp_path / 'history.sqlite'}"
+    with History(db) as hist:
+        for i in range(6):
+            summary = json.loads((FIXTURES / "summary_full.json").read_text())
+            manifest = json.loads((FIXTURES / "manifest_full.json").read_text())
+            summary["run_id"] = manifest["run_id"] = f"2026050{i + 1}T120000Z-r{i}"
+            manifest["created_at"] = f"2026-05-0{i + 1}T12:00:00+00:00"
+            for g in summary["groups"]:
+                if g["group_id"] == "llama-3.1-8b/eagle3/gsm8k/T0/b1" and i >= 4:
+                    g["tau"].update({k: g["tau"][k] * 0.9 for k in ("value", "ci_low", "ci_high")})
+            d = tmp_path / "runs" / summary["run_id"]
+            d.mkdir(parents=True)
+            (d / "summary.json").write_text(json.dumps(summary))
+            (d / "manifest.json").write_text(json.dumps(manifest))
+            hist.add_run(d)
+    return db
+
+
+def trend_sources() -> list[str]:
+    return ["fixture"] + (["db"] if os.environ.get("SPECBENCH_HISTORY_DB") else [])
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("source", trend_sources())
+def test_trend_page_in_chromium(source: str, tmp_path: Path) -> None:
+    """``specbench trend``'s HTML: no console errors, nothing external, no script, every figure decoded."""
+    from specbench.history import History
+    from specbench.report.trend import write_trend
+
+    db = _fixture_history(tmp_path) if source == "fixture" else os.environ["SPECBENCH_HISTORY_DB"]
+    with History(db) as hist:
+        pages = write_trend(hist, tmp_path / "trend")
+    assert pages
+    for name, paths in pages.items():
+        html_path = paths["html"]
+        result = inspect(html_path.resolve().as_uri(), tmp_path / f"profile-{name}")
+        assert result["errors"] == [], result["errors"]
+        assert result["external"] == [], result["external"]
+        assert result["n_scripts"] == 0
+        assert result["images_ok"] is True
+        n_figures = html_path.read_text().count('src="data:image/png;base64,')
+        assert result["n_images"] == n_figures > 0
+        if source == "fixture":
+            assert n_figures == 12 and result["tables"] == 14  # latest changes, runs, one per group
+            assert "REGRESSION" in html_path.read_text()
+            shot = tmp_path / f"trend-{name}.png"
+            screenshot(html_path.resolve().as_uri(), shot, tmp_path / f"profile-shot-{name}")
+            keep = os.environ.get("SPECBENCH_SCREENSHOT_DIR")
+            if keep:
+                Path(keep).mkdir(parents=True, exist_ok=True)
+                shutil.copy(shot, Path(keep) / shot.name)
+            assert shot.read_bytes().startswith(b"\x89PNG")
+            # the stepped group's figure marks the first run of the worse level in red
+            import base64
+            import re
+
+            from matplotlib.image import imread
+
+            src = re.search(r'alt="llama-3.1-8b/eagle3/gsm8k/T0/b1 over runs" src="data:image/png;base64,([^"]+)"',
+                            html_path.read_text())
+            assert src is not None
+            img = (imread(io.BytesIO(base64.b64decode(src.group(1))), format="png")[..., :3] * 255).round().astype(int)
+            red = np.array([0xD6, 0x27, 0x28])
+            assert int((np.abs(img - red).sum(axis=-1) <= 8).sum()) > 30, "the regression marker does not show"

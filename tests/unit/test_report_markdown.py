@@ -53,7 +53,7 @@ def test_full_report_has_every_part() -> None:
         "gsm8k-gpu", "20260501T120000Z-full", "0123456789ab", "vLLM 0.32.0", "1× NVIDIA H200",
         "## Results", "### llama-3.1-8b · gsm8k", "2.85 [2.79, 2.91]", "0.81 / 0.62 / 0.42",
         "1.92× [1.85, 1.99] (n=64)", "τ 3.02 (ref. 1)", "ref. 1: EAGLE-3 paper", "## Accuracy", "Δ exact_match",
-        "## Equivalence", "divergent", "not shown equivalent", "## Serving", "| concurrency | eagle3 throughput |",
+        "## Equivalence", "divergent", "not shown equivalent", "## Serving", "| c=1 | c=8 | c=32 |",
         "## Reference cross-check", "FLAG: differs", "## Checks", "1 of 24 checks FAILED",
         "## Skipped and failed cells", "model runner V2", "<details>", "CUDA out of memory",
         "2 of 128 requests returned an error",
@@ -76,7 +76,7 @@ def test_minimal_report_omits_optional_sections() -> None:
     assert "| ngram | 2 | 1 | 1.70 |" in text  # no interval with n=1, the n column says 1
 
 
-def test_speedup_rows_use_serving_metrics_table() -> None:
+def test_speedup_rows_are_pivoted_by_load() -> None:
     serving_metrics = pytest.importorskip("specbench.serving_metrics")
     summary, manifest = load("minimal")
     est = Estimate(value=1.5, ci_low=1.4, ci_high=1.6, n=32, method="bootstrap")
@@ -85,8 +85,7 @@ def test_speedup_rows_use_serving_metrics_table() -> None:
                 for c in (1, 4) for m in ("tpot", "throughput")]
     summary.extra = {"serving": speedups}
     text = render_markdown(summary, manifest)
-    assert "## Serving" in text and "ngram TPOT" in text
-    # The HTML has no Markdown: it gets the generic pivot of the same rows.
+    assert "## Serving" in text and "| tiny · jsonl | ngram | tpot | 1.50× [1.40, 1.60] (n=32) |" in text
     from specbench.report.markdown import Table, build_report
 
     serving = next(b for b in build_report(summary, manifest, markdown=False) if getattr(b, "title", "") == "Serving")
