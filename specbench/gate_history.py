@@ -2,7 +2,8 @@
 
 The baseline of each group's metric is the **median of its last N runs** of
 the same suite on the same hardware class (PyTorch's vLLM dashboard does the
-same: one earlier run is too noisy a baseline). Its interval is the larger
+same: one earlier run is too noisy a baseline); a metric measured in fewer
+than half of the window's runs has no baseline. Its interval is the larger
 of the window's run-to-run spread (1.96 · 1.4826 · MAD, what a new run may
 drift by) and the precision of the median from the runs' own intervals
 (median half-width / √N). A metric regresses, as in :mod:`specbench.gate`,
@@ -91,9 +92,10 @@ def evaluate_history_gate(
     in_window = {r.run_id for r in win}
     groups: dict[str, dict[str, ExpectedMetric]] = {}
     for (gid, metric), pts in series.items():
-        if not _METRIC.match(metric):
-            continue
-        base = window_baseline([p for p in pts if p.run.run_id in in_window])
+        in_win = [p for p in pts if p.run.run_id in in_window and p.estimate.value is not None]
+        if not _METRIC.match(metric) or 2 * len(in_win) < len(win):
+            continue  # measured in fewer than half of the window's runs: no median to hold a run to
+        base = window_baseline(in_win)
         if base is not None:
             groups.setdefault(gid, {})[metric] = base
     result = evaluate_gate(new, ExpectedValues(description="history", groups=groups), rules)
@@ -101,12 +103,11 @@ def evaluate_history_gate(
                        f"on {manifest.hardware_class} ({win[0].run_id} … {win[-1].run_id})")
     now = {g.group_id: group_metrics(g) for g in new.groups}
     for c in result.failures:
-        pts = series.get((c.group_id, c.metric))
         est = now.get(c.group_id, {}).get(c.metric)
+        pts = [p for p in series.get((c.group_id, c.metric)) or [] if p.estimate.value is not None]
         if not pts or est is None or est.value is None:
             continue
-        pts = [p for p in pts if p.estimate.value is not None]
-        step = current_step([p.estimate.value for p in pts] + [est.value],  # type: ignore[misc]
+        step = current_step([float(p.estimate.value or 0.0) for p in pts] + [est.value],
                             [_half_width(p.estimate) for p in pts] + [_half_width(est)],
                             higher_is_better=HIGHER_IS_BETTER.get(metric_family(c.metric), True))
         if step is None:

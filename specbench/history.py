@@ -30,7 +30,7 @@ from pydantic import BaseModel
 
 from specbench import store
 from specbench.compare import equivalence_verdict, metric_estimates
-from specbench.schema import RunManifest
+from specbench.schema import RunManifest, ServingCellRow
 from specbench.stats import Estimate
 from specbench.summary import GroupSummary, RunSummary
 
@@ -148,9 +148,9 @@ def serving_metrics(summary: RunSummary) -> dict[str, dict[str, Estimate]]:
     group_of = {c.cell_id: g.group_id for g in summary.groups for c in g.cells}
     out: dict[str, dict[str, Estimate]] = {}
     for row in summary.extra.serving:
-        if getattr(row, "kind", None) != "cell" or row.cell_id not in group_of:  # type: ignore[union-attr]
+        if not isinstance(row, ServingCellRow) or row.cell_id is None or row.cell_id not in group_of:
             continue
-        gid = group_of[row.cell_id]  # type: ignore[union-attr]
+        gid = group_of[row.cell_id]
         d = out.setdefault(gid, {})
         for q in ("ttft", "tpot", "itl", "latency"):
             dist = getattr(row, q)

@@ -95,36 +95,30 @@ class CrossCheckRow(Part):
     note: str = ""
 
 
-class ServingSpeedupRow(Speedup):
-    """A method's speedup over the baseline at one load on a server target."""
+class _Reads:
+    """Dict-style reads of a strict row (``row["method"]``, ``row.get("method")``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    def get(self, key: str, default: Any = None) -> Any:
+        return getattr(self, key, default)
+
+    def __getitem__(self, key: str) -> Any:
+        return getattr(self, key)
+
+
+class ServingSpeedupRow(_Reads, Speedup):
+    """A method's speedup over the baseline at one load on a server target."""
 
     target: str
     dataset: str
     temperature: float | None = None
 
-    def get(self, key: str, default: Any = None) -> Any:
-        return getattr(self, key, default)
 
-    def __getitem__(self, key: str) -> Any:
-        return getattr(self, key)
-
-
-class ServingCellRow(ServingSummary):
+class ServingCellRow(_Reads, ServingSummary):
     """One server cell's latency percentiles and throughput."""
-
-    model_config = ConfigDict(extra="forbid")
 
     kind: Literal["cell"] = "cell"
     target: str
     dataset: str
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return getattr(self, key, default)
-
-    def __getitem__(self, key: str) -> Any:
-        return getattr(self, key)
 
 
 ServingRow = ServingCellRow | ServingSpeedupRow
@@ -196,7 +190,7 @@ def _serving_v1(r: dict[str, Any]) -> dict[str, Any] | None:
         return r
     if not isinstance(r.get("speedup"), dict):
         return None  # a shape nothing produces: nothing to keep
-    keep = {k: r[k] for k in ("target", "dataset", "temperature", "method", "concurrency", "request_rate") if k in r}
+    keep: dict[str, Any] = {k: r[k] for k in ("target", "dataset", "temperature", "method", "concurrency", "request_rate") if k in r}
     n = int(r["speedup"].get("n") or 0)
     return {**keep, "metric": "throughput", "estimate": r["speedup"], "n_method": n, "n_baseline": n}
 

@@ -90,7 +90,7 @@ def detect_steps(
     hws = list(half_widths)[off:] if half_widths is not None else None
     if len(y) < 2 or not np.all(np.isfinite(y)):
         return []
-    sigma = noise_sigma(y, hws)
+    sigma = noise_sigma(list(y), hws)
     segs = _segments(y, penalty * sigma * math.log(len(y) + 1))
     # one odd run inside the series is not a level: fold it into its earlier neighbour
     segs = [s for i, s in enumerate(segs) if not (0 < i < len(segs) - 1 and s[1] - s[0] == 1)] or segs

@@ -39,6 +39,10 @@ class Series:
     points: list[Point]
     steps: list[Step] = field(default_factory=list)
 
+    @property
+    def is_verdict(self) -> bool:
+        return any(p.verdict is not None for p in self.points)
+
     def worse_steps(self) -> list[Step]:
         hib = higher_is_better(self.metric)
         return [s for s in self.steps if (s.change < 0 if hib else s.change > 0)]
@@ -65,18 +69,15 @@ def build_pages(hist: History, suite: str | None = None) -> list[TrendPage]:
             runs = [r for r in runs_all if r.hardware_class == hwc]
             series = {}
             for key, pts in hist.series(runs).items():
-                pts = [p for p in pts if p.estimate.value is not None]
+                pts = [p for p in pts if p.estimate.value is not None or p.verdict is not None]
                 if not pts:
                     continue
-                steps = detect_steps([p.estimate.value for p in pts],  # type: ignore[misc]
-                                     [_hw(p.estimate) for p in pts]) if len(pts) >= 3 else []
+                numeric = all(p.estimate.value is not None for p in pts)
+                steps = detect_steps([float(p.estimate.value or 0.0) for p in pts],
+                                     [_hw(p.estimate) for p in pts]) if numeric and len(pts) >= 3 else []
                 series[key] = Series(key[0], key[1], pts, steps)
             pages.append(TrendPage(s, hwc, runs, series))
     return pages
-
-
-def _run_label(r: RunInfo) -> str:
-    return f"{r.created_at[:16].replace('T', ' ')}" + (f" {r.git_commit[:7]}" if r.git_commit else "")
 
 
 def _digits(metric: str, v: float | None) -> int:
@@ -87,16 +88,18 @@ def _digits(metric: str, v: float | None) -> int:
     return auto_digits(v)
 
 
-def _fmt(metric: str, e: Estimate) -> str:
-    return fmt_est(e, _digits(metric, e.value))
+def _fmt(metric: str, p: Point) -> str:
+    return p.verdict if p.verdict is not None else fmt_est(p.estimate, _digits(metric, p.estimate.value))
 
 
 def _latest_change(s: Series) -> tuple[str, str, str, str]:
     """(previous, latest, Δ %, step) of a series."""
     pts = s.points
-    latest = _fmt(s.metric, pts[-1].estimate)
+    latest = _fmt(s.metric, pts[-1])
     if len(pts) < 2:
         return "–", latest, "–", "–"
+    if s.is_verdict:
+        return _fmt(s.metric, pts[-2]), latest, "–", "changed" if pts[-2].verdict != pts[-1].verdict else "–"
     a, b = pts[-2].estimate.value, pts[-1].estimate.value
     rel = f"{100 * (b - a) / abs(a):+.1f}%" if a else "–"  # type: ignore[operator]
     step = "–"
@@ -105,21 +108,21 @@ def _latest_change(s: Series) -> tuple[str, str, str, str]:
         bad = st in s.worse_steps()
         step = (f"{'REGRESSION' if bad else 'step'} {st.before:.4g} → {st.after:.4g} from "
                 f"{pts[st.index].run.run_id}")
-    return _fmt(s.metric, pts[-2].estimate), latest, rel, step
+    return _fmt(s.metric, pts[-2]), latest, rel, step
 
 
 def _headline(page: TrendPage) -> list[Series]:
     """The latest-change table's rows: each group's headline metrics and every metric with a step; regressions first."""
     rows = [s for s in page.series.values()
-            if s.steps or s.metric in ("tau", "speedup", "output_tps") or s.metric.startswith("accuracy.")]
+            if s.steps or s.metric in ("tau", "speedup", "output_tps", "equivalence.overall")
+            or s.metric.startswith("accuracy.")]
     return sorted(rows, key=lambda s: (not s.worse_steps(), not s.steps, s.group_id, s.metric))
 
 
 def _groups(page: TrendPage) -> dict[str, list[Series]]:
     out: dict[str, list[Series]] = {}
     for s in page.series.values():
-        if s.points[0].verdict is None or s.points[0].estimate.value is not None:
-            out.setdefault(s.group_id, []).append(s)
+        out.setdefault(s.group_id, []).append(s)
     return out
 
 
@@ -148,7 +151,7 @@ def render_markdown(page: TrendPage) -> str:
             cells = []
             for s in ss:
                 p = next((p for p in s.points if p.run.run_id == r.run_id), None)
-                cells.append(_fmt(s.metric, p.estimate) if p else "–")
+                cells.append(_fmt(s.metric, p) if p else "–")
             lines.append(f"| {r.run_id} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -156,7 +159,8 @@ def render_markdown(page: TrendPage) -> str:
 def _figure_series(ss: list[Series]) -> list[Series]:
     out = []
     for prefix in FIGURE_METRICS:
-        out += [s for s in ss if (s.metric == prefix or (prefix.endswith(".") and s.metric.startswith(prefix)))]
+        out += [s for s in ss if not s.is_verdict
+                and (s.metric == prefix or (prefix.endswith(".") and s.metric.startswith(prefix)))]
     return out[:MAX_PANELS]
 
 
@@ -170,9 +174,9 @@ def group_figure(gid: str, ss: list[Series], runs: list[RunInfo]) -> bytes | Non
     fig, axes = _figure(len(panels), cols=min(3, len(panels)), panel=(4.6, 3.0))
     for ax, s in zip(axes, panels, strict=True):
         xs = [index[p.run.run_id] for p in s.points]
-        ys = [p.estimate.value for p in s.points]
-        lo = [p.estimate.ci_low if p.estimate.ci_low is not None else p.estimate.value for p in s.points]
-        hi = [p.estimate.ci_high if p.estimate.ci_high is not None else p.estimate.value for p in s.points]
+        ys = [float(p.estimate.value or 0.0) for p in s.points]  # points with a value only (build_pages)
+        lo = [p.estimate.ci_low if p.estimate.ci_low is not None else y for p, y in zip(s.points, ys, strict=True)]
+        hi = [p.estimate.ci_high if p.estimate.ci_high is not None else y for p, y in zip(s.points, ys, strict=True)]
         ax.fill_between(xs, lo, hi, color="#1f77b4", alpha=0.18, linewidth=0, label="95% interval")
         ax.plot(xs, ys, "o-", color="#1f77b4", markersize=4, linewidth=1.4, label=s.metric)
         worse = s.worse_steps()
@@ -226,7 +230,7 @@ def render_html(page: TrendPage) -> str:
             cells = []
             for s in ss:
                 p = next((p for p in s.points if p.run.run_id == r.run_id), None)
-                cells.append(f"<td>{e(_fmt(s.metric, p.estimate)) if p else '–'}</td>")
+                cells.append(f"<td>{e(_fmt(s.metric, p)) if p else '–'}</td>")
             out.append(f"<tr><td>{e(r.run_id)}</td>{''.join(cells)}</tr>")
         out.append("</table>")
     out.append("</body></html>")

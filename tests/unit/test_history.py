@@ -194,5 +194,30 @@ def test_cli_history_add_and_trend(tmp_path: Path, db: str) -> None:
     assert f"| {GROUP} | tau | 2.565 [2.511, 2.619] | 2.565 [2.511, 2.619] | +0.0% | REGRESSION 2.85 → 2.565 from " \
            "20260505T120000Z-r4 |" in md
     assert md.count("| 20260501T120000Z-r0 |") >= 6  # one row per group table
+    assert "| llama-3.1-8b/p-eagle/humaneval/T0/b8 | equivalence.overall | divergent | divergent | – | – |" in md
     assert html.count('src="data:image/png;base64,') == 12  # one figure per measured group
     assert 'class=bad' in html
+
+
+def test_metric_in_fewer_than_half_the_window_has_no_baseline(tmp_path: Path, db: str) -> None:
+    """A metric measured now and then (e.g. τ of a group that drafted in one run of five) is not gated."""
+    flaky = "llama-3.1-8b/p-eagle/gsm8k/T0/b1"
+    with History(db) as hist:
+        for i in range(5):
+            d = make_run(tmp_path / "runs", i)
+            if i:  # τ measured in the first run only
+                s = json.loads((d / "summary.json").read_text())
+                for g in s["groups"]:
+                    if g["group_id"] == flaky:
+                        g["tau"] = None
+                (d / "summary.json").write_text(json.dumps(s))
+            hist.add_run(d)
+    new = make_run(tmp_path / "new", 5)
+    s = json.loads((new / "summary.json").read_text())
+    for g in s["groups"]:
+        if g["group_id"] == flaky:
+            g["tau"] = None
+    (new / "summary.json").write_text(json.dumps(s))
+    res = gate_cli(new, db, "--no-step-summary")
+    assert res.exit_code == 0, res.output
+    assert f"tau on {flaky}" not in res.output
