@@ -162,15 +162,22 @@ def serving_metrics(summary: RunSummary) -> dict[str, dict[str, Estimate]]:
 
 
 def _checkpoints(manifest: RunManifest) -> dict[tuple[str, str], str]:
-    """(target, method name) → the speculator the suite named, with its revision when given."""
+    """(target, method name) → the speculator the suite named and the checkpoint the engine loaded
+    (for the local zoo, a path whose cache key names the exact build)."""
+    loaded: dict[str | None, str] = {}
+    for e in manifest.engines:
+        desc = e.get("describe") or {}
+        spec_cfg = (desc.get("llm_kwargs") or {}).get("speculative_config") or {}
+        if isinstance(spec_cfg, dict) and spec_cfg.get("model"):
+            loaded[e.key] = str(spec_cfg["model"])
     out = {}
-    for t in manifest.suite.get("targets") or []:
-        for m in t.get("methods") or []:
-            name = m.get("name") or m.get("method")
-            spec = m.get("speculator")
-            if spec:
-                rev = m.get("speculator_revision") or m.get("revision")
-                out[(t.get("name"), name)] = f"{spec}@{rev}" if rev else str(spec)
+    for e in manifest.plan.get("engines") or []:
+        spec = (e.get("method") or {}).get("speculator")
+        name = (e.get("method") or {}).get("name") or (e.get("method") or {}).get("method")
+        if spec:
+            got = loaded.get(e.get("key"))
+            target = str((e.get("target") or {}).get("name"))
+            out[(target, str(name))] = f"{spec} ({got})" if got and got != spec else str(spec)
     return out
 
 

@@ -156,6 +156,7 @@ class RunManifest(Part):
     hardware: dict[str, Any] = Field(default_factory=dict)
     hardware_class: str = "unknown"
     command: str | None = None
+    datasets: dict[str, Any] = Field(default_factory=dict)  # where each dataset came from (source, sha256)
     engine_patches: dict[str, Any] = Field(default_factory=dict)
     engines: list[EngineEntry] = Field(default_factory=list)
 

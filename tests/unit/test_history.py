@@ -221,3 +221,39 @@ def test_metric_in_fewer_than_half_the_window_has_no_baseline(tmp_path: Path, db
     res = gate_cli(new, db, "--no-step-summary")
     assert res.exit_code == 0, res.output
     assert f"tau on {flaky}" not in res.output
+
+
+def test_gate_and_compare_with_a_run_directory_write_the_step_summary(tmp_path: Path) -> None:
+    base, new = make_run(tmp_path / "runs", 0), make_run(tmp_path / "runs", 1, tau_scale=0.9)
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("rules: {equivalence: null}\n")
+    out = tmp_path / "summary.md"
+    res = CliRunner().invoke(app, ["gate", str(new), "--baseline", str(base), "--rules", str(rules)],
+                             env={"GITHUB_STEP_SUMMARY": str(out)})
+    assert res.exit_code == 1 and f"FAIL tau on {GROUP}" in res.output, res.output
+    res = CliRunner().invoke(app, ["compare", str(base), str(new)], env={"GITHUB_STEP_SUMMARY": str(out)})
+    assert res.exit_code == 0, res.output
+    text = out.read_text()
+    assert text.index("## specbench gate: FAIL") < text.index(GROUP) and "compare" in text.lower()
+    before = out.read_text()
+    CliRunner().invoke(app, ["compare", str(base), str(new), "--no-step-summary"], env={"GITHUB_STEP_SUMMARY": str(out)})
+    assert out.read_text() == before
+
+
+def test_checkpoints_name_the_speculator_and_what_the_engine_loaded(tmp_path: Path, db: str) -> None:
+    d = tmp_path / "rec"
+    import shutil
+
+    shutil.copytree(FIXTURES / "recorded", d)
+    manifest = json.loads((d / "manifest.json").read_text())
+    manifest["plan"]["engines"][1]["method"]["speculator"] = "tiny:eagle3"
+    manifest["engines"][1]["describe"]["llm_kwargs"]["speculative_config"]["model"] = "~/.cache/x/eagle3"
+    (d / "manifest.json").write_text(json.dumps(manifest))
+    from specbench import api
+
+    api.analyze(d)
+    with History(db) as hist:
+        assert hist.add_run(d).added
+        groups = hist.groups([manifest["run_id"]])
+    assert groups["tiny/ngram/humaneval/T0/b4"]["checkpoint"] == "tiny:eagle3 (~/.cache/x/eagle3)"
+    assert groups["tiny/baseline/humaneval/T0/b4"]["checkpoint"] is None
