@@ -297,12 +297,14 @@ def history_add(
     run_dirs: Annotated[list[Path], typer.Argument(help="results/<suite>/<run-id> directories")],
     db: DbOption = None,
 ) -> None:
-    """Store runs' metrics and context; a run already stored is left unchanged."""
+    """Store runs' metrics and context (analyzing a run without summary.json); a stored run is left unchanged."""
     from specbench.history import History, HistoryError
 
     try:
         with History(db) as hist:
             for d in run_dirs:
+                if not (Path(d) / api.store.SUMMARY).exists():
+                    api.analyze(d)  # a run without its summary yet: rebuild it from the records
                 r = hist.add_run(d)
                 console.print(f"{'added' if r.added else 'already stored'} {r.run_id}"
                               + (f" ({r.n_groups} groups, {r.n_metrics} metrics)" if r.added else ""),

@@ -257,3 +257,14 @@ def test_checkpoints_name_the_speculator_and_what_the_engine_loaded(tmp_path: Pa
         groups = hist.groups([manifest["run_id"]])
     assert groups["tiny/ngram/humaneval/T0/b4"]["checkpoint"] == "tiny:eagle3 (~/.cache/x/eagle3)"
     assert groups["tiny/baseline/humaneval/T0/b4"]["checkpoint"] is None
+
+
+def test_history_add_analyzes_a_run_without_its_summary(tmp_path: Path, db: str) -> None:
+    import shutil
+
+    d = tmp_path / "rec"
+    shutil.copytree(FIXTURES / "recorded", d)
+    assert not (d / "summary.json").exists()
+    res = CliRunner().invoke(app, ["history", "add", str(d), "--db", db])
+    assert res.exit_code == 0 and "added" in res.output, res.output
+    assert (d / "summary.json").exists()
