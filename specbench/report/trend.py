@@ -105,9 +105,12 @@ def _latest_change(s: Series) -> tuple[str, str, str, str]:
     step = "–"
     if s.steps:
         st = s.steps[-1]
-        bad = st in s.worse_steps()
-        step = (f"{'REGRESSION' if bad else 'step'} {st.before:.4g} → {st.after:.4g} from "
-                f"{pts[st.index].run.run_id}")
+        if st.index == len(pts) - 1:  # a level of one run: the next run tells whether it holds
+            step = f"latest run only: {st.before:.4g} → {st.after:.4g}"
+        else:
+            bad = st in s.worse_steps()
+            step = (f"{'REGRESSION' if bad else 'step'} {st.before:.4g} → {st.after:.4g} from "
+                    f"{pts[st.index].run.run_id}")
     return _fmt(s.metric, pts[-2]), latest, rel, step
 
 
@@ -195,7 +198,8 @@ def group_figure(gid: str, ss: list[Series], runs: list[RunInfo]) -> bytes | Non
 
 
 CSS = """body{font-family:system-ui,sans-serif;margin:2em;color:#202124;max-width:1400px}
-table{border-collapse:collapse;margin:1em 0;font-size:13px}th,td{border:1px solid #dadce0;padding:3px 8px}
+table{border-collapse:collapse;margin:1em 0;font-size:13px;display:block;overflow-x:auto;max-width:100%}
+th,td{border:1px solid #dadce0;padding:3px 8px;white-space:nowrap}
 th{background:#f1f3f4}td.bad{color:#b31412;font-weight:600}img{max-width:100%;border:1px solid #dadce0}
 code{background:#f1f3f4}"""
 
