@@ -128,6 +128,7 @@ class SummaryExtra(Part):
     serving: list[ServingCellRow | ServingSpeedupRow] = Field(default_factory=list)
     cross_check: list[CrossCheckRow] = Field(default_factory=list)
     scoring_notes: list[str] = Field(default_factory=list)
+    torn_lines: list[str] = Field(default_factory=list)  # "file:line" of torn last lines analyze dropped
 
 
 class EngineEntry(Part):
