@@ -14,13 +14,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from specbench import datasets, metrics, store
 from specbench.engines.vllm_patches import PATCHES as ENGINE_PATCHES
-from specbench.plan import Cell, Plan, expand, vllm_serve_command
+from specbench.plan import Cell, Plan, cell_summary, expand, vllm_serve_command
 from specbench.runner import Progress, Runner, detect_platform, resolve_engine
 from specbench.schema import MANIFEST_SCHEMA_VERSION, hardware_class
 from specbench.settings import settings
-from specbench.suite import Suite, SuiteError, load_suite
+from specbench.suite import EquivalenceSpec, Suite, SuiteError, load_suite
 from specbench.summary import RunSummary
 
 
@@ -42,6 +44,7 @@ def dry_run(suite: Suite, platform: str | None = None) -> list[dict[str, Any]]:
     out = []
     for cfg in plan.engines:
         res = resolve_engine(cfg, platform)
+        cells = plan.cells_for(cfg.key)
         out.append(
             {
                 "engine": cfg.key,
@@ -51,10 +54,35 @@ def dry_run(suite: Suite, platform: str | None = None) -> list[dict[str, Any]]:
                 "llm_kwargs": res.engine_kwargs,
                 "env": res.env,
                 "server_command": vllm_serve_command(cfg, res.engine_kwargs, platform, res.env),
-                "cells": len(plan.cells_for(cfg.key)),
+                "cells": len(cells),
+                "cell_lines": cell_summary(cells, suite),
+                "references": [
+                    r.model_dump(mode="json") for r in suite.references
+                    if r.target == cfg.target.name and r.method == cfg.method.label
+                ],
             }
         )
     return out
+
+
+def equivalence_plan(suite: Suite) -> list[str]:
+    """What the suite's lossless checks will do, in words (for --dry-run)."""
+    from specbench.equivalence import TIE_TOLERANCE_BY_DTYPE, min_tokens_for_tv
+
+    eq = suite.equivalence
+    lines = []
+    if eq.greedy:
+        if eq.tie_tolerance is not None:
+            tol = f"{eq.tie_tolerance:g} nats (equivalence.tie_tolerance)"
+        else:
+            tol = "from each engine's dtype (" + ", ".join(f"{k} {v:g}" for k, v in TIE_TOLERANCE_BY_DTYPE.items()) + " nats)"
+        lines.append(f"greedy: token identity vs the baseline, top-{eq.logprobs} logprobs; near-tie tolerance {tol}")
+    s = eq.sampled
+    if s is not None:
+        need = min_tokens_for_tv(s.target_tv, s.alpha, s.power, n_tests=3)
+        lines.append(f"sampled: T={s.temperature:g}, PIT vs the plain target (teacher forcing); alpha {s.alpha:g}, "
+                     f"detects a per-token TV of {s.target_tv:g} with power {s.power:g} from >= {need} tokens per method")
+    return lines
 
 
 def results_root(out: Path | None) -> Path:
@@ -171,7 +199,7 @@ def analyze(run_dir: Path, *, allow_code_exec: bool | None = None) -> RunSummary
     xc = metrics.cross_check(summary, manifest["suite"]["targets"], _draft_attention(manifest, cells))
     if xc:
         summary.extra["cross_check"] = xc
-    for gid, eq in _equivalence(run_dir, cells, requests, torn).items():
+    for gid, eq in _equivalence(run_dir, manifest, cells, requests, torn).items():
         g = summary.group(gid)
         if g is not None:
             g.equivalence = eq
@@ -222,11 +250,28 @@ def _serving(manifest: dict[str, Any], cells: list[Cell], requests: list, cell_r
 
 
 def _equivalence(
-    run_dir: Path, cells: list[Cell], requests: list, torn: list[str] | None = None
+    run_dir: Path, manifest: dict[str, Any], cells: list[Cell], requests: list, torn: list[str] | None = None
 ) -> dict[str, dict[str, Any]]:
     from specbench.equivalence_run import equivalence_summaries
 
-    return equivalence_summaries(run_dir, cells, requests, torn)
+    try:
+        spec = EquivalenceSpec.model_validate(manifest["suite"].get("equivalence") or {})
+    except ValidationError:
+        spec = EquivalenceSpec()  # a manifest written before the section was typed
+    return equivalence_summaries(run_dir, cells, requests, torn, engine_dtypes=engine_dtypes(manifest), spec=spec)
+
+
+def engine_dtypes(manifest: dict[str, Any]) -> dict[str, str | None]:
+    """Engine key → the dtype its logits were computed in: as the engine reported it
+    once started (vLLM's resolution of "auto"), else the target's ``dtype``."""
+    out: dict[str, str | None] = {
+        e["key"]: (e.get("target") or {}).get("dtype") for e in (manifest.get("plan") or {}).get("engines") or []
+    }
+    for e in manifest.get("engines") or []:
+        reported = (e.get("describe") or {}).get("dtype")
+        if reported and e.get("key"):
+            out[e["key"]] = reported
+    return out
 
 
 def _dataset_kind(manifest: dict[str, Any], name: str) -> str | None:

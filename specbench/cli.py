@@ -123,8 +123,16 @@ def run(
     except SuiteError as exc:
         _bad_input(exc.messages)
     if dry_run:
+        for line in api.equivalence_plan(suite_obj):
+            console.print("equivalence " + line, highlight=False, soft_wrap=True)
         for e in api.dry_run(suite_obj, platform=platform):
             console.rule(f"engine {e['engine']} ({e['kind']}, {e['cells']} cells)")
+            for line in e["cell_lines"]:
+                console.print("cells " + line, highlight=False, soft_wrap=True)
+            for r in e["references"]:
+                t = f", T={r['temperature']:g}" if r.get("temperature") is not None else ""
+                console.print(f"reference {r['metric']} {r['value']:g} on {r.get('dataset') or 'any dataset'}{t}: "
+                              f"{r['source']}", highlight=False, soft_wrap=True)
             console.print("speculative_config:", highlight=False)
             console.print(json.dumps(e["speculative_config"], indent=2, sort_keys=True), highlight=False)
             console.print(f"LLM(**{json.dumps(e['llm_kwargs'], sort_keys=True)})", highlight=False, soft_wrap=True)

@@ -66,6 +66,36 @@ TIE_TOLERANCE_BY_DTYPE: dict[str, float] = {
     "bfloat16": 2 * 2.0**-3,
 }
 
+_DTYPE_ALIASES = {
+    "float32": "float32", "float": "float32", "fp32": "float32",
+    "float16": "float16", "half": "float16", "fp16": "float16",
+    "bfloat16": "bfloat16", "bf16": "bfloat16",
+}
+
+
+def canonical_dtype(dtype: str | None) -> str | None:
+    """``"torch.bfloat16"``, ``"bf16"``, ``"bfloat16"`` → ``"bfloat16"``; ``"auto"``, None or
+    an unknown name → None."""
+    if not dtype:
+        return None
+    return _DTYPE_ALIASES.get(str(dtype).strip().lower().removeprefix("torch."))
+
+
+def tie_tolerance_for(dtypes: Sequence[str | None]) -> tuple[float, str]:
+    """The near-tie tolerance for comparing outputs of engines computing in ``dtypes``.
+
+    Both sides' rounding moves the logits, so the coarser dtype decides: the largest
+    :data:`TIE_TOLERANCE_BY_DTYPE` entry among the known dtypes. Returns the tolerance
+    and where it came from (the dtype's name; the float32 default, marked as a guess,
+    when no dtype is known).
+    """
+    known = [d for d in (canonical_dtype(x) for x in dtypes) if d is not None]
+    if not known:
+        return DEFAULT_TIE_TOLERANCE, "float32 default (dtype unknown)"
+    worst = max(known, key=lambda d: TIE_TOLERANCE_BY_DTYPE[d])
+    return TIE_TOLERANCE_BY_DTYPE[worst], worst
+
+
 #: Default total-variation distance the distribution test must be able to
 #: detect (at ``alpha`` with ``power``) before it may say "equivalent".
 DEFAULT_TARGET_TV = 0.1

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import zlib
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,12 +41,15 @@ import numpy as np
 
 from specbench import store
 from specbench.equivalence import (
+    canonical_dtype,
     compare_greedy,
     distribution_verdict,
     summarize_greedy,
+    tie_tolerance_for,
 )
 from specbench.plan import Cell, Plan
 from specbench.records import RequestRecord
+from specbench.suite import EquivalenceSpec
 
 EQUIVALENCE = "equivalence.jsonl"
 SCORER = "vllm prompt_logprobs=-1 (full vocabulary, raw), temperature/top-p applied by specbench"
@@ -167,18 +170,30 @@ def _records_by_group(
 
 
 def greedy_equivalence(
-    cells: Sequence[Cell], requests: Sequence[RequestRecord], *, max_examples: int = 5
+    cells: Sequence[Cell],
+    requests: Sequence[RequestRecord],
+    *,
+    engine_dtypes: Mapping[str, str | None] | None = None,
+    tie_tolerance: float | None = None,
+    max_examples: int = 5,
 ) -> dict[str, dict[str, Any]]:
     """Greedy identity of every non-baseline group at temperature 0 vs its baseline.
 
     Returns ``{group_id: {"greedy": {...}}}`` with the verdict, counts
     (``n``, ``n_identical``, ``n_near_tie``, ``n_divergent``,
-    ``n_unverifiable``), ``match_rate`` with its Wilson interval, a reason
-    and up to ``max_examples`` ``first_divergences``. Requests without a
-    baseline partner are counted in ``n_unpaired`` and left out.
+    ``n_unverifiable``), ``match_rate`` with its Wilson interval, a reason,
+    the gap (nats) of every near-tie and divergence, and up to
+    ``max_examples`` ``first_divergences``. Requests without a baseline
+    partner are counted in ``n_unpaired`` and left out.
+
+    The near-tie tolerance is ``tie_tolerance`` when given (a suite's
+    ``equivalence.tie_tolerance``), else the one of the coarser of the two
+    engines' dtypes (``engine_dtypes``: engine key → dtype, as vLLM resolved
+    it; :func:`~specbench.equivalence.tie_tolerance_for`).
     """
     groups, baselines = _groups(cells)
     recs = _records_by_group(cells, requests)
+    dtypes = dict(engine_dtypes or {})
     out: dict[str, dict[str, Any]] = {}
     for gid, gcells in groups.items():
         c0 = gcells[0]
@@ -187,6 +202,11 @@ def greedy_equivalence(
         bgid = baselines.get(c0.baseline_group_key)
         if bgid is None:
             continue
+        pair = [dtypes.get(c0.engine_key), dtypes.get(groups[bgid][0].engine_key)]
+        if tie_tolerance is not None:
+            tol, tol_from = float(tie_tolerance), "suite (equivalence.tie_tolerance)"
+        else:
+            tol, tol_from = tie_tolerance_for(pair)
         exact = {(r.prompt_id, r.sample_index, r.repeat): r for r in recs.get(bgid, [])}
         loose: dict[tuple[str, int], RequestRecord] = {}
         for r in sorted(recs.get(bgid, []), key=lambda r: r.repeat):
@@ -198,7 +218,7 @@ def greedy_equivalence(
             if b is None:
                 unpaired += 1
                 continue
-            comps.append(compare_greedy(b.output_token_ids, m.output_token_ids, b.logprobs))
+            comps.append(compare_greedy(b.output_token_ids, m.output_token_ids, b.logprobs, tie_tolerance=tol))
             which.append(m)
         s = summarize_greedy(comps)
         examples: list[dict[str, Any]] = [
@@ -233,10 +253,20 @@ def greedy_equivalence(
                 "match_rate": _finite(s.match_rate),
                 "match_ci": list(s.match_ci),
                 "consistent_rate": _finite(s.consistent_rate),
+                "tie_tolerance": tol,
+                "tolerance_from": tol_from,
+                "dtypes": [canonical_dtype(d) or "unknown" for d in pair],
+                "near_tie_gaps": _gaps(comps, "near_tie"),
+                "divergent_gaps": _gaps(comps, "divergent"),
                 "first_divergences": examples[:max_examples],
             }
         }
     return out
+
+
+def _gaps(comps: Sequence[Any], kind: str) -> list[float]:
+    """Sorted gaps (nats; a lower bound where the token was outside the top-k) of one kind of flip."""
+    return sorted(g for c in comps if c.kind == kind and (g := _finite(c.logprob_gap)) is not None)
 
 
 # ---------------------------------------------------------------------------
@@ -372,15 +402,30 @@ def sampled_equivalence(
 
 
 def equivalence_summaries(
-    run_dir: Path, cells: Sequence[Cell], requests: Sequence[RequestRecord], torn: list[str] | None = None
+    run_dir: Path,
+    cells: Sequence[Cell],
+    requests: Sequence[RequestRecord],
+    torn: list[str] | None = None,
+    *,
+    engine_dtypes: Mapping[str, str | None] | None = None,
+    spec: EquivalenceSpec | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Greedy and sampled results merged per group: ``{group_id: {"greedy": …, "sampled": …}}``.
 
-    Only groups with at least one test appear. Each test's dict carries
-    ``verdict`` and ``reason`` (what :mod:`specbench.report.markdown` renders).
+    ``spec`` is the suite's ``equivalence:`` section (tie tolerance override;
+    the sampled test's alpha, power and target TV). Only groups with at least
+    one test appear. Each test's dict carries ``verdict`` and ``reason`` (what
+    :mod:`specbench.report.markdown` renders).
     """
+    spec = spec or EquivalenceSpec()
+    sampled_kw: dict[str, Any] = {}
+    if spec.sampled is not None:
+        sampled_kw = {"alpha": spec.sampled.alpha, "power": spec.sampled.power, "target_tv": spec.sampled.target_tv}
     out: dict[str, dict[str, Any]] = defaultdict(dict)
-    for part in (greedy_equivalence(cells, requests), sampled_equivalence(run_dir, cells, requests, torn=torn)):
+    for part in (
+        greedy_equivalence(cells, requests, engine_dtypes=engine_dtypes, tie_tolerance=spec.tie_tolerance),
+        sampled_equivalence(run_dir, cells, requests, torn=torn, **sampled_kw),
+    ):
         for gid, d in part.items():
             out[gid].update(d)
     return dict(out)

@@ -23,6 +23,12 @@ class MethodInfo:
     # Accelerators the method runs on in vLLM ("cuda", "cpu"); empty = all.
     platforms: tuple[str, ...] = ()
     platform_note: str = ""
+    # Environment the engine process needs, by platform (e.g. vLLM's model runner V2 on cuda).
+    platform_env: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def env_for(self, platform: str) -> dict[str, str]:
+        """Environment variables an engine running this method on ``platform`` needs."""
+        return dict(self.platform_env.get(platform, {}))
 
     def speculative_config(
         self,
@@ -77,6 +83,10 @@ METHODS: dict[str, MethodInfo] = {
             max_k=16,
             platforms=("cuda",),
             platform_note="vLLM runs DSpark only with model runner V2 + Triton (GPU)",
+            # vLLM (config/vllm.py, _get_v1_model_runner_unsupported_features): "DSpark is
+            # implemented only by the V2 GPU model runner". V2 is the default only when Triton
+            # is importable and no other feature forces V1; the switch (vllm/envs.py) pins it.
+            platform_env={"cuda": {"VLLM_USE_V2_MODEL_RUNNER": "1"}},
         ),
         MethodInfo(
             "ngram",

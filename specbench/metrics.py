@@ -299,7 +299,8 @@ def summarize(
                 )
         g.accuracy = {m: est for m, est in group_accuracy(greqs, scores).items()}
         for ref in references:
-            if ref.get("target") == g.target and ref.get("method") == g.method and ref.get("dataset") in (None, g.dataset):
+            if (ref.get("target") == g.target and ref.get("method") == g.method
+                    and ref.get("dataset") in (None, g.dataset) and ref.get("temperature") in (None, g.temperature)):
                 g.reference = {**(g.reference or {}), ref.get("metric", "tau"): ref}
         summaries[gid] = g
 

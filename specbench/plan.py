@@ -130,6 +130,11 @@ def expand(suite: Suite) -> Plan:
     sampled_t = sampled_equivalence_temperature(suite)
     if sampled_t is not None and sampled_t not in temperatures:
         temperatures.append(sampled_t)
+    # Cells added for the sampled test run at its one load when it names one.
+    sampled_loads: list[tuple[int, float | None]] = []
+    sampled = suite.equivalence.sampled
+    if sampled is not None and sampled.batch_size is not None and sampled.temperature not in suite.sampling.temperatures:
+        sampled_loads = [(sampled.batch_size, None)]
     for t in suite.targets:
         for m in t.methods:
             info = get_method(m.method)
@@ -143,7 +148,7 @@ def expand(suite: Suite) -> Plan:
                     for temp in temperatures:
                         if t.engine == "reference" and temp == sampled_t and temp != 0:
                             continue  # the reference simulator is greedy-only: no sampled-equivalence cells
-                        for bs, rate in loads:
+                        for bs, rate in sampled_loads if temp == sampled_t and sampled_loads else loads:
                             gid = group_id(t.name, m.label, d.name, temp, bs, rate)
                             cells.append(
                                 Cell(
@@ -165,10 +170,37 @@ def expand(suite: Suite) -> Plan:
 
 def sampled_equivalence_temperature(suite: Suite) -> float | None:
     """The temperature of the suite's sampled equivalence test, if it asks for one."""
-    sampled = suite.equivalence.get("sampled")
-    if not sampled:
+    sampled = suite.equivalence.sampled
+    return None if sampled is None else float(sampled.temperature)
+
+
+def sampled_prompt_limit(suite: Suite, temperature: float) -> int | None:
+    """How many prompts (the first N of each dataset) the cells at ``temperature`` take:
+    ``equivalence.sampled.prompts`` for the cells added for the sampled test, else all."""
+    sampled = suite.equivalence.sampled
+    if sampled is None or temperature != sampled.temperature or temperature in suite.sampling.temperatures:
         return None
-    return float(sampled.get("temperature", 1.0)) if isinstance(sampled, dict) else 1.0
+    return sampled.prompts
+
+
+def cell_summary(cells: list[Cell], suite: Suite) -> list[str]:
+    """One line per temperature of an engine's cells: loads, prompts, samples (for --dry-run)."""
+    out = []
+    sampled_t = sampled_equivalence_temperature(suite)
+    for temp in sorted({c.temperature for c in cells}):
+        cs = [c for c in cells if c.temperature == temp]
+        loads = sorted({c.load_label for c in cs}, key=lambda x: (len(x), x))
+        subset = sampled_prompt_limit(suite, temp)
+        samples = suite.sampling.samples_per_prompt if temp > 0 else 1
+        sampled = suite.equivalence.sampled
+        if sampled is not None and temp == sampled_t and sampled.samples_per_prompt:
+            samples = sampled.samples_per_prompt
+        what = "greedy" if temp == 0 else "sampled"
+        role = " (sampled-equivalence cells)" if temp == sampled_t else ""
+        prompts = f"first {subset} prompts" if subset else "all prompts"
+        out.append(f"T={temp:g} {what}{role}: {len(cs)} cells, load {', '.join(loads)}; "
+                   f"{prompts} of {', '.join(sorted({c.dataset for c in cs}))} × {samples} sample(s)")
+    return out
 
 
 # vLLM server options that are plain ``store_true`` (no ``--no-…`` form); every

@@ -29,7 +29,7 @@ from specbench.engines.base import (
 )
 from specbench.engines.vllm_patches import patch_env
 from specbench.methods import get_method
-from specbench.plan import Cell, EngineConfig, Plan, sampled_equivalence_temperature
+from specbench.plan import Cell, EngineConfig, Plan, sampled_equivalence_temperature, sampled_prompt_limit
 from specbench.records import CellRecord, RequestRecord, SpecCounters
 from specbench.settings import settings
 from specbench.store import CELLS, PROMPTS, RECORDS, JsonlAppender, read_cells, read_requests
@@ -104,6 +104,7 @@ def resolve_engine(cfg: EngineConfig, platform: str, assets_factory: Callable[[]
         env["TRANSFORMERS_OFFLINE"] = "1"
     if cfg.target.engine != "reference":
         env.update(patch_env(cfg.target.engine_patches))
+        env.update(get_method(cfg.method.method).env_for(platform))
     return ResolvedEngine(cfg, model_path, spec_path, kwargs, env)
 
 
@@ -143,12 +144,12 @@ def make_engine(res: ResolvedEngine, run_dir: Path, suite: Suite | None = None) 
 def sampling_for(suite: Suite, cell: Cell) -> SamplingRequest:
     s = suite.sampling
     samples = s.samples_per_prompt if cell.temperature > 0 else 1
-    sampled = suite.equivalence.get("sampled")
-    if isinstance(sampled, dict) and cell.temperature == sampled_equivalence_temperature(suite):
-        samples = int(sampled.get("samples_per_prompt", samples))
+    sampled = suite.equivalence.sampled
+    if sampled is not None and sampled.samples_per_prompt and cell.temperature == sampled_equivalence_temperature(suite):
+        samples = sampled.samples_per_prompt
     logprobs = None
-    if suite.equivalence.get("greedy") and cell.temperature == 0:
-        logprobs = int(suite.equivalence.get("logprobs", 5))
+    if suite.equivalence.greedy and cell.temperature == 0:
+        logprobs = suite.equivalence.logprobs
     return SamplingRequest(
         temperature=cell.temperature,
         max_tokens=s.max_tokens,
@@ -215,7 +216,7 @@ class Runner:
         finally:
             records.close()
             cells_out.close()
-        if self.suite.equivalence.get("sampled"):
+        if self.suite.equivalence.sampled is not None:
             self._teacher_force()
 
     def _teacher_force(self) -> None:
@@ -372,6 +373,9 @@ class Runner:
         """Run one cell. Returns False when the engine died (restart needed)."""
         started = now()
         prompts = self.prompts(cell.dataset, self._chat(cell))
+        subset = sampled_prompt_limit(self.suite, cell.temperature)
+        if subset is not None:
+            prompts = prompts[:subset]  # the sampled-equivalence cells take the first N prompts
         # Errored requests (server died, timeout) are tried again; their records stay as attempts.
         earlier = [r for r in earlier if r.error is None]
         skip = {(r.prompt_id, r.sample_index) for r in earlier}

@@ -157,9 +157,49 @@ class ReferenceValue(Strict):
     target: str
     method: str
     dataset: str | None = None
+    temperature: float | None = Field(None, ge=0, description="only groups at this temperature (default: all)")
     metric: str = "tau"
     value: float
     source: str
+
+
+class SampledEquivalenceSpec(Strict):
+    """The sampled (T > 0) distribution check: PIT of every token, teacher-forced through the target.
+
+    Its cells are added to the plan at ``temperature`` (one per method, the baseline included),
+    unless that temperature is already one of ``sampling.temperatures``: then the test runs on
+    those cells as they are, and ``prompts`` / ``batch_size`` (which would cut them) are errors.
+    """
+
+    temperature: float = Field(1.0, gt=0, description="temperature of the sampled cells")
+    samples_per_prompt: int | None = Field(
+        None, ge=1, description="samples per prompt in the sampled cells (default: sampling.samples_per_prompt)"
+    )
+    prompts: int | None = Field(
+        None, ge=1, description="the first N prompts of each dataset (default: all the suite runs)"
+    )
+    batch_size: int | None = Field(
+        None, ge=1, description="the one load (batch size / concurrency) of the sampled cells (default: every load)"
+    )
+    alpha: float = Field(0.01, gt=0, lt=1, description="false-alarm rate of the PIT test")
+    power: float = Field(0.95, gt=0, lt=1, description="power the test must have at target_tv to say 'equivalent'")
+    target_tv: float = Field(
+        0.1, gt=0, le=1, description="per-token total-variation error the test must be able to detect"
+    )
+
+
+class EquivalenceSpec(Strict):
+    """Lossless checks against the baseline (``specbench.equivalence``)."""
+
+    greedy: bool = Field(False, description="T=0 cells: token identity vs the baseline, flips classified")
+    logprobs: int = Field(5, ge=1, description="top-k logprobs the greedy cells record to classify a flip")
+    tie_tolerance: float | None = Field(
+        None,
+        ge=0,
+        description="nats: a flip whose gap to the top token is within it is a near-tie. Default: from the "
+        "engines' dtype (specbench.equivalence.TIE_TOLERANCE_BY_DTYPE; float32 1e-3, bfloat16 0.25)",
+    )
+    sampled: SampledEquivalenceSpec | None = None
 
 
 class Suite(Strict):
@@ -172,7 +212,7 @@ class Suite(Strict):
     repeats: int = Field(1, ge=1)
     warmup: bool = True
     references: list[ReferenceValue] = Field(default_factory=list)
-    equivalence: dict[str, Any] = Field(default_factory=dict)
+    equivalence: EquivalenceSpec = Field(default_factory=EquivalenceSpec)
     scoring: ScoringSpec = Field(default_factory=ScoringSpec)
 
     # Set by load_suite (not part of the YAML).
@@ -349,6 +389,7 @@ def check_semantics(suite: Suite, base_dir: Path) -> list[tuple[tuple[Any, ...],
             if m.speculator and m.speculator.startswith("tiny:") and t.model != "tiny":
                 problems.append(((*loc, "speculator"), "'tiny:' speculators only pair with model: tiny"))
     _check_load(suite, problems)
+    _check_equivalence(suite, problems)
     for di, d in enumerate(suite.datasets):
         loc_d: tuple[Any, ...] = ("datasets", di)
         if d.path is not None and not resolve_path(d.path, base_dir).exists():
@@ -404,6 +445,37 @@ def _check_load(suite: Suite, problems: list) -> None:
                          "request_rates (for closed-loop load list the values under concurrency)"))
     if load.duration_s is not None and len(not_server) == len(suite.targets):
         problems.append((("load", "duration_s"), "duration_s bounds server cells; no target has engine: vllm-server"))
+
+
+def _check_equivalence(suite: Suite, problems: list) -> None:
+    """The sampled test must not cut the suite's own cells, and must be able to reach its power."""
+    sampled = suite.equivalence.sampled
+    if sampled is None:
+        return
+    loc: tuple[Any, ...] = ("equivalence", "sampled")
+    if sampled.temperature in suite.sampling.temperatures:
+        for key in ("prompts", "batch_size"):
+            if getattr(sampled, key) is not None:
+                problems.append(((*loc, key), f"T={sampled.temperature:g} is one of sampling.temperatures: the "
+                                 f"test runs on those cells as they are, so {key!r} would cut them; remove it "
+                                 "or pick another temperature for the sampled cells"))
+    from specbench.equivalence import min_tokens_for_tv
+
+    # KS + chi-square on the method's PIT values + the two-sample KS against the baseline.
+    need = min_tokens_for_tv(sampled.target_tv, sampled.alpha, sampled.power, n_tests=3)
+    samples = sampled.samples_per_prompt or suite.sampling.samples_per_prompt
+    subset = None if sampled.temperature in suite.sampling.temperatures else sampled.prompts
+    for d in suite.datasets:
+        known = [x for x in (subset, d.limit) if x is not None]
+        if not known:
+            continue  # the dataset's size is only known once loaded
+        n_prompts = min(known)
+        most = n_prompts * samples * suite.sampling.max_tokens
+        if most < need:
+            problems.append((loc, f"on dataset {d.name!r} the sampled cells produce at most {n_prompts} prompts × "
+                             f"{samples} samples × {suite.sampling.max_tokens} tokens = {most} tokens per method; "
+                             f"the PIT test needs >= {need} to detect a per-token TV of {sampled.target_tv:g} "
+                             f"(alpha {sampled.alpha:g}, power {sampled.power:g}): raise prompts or samples_per_prompt"))
 
 
 def _unknown(kind: str, value: str, options: list[str]) -> str:

@@ -211,7 +211,8 @@ def _worker_main(conn: Any, engine_kwargs: dict[str, Any], log_path: str, env: d
         conn.send(("start_error", f"{type(exc).__name__}: {exc}"))
         return
     tokenizer = llm.get_tokenizer()
-    conn.send(("ready", None))
+    # The dtype vLLM resolved ("auto" → the checkpoint's): it sets the greedy near-tie tolerance.
+    conn.send(("ready", {"dtype": str(llm.llm_engine.model_config.dtype).removeprefix("torch.")}))
     spec = engine_kwargs.get("speculative_config") or {}
     k = spec.get("num_speculative_tokens")
     while True:
@@ -305,9 +306,13 @@ class VllmOfflineEngine:
         self.env = env
         self._proc: Any = None
         self._conn: Any = None
+        self.dtype: str | None = None  # as vLLM resolved it, once started
 
     def describe(self) -> dict[str, Any]:
-        return {"engine": "vllm-offline", "llm_kwargs": self.engine_kwargs}
+        out: dict[str, Any] = {"engine": "vllm-offline", "llm_kwargs": self.engine_kwargs}
+        if self.dtype is not None:
+            out["dtype"] = self.dtype
+        return out
 
     @property
     def pid(self) -> int | None:
@@ -332,6 +337,8 @@ class VllmOfflineEngine:
             # Whether this is a "skip" (method unsupported on this platform) is decided by
             # the runner from the method registry; the reason is always vLLM's own text.
             raise EngineUnavailable(payload, log_tail=tail(self.log_path))
+        if kind == "ready" and isinstance(payload, dict):
+            self.dtype = payload.get("dtype")
 
     def _recv(self, timeout: float, starting: bool = False) -> tuple[str, Any]:
         deadline = time.monotonic() + timeout

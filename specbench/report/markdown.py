@@ -408,12 +408,49 @@ def _equivalence(summary: RunSummary) -> Section | None:
                          str(eq.get("verdict")), evidence or "–"])
     if not rows:
         return None
-    return Section("Equivalence", [
+    blocks: list[Block] = [
         Para("Lossless check against the baseline: 'equivalent' means a difference of the stated size would "
              "have been detected; 'not shown equivalent' means the data could not tell; 'divergent' is a "
              "real difference."),
         Table(["Target", "Dataset", "Method", "T", "Load", "Test", "Verdict", "Evidence"], rows),
-    ], anchor="equivalence")
+    ]
+    greedy = _greedy_identity(summary)
+    if greedy is not None:
+        blocks += [Para("Greedy identity per method: a flip whose gap (nats from the baseline's top token to the "
+                        "method's, ≥ a bound where the token was outside the recorded top-k) is within the "
+                        "tolerance of the engines' dtype is a near-tie (numerical noise); above it, divergent."),
+                   greedy]
+    return Section("Equivalence", blocks, anchor="equivalence")
+
+
+def _gap_list(gaps: Any, largest: bool) -> str:
+    vals = [float(x) for x in gaps or [] if isinstance(x, (int, float))]
+    if not vals:
+        return ""
+    shown = sorted(vals, reverse=largest)[:4]
+    more = f" (+{len(vals) - len(shown)})" if len(vals) > len(shown) else ""
+    return ", ".join(f"{x:.3g}" for x in shown) + more
+
+
+def _greedy_identity(summary: RunSummary) -> Table | None:
+    """Identical / near-tie / divergent counts per method, with the tolerance and the flips' gaps."""
+    rows = []
+    for g in summary.groups:
+        eq = dict(_equivalence_entries(g)).get("greedy")
+        if not eq or eq.get("tie_tolerance") is None:
+            continue
+        tol = f"{eq['tie_tolerance']:g} ({eq.get('tolerance_from', '?')})"
+        gaps = "; ".join(x for x in [
+            f"near-tie ≤ {_gap_list(eq.get('near_tie_gaps'), largest=True)}" if eq.get("near_tie_gaps") else "",
+            f"divergent ≥ {_gap_list(eq.get('divergent_gaps'), largest=False)}" if eq.get("divergent_gaps") else "",
+        ] if x)
+        rows.append([g.target, g.dataset, g.method, _load(g), str(eq.get("n", "–")), str(eq.get("n_identical", "–")),
+                     str(eq.get("n_near_tie", "–")), str(eq.get("n_divergent", "–")),
+                     str(eq.get("n_unverifiable", "–")), tol, gaps or "–"])
+    if not rows:
+        return None
+    return Table(["Target", "Dataset", "Method", "Load", "n", "Identical", "Near-tie", "Divergent", "Unverifiable",
+                  "Tolerance (nats)", "Gaps (nats)"], rows)
 
 
 def _rows_table(rows: list[dict[str, Any]]) -> Table:

@@ -212,3 +212,17 @@ def test_write_reports_default_and_explicit_out_dir(tmp_path: Path) -> None:
     assert other["html"].parent == tmp_path / "elsewhere" and other["html"].is_file()
     with pytest.raises(FileNotFoundError, match="summary.json"):
         write_reports(tmp_path / "results" / "cpu-smoke" / "missing")
+
+
+def test_greedy_identity_table_shows_counts_tolerance_and_gaps() -> None:
+    summary, manifest = load("minimal")
+    g = summary.groups[1]
+    g.equivalence = {"greedy": {
+        "verdict": "divergent", "reason": "1 of 4 outputs diverge beyond numerical noise", "n": 4,
+        "n_identical": 2, "n_near_tie": 1, "n_divergent": 1, "n_unverifiable": 0, "tie_tolerance": 0.25,
+        "tolerance_from": "bfloat16", "near_tie_gaps": [0.0625], "divergent_gaps": [2.9],
+    }}
+    text = render_markdown(summary, manifest)
+    row = next(line for line in text.splitlines() if "| 0.25 (bfloat16) |" in line)
+    assert f"| {g.method} |" in row and "| 4 | 2 | 1 | 1 | 0 |" in row
+    assert "near-tie ≤ 0.0625; divergent ≥ 2.9" in row

@@ -84,9 +84,11 @@ def _check_engine(engine: dict, method: str, model: str, k: int, tp: int, extra:
     assert kw["per_request_spec_decode_metrics"] == "detailed"
     # On CUDA no CPU defaults leak in, and nothing forces the hub offline.
     assert "enforce_eager" not in kw
-    assert engine["env"] == {}
+    # DSpark runs only on vLLM's model runner V2: the engine (and the serve line) pin it.
+    assert engine["env"] == ({"VLLM_USE_V2_MODEL_RUNNER": "1"} if method == "dspark" else {})
     assert f'"method": "{method}"' in engine["server_command"]
-    assert engine["server_command"].startswith(f"vllm serve {engine['llm_kwargs']['model']} ")
+    prefix = "VLLM_USE_V2_MODEL_RUNNER=1 " if method == "dspark" else ""
+    assert engine["server_command"].startswith(f"{prefix}vllm serve {engine['llm_kwargs']['model']} ")
 
 
 def test_gsm8k_dry_run_speculative_configs():
@@ -98,6 +100,8 @@ def test_gsm8k_dry_run_speculative_configs():
         "qwen3-8b--p-eagle",
         "qwen3-8b--dflash",
         "qwen3-8b--dspark",
+        "qwen3-8b--eagle3-deepspec",
+        "qwen3-8b--dflash-deepspec",
     }
     base = engines["qwen3-8b--baseline"]
     assert base["speculative_config"] is None
@@ -118,8 +122,14 @@ def test_gsm8k_dry_run_speculative_configs():
     )
     _check_engine(engines["qwen3-8b--dflash"], "dflash", "z-lab/Qwen3-8B-DFlash-b16", 15, 1)
     _check_engine(engines["qwen3-8b--dspark"], "dspark", "deepseek-ai/dspark_qwen3_8b_block7", 7, 1)
+    # The DSpark paper's trio (DeepSpec): 7 proposed tokens each; DeepSpec's DFlash is a
+    # markov_rank=0 Qwen3DSparkModel, served by vLLM's DSpark runtime.
+    _check_engine(engines["qwen3-8b--eagle3-deepspec"], "eagle3", "deepseek-ai/eagle3_qwen3_8b_ttt7", 7, 1)
+    _check_engine(engines["qwen3-8b--dflash-deepspec"], "dspark", "deepseek-ai/dflash_qwen3_8b_block7", 7, 1)
     for e in engines.values():
-        assert e["cells"] == 3  # 1 dataset x 1 temperature x batch sizes 1, 8, 32
+        # greedy at batch sizes 1, 8, 32 + one sampled-equivalence cell (T=1, 500 prompts, batch 1)
+        assert e["cells"] == 4
+        assert e["cell_lines"][1].startswith("T=1 sampled (sampled-equivalence cells): 1 cells, load 1; first 500")
 
 
 def test_gsm8k_suite_shape():
@@ -148,9 +158,14 @@ def test_humaneval_dry_run_speculative_configs():
         "gemma-4-31b-it--baseline",
         "gemma-4-31b-it--eagle3",
         "gemma-4-31b-it--dflash",
+        "gemma-4-31b-it--dspark",
+        "qwen3-8b--baseline",
+        "qwen3-8b--eagle3-deepspec",
+        "qwen3-8b--dflash-deepspec",
+        "qwen3-8b--dspark",
     }
     for key, e in engines.items():
-        assert e["llm_kwargs"]["tensor_parallel_size"] == 2, key
+        assert e["llm_kwargs"]["tensor_parallel_size"] == (1 if key.startswith("qwen3-8b--") else 2), key
         if key.endswith("--baseline"):
             assert e["speculative_config"] is None
     _check_engine(
@@ -184,8 +199,13 @@ def test_humaneval_dry_run_speculative_configs():
         engines["gemma-4-31b-it--eagle3"], "eagle3", "RedHatAI/gemma-4-31B-it-speculator.eagle3", 5, 2
     )
     _check_engine(engines["gemma-4-31b-it--dflash"], "dflash", "z-lab/gemma-4-31B-it-DFlash", 15, 2)
+    _check_engine(engines["gemma-4-31b-it--dspark"], "dspark", "RedHatAI/gemma-4-31B-it-speculator.dspark", 7, 2)
+    _check_engine(engines["qwen3-8b--eagle3-deepspec"], "eagle3", "deepseek-ai/eagle3_qwen3_8b_ttt7", 7, 1)
+    _check_engine(engines["qwen3-8b--dflash-deepspec"], "dspark", "deepseek-ai/dflash_qwen3_8b_block7", 7, 1)
+    _check_engine(engines["qwen3-8b--dspark"], "dspark", "deepseek-ai/dspark_qwen3_8b_block7", 7, 1)
     models = {e["llm_kwargs"]["model"] for e in engines.values()}
-    assert models == {"Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-Coder-30B-A3B-Instruct", "google/gemma-4-31B-it"}
+    assert models == {"Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-Coder-30B-A3B-Instruct", "google/gemma-4-31B-it",
+                      "Qwen/Qwen3-8B"}
 
 
 def test_humaneval_suite_shape():
@@ -196,19 +216,38 @@ def test_humaneval_suite_shape():
     by_name = {t.name: t for t in suite.targets}
     assert by_name["qwen3-30b-a3b"].chat_template_kwargs == {"enable_thinking": False}
     for t in suite.targets:
-        assert t.hardware == "2xA100-80GB"
+        assert t.hardware == ("1xA100-80GB" if t.name == "qwen3-8b" else "2xA100-80GB")
         assert t.max_model_len is not None
+    assert by_name["qwen3-8b"].chat_template_kwargs == {"enable_thinking": False}
 
 
-def test_gemma_dspark_is_documented_not_invented():
-    """No public DSpark checkpoint exists for gemma-4-31B-it: the cell is a
-    commented-out block that says so, not a made-up hub id."""
+def test_gemma_dspark_names_its_checkpoint_and_k_source():
+    """DSpark on gemma-4-31B-it (2×A100): Red Hat's checkpoint, with the K its config implies
+    (block_size 8, sample_from_anchor false → 7) and where that came from written next to it."""
     text = (SUITES_DIR / "humaneval.yaml").read_text()
     suite = load_suite(SUITES_DIR / "humaneval.yaml")
     gemma = next(t for t in suite.targets if t.model == "google/gemma-4-31B-it")
-    assert "dspark" not in {m.method for m in gemma.methods}
-    assert re.search(r"#.*NO public checkpoint for google/gemma-4-31B-it", text)
-    assert re.search(r"#\s+method: dspark", text)
+    (m,) = [m for m in gemma.methods if m.method == "dspark"]
+    assert (m.speculator, m.num_speculative_tokens) == ("RedHatAI/gemma-4-31B-it-speculator.dspark", 7)
+    assert gemma.tensor_parallel_size == 2 and gemma.hardware == "2xA100-80GB"
+    assert "block_size 8" in text and "sample_from_anchor false" in text
+
+
+@pytest.mark.parametrize("name", GPU_SUITES)
+def test_gpu_suites_carry_the_dspark_paper_trio_at_its_settings(name: str):
+    """DeepSpec's EAGLE-3 / DFlash / DSpark on Qwen3-8B, referenced at T=1 (the paper sampled),
+    with a sampled cell per method that the PIT test can judge at its stated power."""
+    suite = load_suite(SUITES_DIR / name)
+    dataset = suite.datasets[0].name
+    refs = {r.method: r for r in suite.references if r.target == "qwen3-8b"}
+    expected = {"gsm8k": (5.30, 5.33, 6.17), "humaneval": (4.33, 4.64, 5.52)}[dataset]
+    for method, value in zip(("eagle3-deepspec", "dflash-deepspec", "dspark"), expected, strict=True):
+        assert refs[method].value == value and refs[method].temperature == 1.0, method
+        assert refs[method].dataset == dataset
+    sampled = suite.equivalence.sampled
+    assert sampled is not None and sampled.temperature == 1.0
+    assert suite.sampling.max_tokens == 2048  # DeepSpec eval.py --max-new-tokens
+    assert suite.equivalence.greedy and suite.equivalence.tie_tolerance is None  # from the dtype
 
 
 # --------------------------------------------------------------------------
@@ -490,3 +529,112 @@ def test_duration_bound_needs_a_server_target(tmp_path: Path):
     # Range errors come from the schema, with their line too.
     (neg,) = _errors(_write(tmp_path, SERVER.replace("max_concurrency: 8", "max_concurrency: 0"), name="n.yaml"))
     assert "load.max_concurrency" in neg and "greater than or equal to 1" in neg
+
+
+# --------------------------------------------------------------------------
+# equivalence: a typed section (unknown keys are errors, file:line)
+
+EQ = GOOD + """\
+equivalence:
+  greedy: true
+  sampled:
+    temperature: 1.0
+    samples_per_prompt: 8
+"""
+
+
+def test_equivalence_section_is_typed(tmp_path: Path):
+    suite = load_suite(_write(tmp_path, EQ))
+    eq = suite.equivalence
+    assert eq.greedy and eq.tie_tolerance is None and eq.logprobs == 5
+    assert eq.sampled is not None
+    assert (eq.sampled.temperature, eq.sampled.samples_per_prompt, eq.sampled.alpha) == (1.0, 8, 0.01)
+
+
+@pytest.mark.parametrize(
+    ("bad", "needle", "hint"),
+    [
+        ("  greedy: true", "  greedyy: true", "did you mean 'greedy'?"),
+        ("    samples_per_prompt: 8", "    samples_per_promt: 8", "did you mean 'samples_per_prompt'?"),
+        ("  greedy: true", "  tie_tolerence: 0.1", "did you mean 'tie_tolerance'?"),
+    ],
+)
+def test_misspelled_equivalence_key_exits_2_with_file_line(tmp_path: Path, bad: str, needle: str, hint: str):
+    p = _write(tmp_path, EQ.replace(bad, needle))
+    key = needle.strip().split(":")[0]
+    result = _invoke("validate", str(p))
+    _assert_clean_failure(result, f"{p}:{_line_of(p, key + ':')}:", f"unknown key '{key}'", hint)
+
+
+def test_equivalence_values_are_checked(tmp_path: Path):
+    p = _write(tmp_path, EQ.replace("    temperature: 1.0", "    temperature: 0"))
+    (msg,) = _errors(p)
+    assert msg.startswith(f"{p}:{_line_of(p, 'temperature: 0')}:") and "greater than 0" in msg
+    p = _write(tmp_path, EQ.replace("  greedy: true", "  greedy: true\n  tie_tolerance: -1"))
+    (msg,) = _errors(p)
+    assert f":{_line_of(p, 'tie_tolerance')}:" in msg
+
+
+def test_sampled_cells_too_small_for_the_stated_power(tmp_path: Path):
+    """2 prompts × 1 sample × 64 tokens can never reach the ~900 tokens the PIT test needs."""
+    p = _write(tmp_path, EQ.replace("    samples_per_prompt: 8", "    samples_per_prompt: 1"))
+    (msg,) = _errors(p)
+    assert f"{p}:{_line_of(p, 'sampled:')}:" in msg and "= 128 tokens" in msg and ">= 904" in msg
+    # Asking for less power makes the same cells enough.
+    ok = EQ.replace("    samples_per_prompt: 8", "    samples_per_prompt: 1\n    target_tv: 0.5")
+    load_suite(_write(tmp_path, ok))
+
+
+def test_sampled_subset_cannot_cut_the_suites_own_cells(tmp_path: Path):
+    text = EQ.replace("  temperatures: [0.0]", "  temperatures: [0.0, 1.0]").replace(
+        "    samples_per_prompt: 8", "    samples_per_prompt: 8\n    prompts: 1"
+    )
+    p = _write(tmp_path, text)
+    (msg,) = _errors(p)
+    assert f"{p}:{_line_of(p, 'prompts: 1')}:" in msg and "would cut them" in msg
+
+
+def test_sampled_cells_at_one_load_with_a_prompt_subset(tmp_path: Path):
+    from specbench.plan import expand, sampled_prompt_limit
+
+    text = EQ.replace("    samples_per_prompt: 8", "    samples_per_prompt: 8\n    prompts: 2\n    batch_size: 2")
+    suite = load_suite(_write(tmp_path, text.replace("limit: 2", "limit: 4") + "load:\n  batch_sizes: [1, 4]\n"))
+    cells = expand(suite).cells
+    assert {(c.temperature, c.batch_size) for c in cells} == {(0.0, 1), (0.0, 4), (1.0, 2)}
+    assert sampled_prompt_limit(suite, 1.0) == 2 and sampled_prompt_limit(suite, 0.0) is None
+    from specbench.runner import sampling_for
+
+    t1 = next(c for c in cells if c.temperature == 1.0)
+    assert sampling_for(suite, t1).samples_per_prompt == 8
+    assert sampling_for(suite, next(c for c in cells if c.temperature == 0)).logprobs == 5
+
+
+def test_reference_temperature_is_validated_and_matched(tmp_path: Path):
+    text = GOOD + """\
+references:
+  - {target: tiny, method: dflash, dataset: humaneval, temperature: 1.0, value: 2.5, source: https://x}
+"""
+    suite = load_suite(_write(tmp_path, text))
+    assert suite.references[0].temperature == 1.0
+    _errors(_write(tmp_path, text.replace("temperature: 1.0", "temprature: 1.0")))
+
+
+def test_dspark_pins_the_v2_model_runner_on_cuda_only():
+    dspark = METHODS["dspark"]
+    assert dspark.env_for("cuda") == {"VLLM_USE_V2_MODEL_RUNNER": "1"}
+    assert dspark.env_for("cpu") == {}
+    assert all(m.env_for("cuda") == {} for name, m in METHODS.items() if name != "dspark")
+
+
+def test_cli_dry_run_shows_the_paper_trio_references_and_sampled_cells(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    out = _invoke("run", str(SUITES_DIR / "gsm8k.yaml"), "--dry-run", "--platform", "cuda").output
+    assert "equivalence sampled: T=1" in out and ">= 904 tokens per method" in out
+    for ref in ("reference tau 5.3 on gsm8k, T=1", "reference tau 5.33 on gsm8k, T=1", "reference tau 6.17 on gsm8k, T=1"):
+        assert ref in out
+    assert out.count("T=1 sampled (sampled-equivalence cells): 1 cells, load 1; first 500 prompts") == 8
+    he = _invoke("run", str(SUITES_DIR / "humaneval.yaml"), "--dry-run", "--platform", "cuda").output
+    block = he.split("engine gemma-4-31b-it--dspark ")[1].split("── engine")[0]
+    assert '"num_speculative_tokens": 7' in block and "RedHatAI/gemma-4-31B-it-speculator.dspark" in block
+    assert "env: VLLM_USE_V2_MODEL_RUNNER=1" in block
+    assert "VLLM_USE_V2_MODEL_RUNNER=1 vllm serve google/gemma-4-31B-it" in block

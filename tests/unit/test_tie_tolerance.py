@@ -1,0 +1,91 @@
+"""The greedy near-tie tolerance follows the engines' dtype (issue 13), on hand-built records.
+
+A bfloat16 flip a few hundredths of a nat from the top is numerical noise; the float32
+tolerance would call it divergent. A real divergence (nats away) stays divergent whatever
+the dtype. Pure: no engine.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specbench.api import engine_dtypes
+from specbench.equivalence import TIE_TOLERANCE_BY_DTYPE, canonical_dtype, tie_tolerance_for
+from specbench.equivalence_run import equivalence_summaries, greedy_equivalence
+from specbench.plan import Cell
+from specbench.records import RequestRecord
+from specbench.suite import EquivalenceSpec
+
+
+def _cell(method: str, kind: str) -> Cell:
+    gid = f"t/{method}/d/T0/b1"
+    return Cell(cell_id=f"{gid}/r0", engine_key=f"t--{method}", target="t", method=method, method_kind=kind,
+                k=None if kind == "baseline" else 3, dataset="d", temperature=0.0, batch_size=1, repeat=0)
+
+
+def _rec(cell: Cell, pid: str, ids: list[int], lps=None) -> RequestRecord:
+    return RequestRecord(run_id="x", cell_id=cell.cell_id, engine_key=cell.engine_key, prompt_id=pid,
+                         sample_index=0, repeat=0, prompt_tokens=3, output_token_ids=ids, output_text="", logprobs=lps)
+
+
+BASE, METHOD = _cell("baseline", "baseline"), _cell("m", "draft_model")
+# Position 1: tokens 3 and 4 are 0.06 nats apart (a bf16 near-tie); position 0: token 2 is 2.9 nats down.
+LPS = [{1: -0.1, 2: -3.0}, {3: -0.66, 4: -0.72, 9: -4.0}, {5: -0.2, 6: -2.0}]
+
+
+def _records(real_divergence: bool) -> list[RequestRecord]:
+    recs = [
+        _rec(BASE, "p0", [1, 3, 5], LPS), _rec(METHOD, "p0", [1, 3, 5]),  # identical
+        _rec(BASE, "p1", [1, 3, 5], LPS), _rec(METHOD, "p1", [1, 4, 5]),  # flip, gap 0.06
+    ]
+    if real_divergence:
+        recs += [_rec(BASE, "p2", [1, 3, 5], LPS), _rec(METHOD, "p2", [2, 3, 5])]  # gap 2.9
+    return recs
+
+
+def test_dtype_names_and_the_coarser_side_decides():
+    assert canonical_dtype("torch.bfloat16") == canonical_dtype("bf16") == "bfloat16"
+    assert canonical_dtype("auto") is None and canonical_dtype(None) is None
+    assert tie_tolerance_for(["float32", "bfloat16"]) == (TIE_TOLERANCE_BY_DTYPE["bfloat16"], "bfloat16")
+    assert tie_tolerance_for(["torch.float32", None]) == (1e-3, "float32")
+    tol, why = tie_tolerance_for(["auto", None])
+    assert tol == 1e-3 and "unknown" in why
+
+
+@pytest.mark.parametrize(("dtype", "kind"), [("bfloat16", "near_tie"), ("float32", "divergent")])
+def test_a_bf16_sized_flip_is_a_near_tie_only_in_bf16(dtype: str, kind: str):
+    out = greedy_equivalence([BASE, METHOD], _records(False), engine_dtypes={"t--m": dtype, "t--baseline": dtype})
+    g = out[METHOD.group_id]["greedy"]
+    assert g["tie_tolerance"] == TIE_TOLERANCE_BY_DTYPE[dtype] and g["tolerance_from"] == dtype
+    assert g["dtypes"] == [dtype, dtype]
+    assert (g["n_identical"], g["n_near_tie"], g["n_divergent"]) == ((1, 1, 0) if kind == "near_tie" else (1, 0, 1))
+    gaps = g["near_tie_gaps"] if kind == "near_tie" else g["divergent_gaps"]
+    assert gaps == [pytest.approx(0.06)]
+    assert g["verdict"] == ("equivalent" if kind == "near_tie" else "divergent")
+
+
+def test_a_real_divergence_is_caught_in_bf16_too():
+    out = greedy_equivalence([BASE, METHOD], _records(True), engine_dtypes={"t--m": "bfloat16"})
+    g = out[METHOD.group_id]["greedy"]
+    assert g["verdict"] == "divergent" and g["n_divergent"] == 1 and g["n_near_tie"] == 1
+    assert g["divergent_gaps"] == [pytest.approx(2.9)]
+    assert g["first_divergences"][0]["prompt_id"] == "p2"
+
+
+def test_the_suite_can_override_the_tolerance(tmp_path):
+    spec = EquivalenceSpec(greedy=True, tie_tolerance=0.01)
+    out = equivalence_summaries(tmp_path, [BASE, METHOD], _records(False), engine_dtypes={"t--m": "bfloat16"}, spec=spec)
+    g = out[METHOD.group_id]["greedy"]
+    assert g["tie_tolerance"] == 0.01 and g["tolerance_from"].startswith("suite")
+    assert g["n_divergent"] == 1
+    json.dumps(out)
+
+
+def test_engine_dtypes_prefer_what_the_engine_reported():
+    manifest = {
+        "plan": {"engines": [{"key": "a", "target": {"dtype": "auto"}}, {"key": "b", "target": {"dtype": "float32"}}]},
+        "engines": [{"key": "a", "describe": {"dtype": "bfloat16"}}, {"key": "b", "status": "skipped"}],
+    }
+    assert engine_dtypes(manifest) == {"a": "bfloat16", "b": "float32"}
