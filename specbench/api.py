@@ -37,13 +37,14 @@ def validate(paths: list[Path]) -> list[str]:
     return errors
 
 
-def dry_run(suite: Suite, platform: str | None = None) -> list[dict[str, Any]]:
-    """Every engine's exact configuration, without starting anything."""
+def dry_run(suite: Suite, platform: str | None = None, assets_factory: Any = None) -> list[dict[str, Any]]:
+    """Every engine's exact configuration, without starting anything (``assets_factory``:
+    the tiny zoo to resolve ``model: tiny`` with, as in :func:`~specbench.runner.resolve_engine`)."""
     platform = platform or detect_platform()
     plan = expand(suite)
     out = []
     for cfg in plan.engines:
-        res = resolve_engine(cfg, platform)
+        res = resolve_engine(cfg, platform, assets_factory)
         cells = plan.cells_for(cfg.key)
         out.append(
             {

@@ -638,3 +638,37 @@ def test_cli_dry_run_shows_the_paper_trio_references_and_sampled_cells(monkeypat
     assert '"num_speculative_tokens": 7' in block and "RedHatAI/gemma-4-31B-it-speculator.dspark" in block
     assert "env: VLLM_USE_V2_MODEL_RUNNER=1" in block
     assert "VLLM_USE_V2_MODEL_RUNNER=1 vllm serve google/gemma-4-31B-it" in block
+
+
+def test_gpu_smoke_dry_runs_every_method_inside_vllm_and_the_reference():
+    """gpu-smoke on cuda: EAGLE-3, P-EAGLE, DFlash and DSpark in vLLM (DSpark on model runner V2),
+    each beside a reference-engine twin for the cross-check. Resolved against the untrained zoo
+    (cached in seconds) so the test never trains."""
+    from specbench.assets import ensure_assets_for
+
+    suite = load_suite(SUITES_DIR / "gpu-smoke.yaml")
+    engines = {e["engine"]: e for e in dry_run(suite, platform="cuda", assets_factory=lambda: ensure_assets_for("untrained"))}
+    kinds = {"eagle3", "p-eagle", "dflash", "dspark"}
+    assert {k.split("--")[1] for k in engines if k.startswith("tiny--")} == kinds | {"baseline"}
+    assert {k.split("--")[1] for k in engines if k.startswith("tiny-ref--")} == kinds
+    for key, e in engines.items():
+        vllm = key.startswith("tiny--")
+        assert e["kind"] == ("vllm-offline" if vllm else "reference")
+        assert "enforce_eager" not in e["llm_kwargs"] and "VLLM_CPU_KVCACHE_SPACE" not in e["env"]
+        v2 = vllm and e["method"] == "dspark"
+        assert (e["env"].get("VLLM_USE_V2_MODEL_RUNNER") == "1") == v2, key
+        if vllm and e["method"] != "baseline":
+            assert e["speculative_config"]["num_speculative_tokens"] == 3
+            assert e["cells"] == 2  # greedy + the sampled-equivalence cell
+        if not vllm:
+            assert e["cells"] == 1  # the reference is greedy-only
+    assert engines["tiny--dspark"]["speculative_config"]["method"] == "dspark"
+    assert suite.equivalence.greedy and suite.equivalence.sampled is not None
+    assert all(d.path is None for d in suite.datasets)  # no hub, no files outside the package
+
+
+def test_gpu_smoke_script_installs_the_gpu_build_and_runs_the_suite():
+    text = (SUITES_DIR.parent / "scripts" / "gpu-smoke.sh").read_text()
+    assert "'.[gpu,speculators-deps]'" in text.replace('"', "'")
+    assert "speculators==0.9.0" in text and "HAS_TRITON" in text
+    assert "specbench\" run suites/gpu-smoke.yaml --platform cuda" in text
