@@ -8,7 +8,8 @@
 #
 # Facts this encodes (README "Installing on other machines"):
 # - `pip install -e '.[gpu]'` pulls the official `vllm` wheel (CUDA torch, Triton for model runner V2).
-# - speculators 0.9.0 is installed --no-deps (its pins fight vLLM's); `speculators-deps` lists what it needs.
+# - speculators 0.9.0 is installed --no-deps (its pins fight vLLM's); of what it imports, vLLM brings
+#   transformers, safetensors, tokenizers and huggingface_hub, specbench pydantic-settings; loguru is added.
 # - DSpark runs only on vLLM's model runner V2: specbench sets VLLM_USE_V2_MODEL_RUNNER=1 for it on cuda.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,17 +18,17 @@ BUDGET_S="${BUDGET_S:-600}"   # the run (not the install) must finish within thi
 
 PY="${PYTHON:-}"
 if [[ -z "$PY" ]]; then
-  for c in python3.12 python3.11 python3.10 python3; do
-    if command -v "$c" >/dev/null && "$c" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then PY="$c"; break; fi
+  for c in python3.12 python3.11 python3; do
+    if command -v "$c" >/dev/null && "$c" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then PY="$c"; break; fi
   done
 fi
-[[ -n "$PY" ]] || { echo "gpu-smoke.sh: Python >= 3.10 is required; set PYTHON=" >&2; exit 2; }
+[[ -n "$PY" ]] || { echo "gpu-smoke.sh: Python >= 3.11 is required; set PYTHON=" >&2; exit 2; }
 command -v nvidia-smi >/dev/null && nvidia-smi -L || echo "gpu-smoke.sh: nvidia-smi not found" >&2
 
 [[ -x "$VENV/bin/python" ]] || "$PY" -m venv "$VENV"
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 "${PIP[@]}" install --upgrade pip
-"${PIP[@]}" install -e ".[gpu,speculators-deps]"
+"${PIP[@]}" install -e ".[gpu]" loguru
 "${PIP[@]}" install --no-deps "speculators==0.9.0" "hs-connectors==0.9.0"
 "$VENV/bin/python" - <<'PY'
 import torch, vllm, speculators  # noqa: F401
