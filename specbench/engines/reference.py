@@ -89,8 +89,11 @@ class ReferenceEngine:
             import torch
             from transformers import AutoModelForCausalLM, AutoTokenizer
 
+            from transformers.utils import logging as hf_logging
+
             from specbench.zoo.proposers import load_proposer
 
+            hf_logging.disable_progress_bar()  # no "Loading weights" bar per checkpoint in the run's output
             self.tok = AutoTokenizer.from_pretrained(self.model_path)
             self.target = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32).eval()
             if self.method != "baseline":
