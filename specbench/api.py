@@ -37,6 +37,23 @@ def validate(paths: list[Path]) -> list[str]:
     return errors
 
 
+def with_ks(suite: Suite, ks: list[int] | None) -> Suite:
+    """The suite with every speculating method at the K values ``ks`` (``--num-speculative-tokens 1,3,5``);
+    raises :class:`SuiteError` when a K is beyond a method's limit."""
+    if not ks:
+        return suite
+    from specbench.plan import with_ks as replace_ks
+    from specbench.suite import check_semantics
+
+    out = replace_ks(suite, ks)
+    out.source_path = suite.source_path
+    base = Path(suite.source_path).parent if suite.source_path else Path.cwd()
+    problems = [msg for loc, msg in check_semantics(out, base) if "num_speculative_tokens" in loc]
+    if problems:
+        raise SuiteError([f"--num-speculative-tokens: {m}" for m in dict.fromkeys(problems)])
+    return out
+
+
 def dry_run(suite: Suite, platform: str | None = None, assets_factory: Any = None) -> list[dict[str, Any]]:
     """Every engine's exact configuration, without starting anything (``assets_factory``:
     the tiny zoo to resolve ``model: tiny`` with, as in :func:`~specbench.runner.resolve_engine`)."""
@@ -133,6 +150,7 @@ def run(
     progress: Progress | None = None,
     platform: str | None = None,
     allow_code_exec: bool | None = None,
+    num_speculative_tokens: list[int] | None = None,
 ) -> Path:
     """Run a suite (or resume a run) and write records, summary and reports.
 
@@ -148,7 +166,7 @@ def run(
         limit = manifest.get("limit") if limit is None else limit
         manifest.setdefault("resumed_at", []).append(dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
     else:
-        suite = load_suite(suite_path)
+        suite = with_ks(load_suite(suite_path), num_speculative_tokens)
         plan = expand(suite)
         run_id = store.new_run_id()
         run_dir = results_root(out) / suite.name / run_id
@@ -194,6 +212,7 @@ def analyze(run_dir: Path, *, allow_code_exec: bool | None = None) -> RunSummary
         scores=scores,
     )
     summary.checks = metrics.counter_checks(summary)
+    _compare_methods(summary, manifest, cells, cell_records, requests)
     serving = _serving(manifest, cells, requests, cell_records)
     if serving:
         summary.extra["serving"] = serving
@@ -213,6 +232,21 @@ def analyze(run_dir: Path, *, allow_code_exec: bool | None = None) -> RunSummary
                 g.scoring_note = next(n for n in notes if "HumanEval" in n)
     store.write_json(run_dir / store.SUMMARY, summary.model_dump(mode="json"))
     return summary
+
+
+def _compare_methods(
+    summary: RunSummary, manifest: dict[str, Any], cells: list[Cell], cell_records: list, requests: list
+) -> None:
+    """The headline (methods vs each target's reference method) and the K sweeps, from the records."""
+    from specbench.comparison import headline, k_sweeps
+    from specbench.suite import reference_method
+
+    suite = Suite.model_validate(manifest["suite"])
+    reference_of = {t.name: ref for t in suite.targets if (ref := reference_method(suite, t)) is not None}
+    latest = metrics.latest_cell_records(cell_records)
+    greqs = metrics.requests_by_group(cells, latest, metrics.unique_requests(requests))
+    summary.headline = headline(summary, greqs, reference_of, manifest["suite"].get("references", []))
+    summary.k_sweeps = k_sweeps(summary, greqs)
 
 
 def _draft_attention(manifest: dict[str, Any], cells: list[Cell]) -> dict[tuple[str, str], dict]:
@@ -246,7 +280,8 @@ def _serving(manifest: dict[str, Any], cells: list[Cell], requests: list, cell_r
                 request_rate=c.request_rate,
                 max_concurrency=(c.batch_size or None) if c.request_rate is not None else None,
             )
-            rows.append({"target": c.target, "dataset": c.dataset, "kind": "cell", **cs.model_dump(mode="json")})
+            rows.append({"target": c.target, "dataset": c.dataset, "temperature": c.temperature, "kind": "cell",
+                         **cs.model_dump(mode="json")})
     return rows
 
 

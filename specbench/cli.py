@@ -116,10 +116,22 @@ def run(
     allow_code_exec: Annotated[
         bool, typer.Option("--allow-code-exec", help="score HumanEval by running generated code in the sandbox")
     ] = False,
+    num_speculative_tokens: Annotated[
+        str | None,
+        typer.Option(help="a quick K sweep: run every speculating method at these K values, e.g. 1,3,5"),
+    ] = None,
 ) -> None:
     """Run a suite on real engines; write records, summary and reports."""
+    ks: list[int] | None = None
+    if num_speculative_tokens is not None:
+        try:
+            ks = [int(v) for v in num_speculative_tokens.split(",") if v.strip()]
+        except ValueError:
+            _bad_input([f"--num-speculative-tokens: expected integers separated by commas, got {num_speculative_tokens!r}"])
+        if not ks:
+            _bad_input(["--num-speculative-tokens: give at least one K"])
     try:
-        suite_obj = api.load_suite(suite)
+        suite_obj = api.with_ks(api.load_suite(suite), ks)
     except SuiteError as exc:
         _bad_input(exc.messages)
     if dry_run:
@@ -142,14 +154,14 @@ def run(
         return
     from specbench.plan import expand
 
-    total = len(expand(suite_obj).cells)
+    total = len(expand(suite_obj).cells)  # with --num-speculative-tokens applied
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
     ) as p:
         try:
             run_dir = api.run(
                 suite, out=out, limit=limit, resume=resume, progress=_RichProgress(p, total), platform=platform,
-                allow_code_exec=allow_code_exec or None,
+                allow_code_exec=allow_code_exec or None, num_speculative_tokens=ks,
             )
         except SuiteError as exc:
             _bad_input(exc.messages)

@@ -39,6 +39,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from specbench.comparison_schema import HeadlineRow
 from specbench.report import fmt_est
 from specbench.stats import Estimate
 from specbench.summary import GroupSummary, RunSummary
@@ -52,10 +53,12 @@ HIGHER_IS_BETTER: dict[str, bool] = {
     "speedup": True,
     "accuracy": True,
     "greedy_match": True,
+    "speedup_ratio": True,
+    "tau_ratio": True,
 }
 
 #: Metrics measured in time: their within-run intervals do not cover drift between runs.
-SPEED_METRICS = frozenset({"output_tps", "speedup"})
+SPEED_METRICS = frozenset({"output_tps", "speedup", "speedup_ratio"})
 
 
 def floor_interval(e: Estimate, pct: float) -> Estimate:
@@ -163,6 +166,23 @@ class GroupComparison(BaseModel):
     new_equivalence: str | None = None
 
 
+def headline_key(r: HeadlineRow) -> str:
+    """A headline row's name: ``target/method÷reference/dataset/T0/b1`` (``…/rate2`` for a request rate)."""
+    load = f"b{r.batch_size}" if r.request_rate is None else f"rate{r.request_rate:g}"
+    return f"{r.target}/{r.method}÷{r.reference}/{r.dataset}/T{r.temperature:g}/{load}"
+
+
+def headline_estimates(summary: RunSummary) -> dict[str, Estimate]:
+    """Every headline ratio of a run by ``<headline_key>:<speedup_ratio|tau_ratio>``."""
+    out: dict[str, Estimate] = {}
+    for r in summary.headline:
+        for metric in ("speedup_ratio", "tau_ratio"):
+            est = getattr(r, metric)
+            if est.value is not None:
+                out[f"{headline_key(r)}:{metric}"] = est
+    return out
+
+
 class Comparison(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -178,6 +198,7 @@ class Comparison(BaseModel):
     groups: list[GroupComparison] = Field(default_factory=list)
     only_in_base: list[str] = Field(default_factory=list)
     only_in_new: list[str] = Field(default_factory=list)
+    ratios: list[MetricChange] = Field(default_factory=list)  # headline ratios (method ÷ reference), base → new
 
     def changes(self, significant_only: bool = False) -> list[tuple[GroupComparison, MetricChange]]:
         return [(g, c) for g in self.groups for c in g.changes if c.significant or not significant_only]
@@ -235,7 +256,19 @@ def compare_runs(base: RunSummary, new: RunSummary, *, confidence: float = 0.95,
             batch_size=b.batch_size, base_status=b.status, new_status=n.status, changes=changes,
             base_equivalence=equivalence_verdict(b), new_equivalence=equivalence_verdict(n),
         ))
+    hb, hn = headline_estimates(base), headline_estimates(new)
+    ratios = []
+    for key in hb.keys() & hn.keys():
+        c = metric_change(key.rsplit(":", 1)[1], prepared("speedup_ratio", hb[key]) if key.endswith("speedup_ratio")
+                          else hb[key], prepared("speedup_ratio", hn[key]) if key.endswith("speedup_ratio") else hn[key],
+                          widen)
+        if c is not None:
+            c = c.model_copy(update={"metric": key})
+            if key.endswith("speedup_ratio") and speed_noise_floor_pct is None:
+                c = c.model_copy(update={"significant": False, "tested": False})
+            ratios.append(c)
     return Comparison(
+        ratios=sorted(ratios, key=lambda c: c.metric),
         base_run_id=base.run_id, new_run_id=new.run_id, base_suite=base.suite_name, new_suite=new.suite_name,
         confidence=confidence, family_wise=family_wise, n_comparisons=m, widen=widen,
         speed_noise_floor_pct=speed_noise_floor_pct, groups=groups,
@@ -318,6 +351,12 @@ def render_comparison_markdown(comp: Comparison) -> str:
         lines += ["## Unmatched groups", ""]
         lines += [f"- only in base: {gid}" for gid in comp.only_in_base]
         lines += [f"- only in new: {gid}" for gid in comp.only_in_new] + [""]
+    if comp.ratios:
+        lines += ["## Ratios against the reference method", "",
+                  "The headline's paired ratios (method ÷ reference at each one's best K), base → new:", ""]
+        lines += _table(["Ratio", "Base", "New", "Δ [interval]", "Verdict"],
+                        [[c.metric, fmt_est(c.base, 2, n_default=None), fmt_est(c.new, 2, n_default=None),
+                          fmt_change(c), c.verdict] for c in comp.ratios]) + [""]
     all_rows = [_row(g, c) for g, c in comp.changes()]
     if all_rows:
         lines += ["<details>", f"<summary>All {len(all_rows)} metric changes</summary>", ""]

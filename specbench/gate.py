@@ -59,10 +59,12 @@ from specbench.compare import (
     bonferroni_widen,
     equivalence_verdict,
     floor_interval,
+    headline_key,
     metric_change,
     metric_estimates,
     metric_family,
 )
+from specbench.comparison_schema import HeadlineRow
 from specbench.report import fmt_est
 from specbench.schema import SchemaError
 from specbench.stats import Estimate
@@ -127,6 +129,28 @@ class Override(_Strict):
         return [v] if isinstance(v, str) else v
 
 
+class RatioRule(_Strict):
+    """A floor on a headline ratio of the new run, e.g. DFlash's speedup over EAGLE-3 >= 1.1::
+
+        ratios:
+          - {method: dflash, over: eagle3, metric: speedup_ratio, min: 1.1}
+
+    ``method``/``over``/``where`` are fnmatch globs (``where`` over ``target/dataset/T<t>/<load>``, e.g.
+    ``qwen3-8b/gsm8k/*``). ``require: not_below`` (default) fails when the ratio's 95% interval lies
+    entirely below ``min``; ``require: above`` fails unless the whole interval is at or above ``min``.
+    """
+
+    method: str
+    over: str = "*"
+    metric: Literal["speedup_ratio", "tau_ratio"] = "speedup_ratio"
+    min: float = Field(gt=0)
+    where: str = "*"
+    require: Literal["not_below", "above"] = "not_below"
+
+    def describe(self) -> str:
+        return f"{self.method} {self.metric.replace('_ratio', '')} over {self.over} >= {self.min:g} ({self.require})"
+
+
 class GateRules(_Strict):
     confidence: float = Field(0.95, gt=0.5, lt=1)
     family_wise: bool = True
@@ -134,6 +158,7 @@ class GateRules(_Strict):
     groups: list[str] = Field(default_factory=lambda: ["*"])
     rules: RuleSet = Field(default_factory=RuleSet)
     overrides: list[Override] = Field(default_factory=list)
+    ratios: list[RatioRule] = Field(default_factory=list)
 
     def gated(self, group_id: str) -> bool:
         return any(fnmatchcase(group_id, p) for p in self.groups)
@@ -372,9 +397,39 @@ def evaluate_gate(new: RunSummary, baseline: RunSummary | ExpectedValues, rules:
             group_id=gid, metric="equivalence", rule=f"equivalence: {eq_rule.require.replace('_', ' ')}",
             passed=not failed, message=f"{'FAIL' if failed else 'ok'} equivalence on {gid}: {verdict} "
             f"(required: {eq_rule.require.replace('_', ' ')})"))
+    _ratio_checks(result, new, rules)
     if result.failures:
         result.exit_code, result.status = 1, "regression"
     return result
+
+
+def _where(r: HeadlineRow) -> str:
+    """``target/dataset/T<t>/<load>`` of a headline row (what a ratio rule's ``where`` glob sees)."""
+    _, _, dataset_t_load = headline_key(r).split("/", 2)
+    return f"{r.target}/{dataset_t_load}"
+
+
+def _ratio_checks(result: GateResult, new: RunSummary, rules: GateRules) -> None:
+    """Each ratio rule against every matching headline row of the new run (see :class:`RatioRule`)."""
+    for rule in rules.ratios:
+        hits = [r for r in new.headline if fnmatchcase(r.method, rule.method) and fnmatchcase(r.reference, rule.over)
+                and fnmatchcase(_where(r), rule.where)]
+        if not hits:
+            _missing(result, rules, "*", rule.metric, f"ratio rule '{rule.describe()}': no such row in the headline")
+            continue
+        for r in hits:
+            est: Estimate = getattr(r, rule.metric)
+            lo, hi = est.ci_low, est.ci_high
+            if est.value is None:
+                failed, how = True, "not measured"
+            elif rule.require == "above":
+                failed, how = lo is None or lo < rule.min, "interval not entirely at or above the floor"
+            else:
+                failed, how = hi is not None and hi < rule.min, "interval entirely below the floor"
+            msg = f"{'FAIL' if failed else 'ok'} {headline_key(r)}: {rule.metric} {fmt_est(est, 2)}" + (
+                f" ({how})" if failed else "")
+            result.checks.append(GateCheck(group_id=headline_key(r), metric=rule.metric, rule=rule.describe(),
+                                           passed=not failed, message=msg))
 
 
 def _missing(result: GateResult, rules: GateRules, gid: str, what: str, message: str) -> None:
@@ -410,6 +465,6 @@ def render_gate(result: GateResult) -> str:
 
 __all__ = [
     "HIGHER_IS_BETTER", "ExpectedMetric", "ExpectedValues", "GateCheck", "GateConfigError", "GateResult",
-    "GateRules", "RuleSet", "ThresholdRule", "evaluate_gate", "expected_from_run", "load_baseline", "load_rules",
+    "GateRules", "RatioRule", "RuleSet", "ThresholdRule", "evaluate_gate", "expected_from_run", "load_baseline", "load_rules",
     "render_gate",
 ]

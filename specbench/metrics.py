@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from specbench import stats
+from specbench import stats, steps
 from specbench.plan import Cell
 from specbench.records import CellRecord, RequestRecord, SpecCounters
 from specbench.schema import CounterCheck
@@ -202,6 +202,23 @@ def accuracy_delta(method: Sequence[RequestRecord], baseline: Sequence[RequestRe
     return out
 
 
+def requests_by_group(
+    cells: Sequence[Cell], latest: dict[str, CellRecord], reqs: Sequence[RequestRecord]
+) -> dict[str, list[RequestRecord]]:
+    """Each group's requests from its ok cells (``latest``: :func:`latest_cell_records`; ``reqs``:
+    :func:`unique_requests`)."""
+    by_cell: dict[str, list[RequestRecord]] = defaultdict(list)
+    for r in reqs:
+        by_cell[r.cell_id].append(r)
+    out: dict[str, list[RequestRecord]] = defaultdict(list)
+    for c in cells:
+        out[c.group_id]  # every group has an entry, ok or not
+        cr = latest.get(c.cell_id)
+        if cr is not None and cr.status == "ok":
+            out[c.group_id] += by_cell.get(c.cell_id, [])
+    return dict(out)
+
+
 def _group_status(statuses: Sequence[str]) -> str:
     if not statuses:
         return "pending"
@@ -239,7 +256,7 @@ def summarize(
         groups[c.group_id].append(c)
 
     summaries: dict[str, GroupSummary] = {}
-    group_requests: dict[str, list[RequestRecord]] = {}
+    group_requests = requests_by_group(cells, latest, reqs)
     for gid, gcells in groups.items():
         c0 = gcells[0]
         lines = []
@@ -257,14 +274,14 @@ def summarize(
                 )
             )
         ok_cells = [c for c in gcells if (latest.get(c.cell_id) and latest[c.cell_id].status == "ok")]
-        greqs = [r for c in ok_cells for r in by_cell.get(c.cell_id, [])]
-        group_requests[gid] = greqs
+        greqs = group_requests[gid]
         g = GroupSummary(
             group_id=gid,
             target=c0.target,
             method=c0.method,
             method_kind=c0.method_kind,
             k=c0.k,
+            family=c0.family,
             dataset=c0.dataset,
             temperature=c0.temperature,
             batch_size=c0.batch_size,
@@ -284,10 +301,13 @@ def summarize(
             g.tau_per_request = acc["tau_per_request"]
             g.per_position = acc["per_position"]
             g.draft_acceptance_rate = acc["draft_acceptance_rate"]
+            g.verification = steps.verification_spent(counters, greqs)
         if greqs:
             sp = speed(greqs)
             for key, val in sp.items():
                 setattr(g, key, val)
+            g.tpot_s = steps.tpot(greqs)
+            g.step_time_s = steps.step_time(greqs, speculative=c0.method_kind != "baseline")
             walls = [latest[c.cell_id].wall_time_s for c in ok_cells]
             if all(w for w in walls):
                 per_rep = [
@@ -299,8 +319,14 @@ def summarize(
                 )
         g.accuracy = {m: est for m, est in group_accuracy(greqs, scores).items()}
         for ref in references:
-            if (ref.get("target") == g.target and ref.get("method") == g.method
-                    and ref.get("dataset") in (None, g.dataset) and ref.get("temperature") in (None, g.temperature)):
+            if (
+                ref.get("target") == g.target
+                and ref.get("method") in (g.method, g.family)
+                and ref.get("dataset") in (None, g.dataset)
+                and ref.get("temperature") in (None, g.temperature)
+                and ref.get("k") in (None, g.k)
+                and ref.get("metric", "tau") not in ("tau_ratio", "speedup_ratio")  # the headline's
+            ):
                 g.reference = {**(g.reference or {}), ref.get("metric", "tau"): ref}
         summaries[gid] = g
 

@@ -1,7 +1,10 @@
 """Suite → Plan: the cells to run and the engines they need (pure).
 
 A *cell* is one (target, method, dataset, temperature, load, repeat). Cells
-that share a target and a method configuration share one *engine*.
+that share a target and a method configuration share one *engine*. A method
+that lists several K values (``num_speculative_tokens: [1, 3, 5]``) becomes
+one method per K, labelled ``<name>-k<K>`` with its ``family`` the suite's
+name: vLLM fixes K per engine, so each K has its own engine.
 
 A load is either a batch size / concurrency (``batch_size``; closed loop) or a
 Poisson request rate (``request_rate`` in requests/s; open loop, server
@@ -56,6 +59,12 @@ class Cell(BaseModel):
     batch_size: int  # concurrency; for a request-rate cell its cap on requests in flight (0: none)
     repeat: int
     request_rate: float | None = None  # Poisson arrivals (requests/s); None: closed loop at batch_size
+    family: str | None = None  # the suite's method label when ``method`` is one K of a sweep ('eagle3-k3')
+
+    @property
+    def method_family(self) -> str:
+        """The method as the suite names it (the same for every K of a sweep)."""
+        return self.family or self.method
 
     @property
     def group_id(self) -> str:
@@ -117,6 +126,30 @@ def engine_key(target: TargetSpec, method: MethodSpec) -> str:
     return f"{target.name}--{method.label}"
 
 
+def at_k(method: MethodSpec, k: int | None) -> MethodSpec:
+    """One K of a method: a plain method with that K (and label '<name>-k<K>' in a sweep)."""
+    if not method.sweeps_k:
+        return method if not isinstance(method.num_speculative_tokens, list) else method.model_copy(
+            update={"num_speculative_tokens": k})
+    return method.model_copy(update={"name": method.label_at(k), "num_speculative_tokens": k})
+
+
+def with_ks(suite: Suite, ks: list[int]) -> Suite:
+    """The suite with every speculating method's K replaced by ``ks`` (a quick sweep from the command line).
+
+    The caller validates the result (``suite.check_semantics``): a K above a method's limit is an error.
+    """
+    targets = [
+        t.model_copy(update={"methods": [
+            m if m.num_speculative_tokens is None else m.model_copy(
+                update={"num_speculative_tokens": list(ks) if len(ks) > 1 else ks[0]})
+            for m in t.methods
+        ]})
+        for t in suite.targets
+    ]
+    return suite.model_copy(update={"targets": targets})
+
+
 def expand(suite: Suite) -> Plan:
     """Every cell of the suite, grouped by engine, in a stable order.
 
@@ -136,7 +169,7 @@ def expand(suite: Suite) -> Plan:
     if sampled is not None and sampled.batch_size is not None and sampled.temperature not in suite.sampling.temperatures:
         sampled_loads = [(sampled.batch_size, None)]
     for t in suite.targets:
-        for m in t.methods:
+        for family, m in ((spec.label, at_k(spec, k)) for spec in t.methods for k in spec.ks):
             info = get_method(m.method)
             key = engine_key(t, m)
             spec_cfg = info.speculative_config(m.num_speculative_tokens, m.speculator, m.speculative_config)
@@ -163,6 +196,7 @@ def expand(suite: Suite) -> Plan:
                                     batch_size=bs,
                                     repeat=r,
                                     request_rate=rate,
+                                    family=family if family != m.label else None,
                                 )
                             )
     return Plan(suite_name=suite.name, engines=engines, cells=cells)

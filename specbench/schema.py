@@ -119,6 +119,7 @@ class ServingCellRow(_Reads, ServingSummary):
     kind: Literal["cell"] = "cell"
     target: str
     dataset: str
+    temperature: float | None = None
 
 
 ServingRow = ServingCellRow | ServingSpeedupRow

@@ -37,13 +37,33 @@ class MethodSpec(Strict):
         description="checkpoint: local path, hub id, 'tiny:<kind>' for the local CPU assets, "
         "or 'target' for the target itself",
     )
-    num_speculative_tokens: int | None = Field(None, ge=1)
+    num_speculative_tokens: int | list[int] | None = Field(
+        None,
+        description="K, or a list of K values to sweep (one engine and one set of cells per K; "
+        "each K's groups are labelled '<name>-k<K>')",
+    )
     speculative_config: dict[str, Any] = Field(default_factory=dict)
     note: str | None = None
 
     @property
     def label(self) -> str:
         return self.name or self.method
+
+    @property
+    def ks(self) -> list[int | None]:
+        """The K values this method runs at (``[None]`` without speculation)."""
+        k = self.num_speculative_tokens
+        if k is None:
+            return [None]
+        return list(k) if isinstance(k, list) else [k]
+
+    @property
+    def sweeps_k(self) -> bool:
+        return isinstance(self.num_speculative_tokens, list) and len(self.num_speculative_tokens) > 1
+
+    def label_at(self, k: int | None) -> str:
+        """The group label at one K: the plain label unless the method sweeps K."""
+        return f"{self.label}-k{k}" if self.sweeps_k else self.label
 
 
 class TargetSpec(Strict):
@@ -65,6 +85,11 @@ class TargetSpec(Strict):
         "recorded in the manifest and the report",
     )
     methods: list[MethodSpec] = Field(min_length=1)
+    compare_to: str | None = Field(
+        None,
+        description="the method (label) every other method of this target is compared with in the headline "
+        "table; default: the suite's compare_to, else the target's first eagle3 method",
+    )
     assets: Literal["trained", "quick", "untrained"] | None = Field(
         None,
         description="model: tiny only: which local zoo (specbench.assets). 'trained': the target and "
@@ -158,8 +183,14 @@ class ReferenceValue(Strict):
     method: str
     dataset: str | None = None
     temperature: float | None = Field(None, ge=0, description="only groups at this temperature (default: all)")
-    metric: str = "tau"
+    metric: str = Field(
+        "tau",
+        description="tau, or a ratio against the target's reference method (compare_to): "
+        "'tau_ratio' or 'speedup_ratio'",
+    )
     value: float
+    high: float | None = Field(None, description="upper end when the source gives a range (value is the lower)")
+    k: int | None = Field(None, ge=1, description="the K the value was measured at, when the method sweeps K")
     source: str
 
 
@@ -214,6 +245,11 @@ class Suite(Strict):
     references: list[ReferenceValue] = Field(default_factory=list)
     equivalence: EquivalenceSpec = Field(default_factory=EquivalenceSpec)
     scoring: ScoringSpec = Field(default_factory=ScoringSpec)
+    compare_to: str | None = Field(
+        None,
+        description="the reference method (label) of every target's headline comparison; a target's own "
+        "compare_to wins; default: each target's first eagle3 method",
+    )
 
     # Set by load_suite (not part of the YAML).
     source_path: str | None = Field(None, exclude=True)
@@ -378,16 +414,15 @@ def check_semantics(suite: Suite, base_dir: Path) -> list[tuple[tuple[Any, ...],
                 problems.append((loc, "baseline takes no speculator or num_speculative_tokens"))
             if info.vllm_method is not None and k is None:
                 problems.append(((*loc, "method"), f"{m.method} needs num_speculative_tokens"))
-            if k is not None and info.max_k is not None and k > info.max_k:
-                problems.append(
-                    ((*loc, "num_speculative_tokens"), f"{m.method} allows at most {info.max_k} speculative tokens, got {k}")
-                )
+            _check_ks(m.method, info.max_k, k, (*loc, "num_speculative_tokens"), problems)
             if info.needs_speculator and not m.speculator:
                 problems.append(((*loc, "method"), f"{m.method} needs a speculator checkpoint (key 'speculator')"))
             if m.speculator and _looks_local(m.speculator) and not resolve_path(m.speculator, base_dir).exists():
                 problems.append(((*loc, "speculator"), f"speculator path {m.speculator!r} does not exist"))
             if m.speculator and m.speculator.startswith("tiny:") and t.model != "tiny":
                 problems.append(((*loc, "speculator"), "'tiny:' speculators only pair with model: tiny"))
+        _check_labels(t, loc_t, problems)
+    _check_compare_to(suite, problems)
     _check_load(suite, problems)
     _check_equivalence(suite, problems)
     for di, d in enumerate(suite.datasets):
@@ -418,6 +453,55 @@ def check_semantics(suite: Suite, base_dir: Path) -> list[tuple[tuple[Any, ...],
         if r.dataset is not None and r.dataset not in [d.name for d in suite.datasets]:
             problems.append(((*loc_r, "dataset"), _unknown("dataset", r.dataset, [d.name for d in suite.datasets])))
     return problems
+
+
+def _check_ks(method: str, max_k: int | None, k: int | list[int] | None, loc: tuple[Any, ...], problems: list) -> None:
+    """K (or each K of a sweep) is >= 1, within the method's limit, and listed once."""
+    if k is None:
+        return
+    values = k if isinstance(k, list) else [k]
+    if isinstance(k, list) and not k:
+        problems.append((loc, "num_speculative_tokens: an empty list; give K or a list of K values"))
+    seen: set[int] = set()
+    for i, v in enumerate(values):
+        at = (*loc, i) if isinstance(k, list) else loc
+        if v < 1:
+            problems.append((at, f"num_speculative_tokens must be >= 1, got {v}"))
+        elif max_k is not None and v > max_k:
+            problems.append((at, f"{method} allows at most {max_k} speculative tokens, got {v}"))
+        if v in seen:
+            problems.append((at, f"duplicate K {v}"))
+        seen.add(v)
+
+
+def _check_labels(t: TargetSpec, loc_t: tuple[Any, ...], problems: list) -> None:
+    """A K sweep's labels ('<name>-k<K>') must not collide with another method's label."""
+    plain = {m.label for m in t.methods}
+    for mi, m in enumerate(t.methods):
+        if not m.sweeps_k:
+            continue
+        for k in m.ks:
+            if m.label_at(k) in plain:
+                problems.append(((*loc_t, "methods", mi, "num_speculative_tokens"),
+                                 f"the K sweep's label {m.label_at(k)!r} is also another method's name"))
+
+
+def reference_method(suite: Suite, target: TargetSpec) -> str | None:
+    """The label every method of ``target`` is compared with: compare_to, else its first eagle3 method."""
+    chosen = target.compare_to or suite.compare_to
+    if chosen is not None:
+        return chosen if any(m.label == chosen for m in target.methods) else None
+    return next((m.label for m in target.methods if m.method == "eagle3"), None)
+
+
+def _check_compare_to(suite: Suite, problems: list) -> None:
+    for ti, t in enumerate(suite.targets):
+        labels = [m.label for m in t.methods]
+        if t.compare_to is not None and t.compare_to not in labels:
+            problems.append((("targets", ti, "compare_to"), _unknown("method", t.compare_to, labels)))
+        elif t.compare_to is None and suite.compare_to is not None and suite.compare_to not in labels:
+            problems.append((("compare_to",), _unknown("method", suite.compare_to, labels)
+                             + f" in target {t.name!r} (set the target's own compare_to)"))
 
 
 def _check_load(suite: Suite, problems: list) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from specbench.comparison_schema import HeadlineRow, KSweep, VerificationSpent
 from specbench.records import SpecCounters
 from specbench.schema import SUMMARY_SCHEMA_VERSION, CounterCheck, SummaryExtra, upgrade_summary
 from specbench.stats import Estimate
@@ -32,6 +33,7 @@ class GroupSummary(BaseModel):
     method: str
     method_kind: str
     k: int | None
+    family: str | None = None  # the suite's method label when this group is one K of a sweep
     dataset: str
     temperature: float
     batch_size: int  # concurrency; with request_rate, the cap on requests in flight (0: none)
@@ -56,6 +58,9 @@ class GroupSummary(BaseModel):
     latency_p90_s: float | None = None
     latency_p99_s: float | None = None
     ttft_s: Estimate | None = None
+    tpot_s: Estimate | None = None  # Σ (latency − TTFT) / Σ (output tokens − 1)
+    step_time_s: Estimate | None = None  # Σ (latency − TTFT) / Σ verification steps (decoding steps)
+    verification: VerificationSpent | None = None
     speedup: Estimate | None = None
     # Against the baseline group of the same target/dataset/temperature/load.
     greedy_match: Estimate | None = None
@@ -77,6 +82,8 @@ class RunSummary(BaseModel):
     suite_name: str
     groups: list[GroupSummary]
     checks: list[CounterCheck] = Field(default_factory=list)
+    headline: list[HeadlineRow] = Field(default_factory=list)  # methods vs the reference method (compare_to)
+    k_sweeps: list[KSweep] = Field(default_factory=list)
     extra: SummaryExtra = Field(default_factory=SummaryExtra)
 
     @classmethod

@@ -158,4 +158,11 @@ def write_reports(run_dir: Path, out_dir: Path | None = None) -> dict[str, Path]
     html = out_dir / f"{stem}.html"
     md.write_text(render_markdown(summary, manifest), encoding="utf-8")
     html.write_text(render_html(summary, manifest), encoding="utf-8")
-    return {"markdown": md, "html": html}
+    out = {"markdown": md, "html": html}
+    from specbench.report.comparison import serving_csv
+
+    raw = serving_csv(summary)
+    if raw is not None:  # the serving table's every column, in seconds, beside the report
+        out["serving_csv"] = out_dir / f"{stem}-serving.csv"
+        out["serving_csv"].write_text(raw, encoding="utf-8")
+    return out

@@ -260,8 +260,8 @@ def _method_table(groups: list[GroupSummary], show_t: bool, show_load: bool, ref
     has_refs = any(g.reference for g in groups)
     headers = ["Method", "K"] + (["T"] if show_t else []) + (["Load"] if show_load else []) + ["n", "τ [95% CI]"]
     headers += ["Published"] if has_refs else []
-    headers += ["τ per request", "Per-position acceptance", "Draft acceptance", "Output tok/s", "Speedup",
-                "Greedy match"]
+    headers += ["τ per request", "Per-position acceptance", "Draft acceptance", "Output tok/s per request",
+                "Aggregate tok/s", "Speedup", "Greedy match"]
     for k in acc_keys:
         headers += [k, f"Δ {k}"]
     rows, notes = [], []
@@ -286,6 +286,7 @@ def _method_table(groups: list[GroupSummary], show_t: bool, show_load: bool, ref
         row.append((pos + n_note(g.per_position[0], n)) if g.per_position else "–")
         row.append(fmt_est(g.draft_acceptance_rate, 2, n_default=n))
         row.append(fmt_tps(g.output_tps, n_default=n))
+        row.append(fmt_tps(g.throughput_tps, n_default=None))
         row.append("1× (baseline)" if g.method_kind == "baseline" else fmt_speedup(g.speedup, n_default=n))
         row.append("–" if g.method_kind == "baseline" else fmt_pct(g.greedy_match, n_default=n))
         for k in acc_keys:
@@ -335,7 +336,10 @@ def _load_table(groups: list[GroupSummary], show_t: bool) -> Table | None:
 def _results(summary: RunSummary, refs: _Refs) -> Section:
     show_t, show_load = _varying(summary)
     blocks: list[Block] = [
-        Para("Intervals are 95%: bootstrap over requests (τ, rates, tok/s), over prompts paired with the "
+        Para("Output tok/s per request = Σ output tokens / Σ request latency (the rate one stream sees); "
+             "aggregate tok/s = output tokens / the cell's wall time (all streams together; t-interval over "
+             "repeats when there are several). "
+             "Intervals are 95%: bootstrap over requests (τ, rates, tok/s), over prompts paired with the "
              "baseline (speedup), Wilson (greedy match, accuracy). n is the number of requests measured; "
              "an estimate resting on a different n says so. τ counts the bonus token (1 ≤ τ ≤ K+1).")
     ]
@@ -514,10 +518,14 @@ def _serving(summary: RunSummary, markdown: bool) -> Section | None:
     serving = summary.extra.get("serving")
     if not serving:
         return None
+    from specbench.report.comparison import serving_table
+
+    readable = serving_table(summary)
+    first: list[Block] = [readable] if readable is not None else []
     rows = [r for r in serving_rows(serving) if as_estimate(r.get("speedup")) and _serving_load(r) is not None]
     if not rows:
         return Section("Serving", _generic_blocks(serving), anchor="serving")
-    blocks: list[Block] = []
+    blocks: list[Block] = list(first)
     for kind, text, col in (("concurrency", "concurrency", "c={}"), ("rate", "request rate (Poisson arrivals)",
                                                                      "{} req/s")):
         part = [r for r in rows if _serving_load(r)[0] == kind]  # type: ignore[index]
@@ -641,9 +649,15 @@ def _not_run(summary: RunSummary) -> Section:
 
 def build_report(summary: RunSummary, manifest: dict[str, Any], *, markdown: bool = True) -> list[Block]:
     """The report as a list of blocks (shared by the Markdown and HTML writers)."""
+    from specbench.report.comparison import headline_section, k_sweep_section, verification_section
+
     refs = _Refs()
-    blocks: list[Block] = [*_header(summary, manifest), _overview(summary), _results(summary, refs)]
-    for section in (_accuracy(summary), _equivalence(summary), _serving(summary, markdown), _cross_check(summary)):
+    blocks: list[Block] = [*_header(summary, manifest), _overview(summary)]
+    headline = headline_section(summary, refs)
+    blocks += [headline] if headline is not None else []
+    blocks.append(_results(summary, refs))
+    for section in (k_sweep_section(summary), verification_section(summary), _accuracy(summary),
+                    _equivalence(summary), _serving(summary, markdown), _cross_check(summary)):
         if section is not None:
             blocks.append(section)
     blocks += [_checks(summary), _not_run(summary)]

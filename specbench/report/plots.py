@@ -59,6 +59,8 @@ TITLES = {
     "latency_vs_throughput": "Latency against throughput across loads",
     "serving_speedup": "Serving: speedup over the baseline by load",
     "accuracy_speedup": "Task accuracy beside speedup",
+    "headline": "Speedup over the reference method, paired by prompt",
+    "step_time_vs_k": "Time per decoding step against K",
 }
 
 
@@ -399,9 +401,13 @@ def _accuracy_speedup(summary: RunSummary, colors: dict[str, str]) -> bytes | No
 def make_figures(summary: RunSummary) -> dict[str, bytes]:
     """Every figure the summary has data for, as ``{name: PNG bytes}`` in a fixed order."""
     extra = {(str(r["method"]), str(r["method"])) for r in serving_rows(summary.extra.get("serving")) if r.get("method")}
-    colors = method_colors({*((g.method, g.method_kind) for g in summary.groups), *extra})
+    from specbench.report import plots_compare
+
+    families = {(g.family, g.method_kind) for g in summary.groups if g.family}
+    colors = method_colors({*((g.method, g.method_kind) for g in summary.groups), *extra, *families})
     out: dict[str, bytes] = {}
-    for name, fn in [("tau", _tau), ("per_position", _per_position), ("speedup_vs_load", _speedup_vs_load),
+    for name, fn in [("headline", plots_compare.headline), ("step_time_vs_k", plots_compare.step_time_vs_k),
+                     ("tau", _tau), ("per_position", _per_position), ("speedup_vs_load", _speedup_vs_load),
                      ("latency_vs_throughput", _latency_vs_throughput), ("serving_speedup", _serving_speedup),
                      ("accuracy_speedup", _accuracy_speedup)]:
         png = fn(summary, colors)

@@ -265,7 +265,13 @@ def test_rate_rows_reach_the_summary_and_the_report(tmp_path) -> None:
     assert "Speedup over the baseline by concurrency (95% intervals):" in text
     assert "Speedup over the baseline by request rate (Poisson arrivals) (95% intervals):" in text
     serving = next(b for b in build_report(summary, {}) if getattr(b, "title", "") == "Serving")
-    tables = [b for b in serving.blocks if isinstance(b, Table)]
+    readable, *tables = [b for b in serving.blocks if isinstance(b, Table)]
+    h = readable.headers
+    assert h[:5] == ["Target", "Dataset", "T", "Load", "Method"] and "TPOT p50 (ms)" in h and "ITL p99 (ms)" in h
+    row = next(r for r in readable.rows if r[3] == "8 req/s" and r[4] == "eagle3")
+    base = next(r for r in readable.rows if r[3] == "8 req/s" and r[4] == "baseline")
+    tp = h.index("TPOT p50 (ms)")
+    assert row[-1].startswith(f"{float(row[tp]) / float(base[tp]):.2f}× / ")  # TPOT p50 over the baseline's
     assert [t.headers for t in tables] == [["Where", "Method", "Metric", "c=2"],
                                            ["Where", "Method", "Metric", "1 req/s", "8 req/s"]]
     tpot_row = next(r for r in tables[1].rows if r[2] == "tpot")
