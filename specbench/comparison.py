@@ -89,7 +89,10 @@ def paired_tau_ratio(method: Sequence[RequestRecord], reference: Sequence[Reques
             return float("nan")
         return float((1 + s[0] / s[1]) / (1 + s[2] / s[3]))
 
-    return stats.bootstrap(np.array(shared, float), ratio)
+    arr = np.array(shared, float)
+    if not np.isfinite(ratio(arr)):  # an arm drafted nothing on these prompts (e.g. ngram on sampled text)
+        return Estimate(value=None, n=len(shared))
+    return stats.bootstrap(arr, ratio)
 
 
 def _claims(published: Sequence[dict], target: str, method: str, dataset: str) -> list[PublishedClaim]:

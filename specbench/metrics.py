@@ -404,7 +404,7 @@ def cross_check(
                 engine_of.get(g.target) == "reference"
                 or model_of.get(g.target) != model_of.get(r.target)
                 or (g.method_kind, g.k, g.dataset, g.temperature) != (r.method_kind, r.k, r.dataset, r.temperature)
-                or speculator_of.get((g.target, g.method)) != speculator_of.get((r.target, r.method))
+                or speculator_of.get((g.target, g.family or g.method)) != speculator_of.get((r.target, r.family or r.method))
                 or g.tau is None
             ):
                 continue

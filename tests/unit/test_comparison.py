@@ -180,3 +180,19 @@ def test_compare_shows_ratios(run):
     comp = compare_runs(summary, summary)
     assert {c.metric.rsplit(":", 1)[1] for c in comp.ratios} == {"speedup_ratio", "tau_ratio"}
     assert "Ratios against the reference method" in render_comparison_markdown(comp)
+
+
+def test_report_opens_with_the_headline_and_draws_it(run):
+    from specbench.report import fmt_speedup, make_figures, render_markdown
+
+    summary, _ = run
+    md = render_markdown(summary, {})
+    assert md.index("## Methods against the reference") < md.index("## Results")
+    head = md[md.index("## Methods against the reference"):md.index("## Results")]
+    (row,) = summary.headline
+    assert f"| dflash | {row.method_k} | 8 | {fmt_speedup(row.speedup_ratio)} |" in head
+    assert "speedup 1.1–1.3× (ref. 1)" in head and "ref. 1: paper" in md
+    assert "## K sweeps" in md and "Step-time slope (ms/K)" in md and "## Verification spent" in md
+    assert "Output tok/s per request" in md and "Aggregate tok/s" in md
+    figs = make_figures(summary)
+    assert {"headline", "step_time_vs_k"} <= set(figs) and all(p.startswith(b"\x89PNG") for p in figs.values())
