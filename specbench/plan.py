@@ -169,10 +169,10 @@ def expand(suite: Suite) -> Plan:
     if sampled is not None and sampled.batch_size is not None and sampled.temperature not in suite.sampling.temperatures:
         sampled_loads = [(sampled.batch_size, None)]
     for t in suite.targets:
-        for family, m in ((spec.label, at_k(spec, k)) for spec in t.methods for k in spec.ks):
+        for family, k, m in ((spec.label, k, at_k(spec, k)) for spec in t.methods for k in spec.ks):
             info = get_method(m.method)
             key = engine_key(t, m)
-            spec_cfg = info.speculative_config(m.num_speculative_tokens, m.speculator, m.speculative_config)
+            spec_cfg = info.speculative_config(k, m.speculator, m.speculative_config)
             engines.append(
                 EngineConfig(key=key, target=t, method=m, vllm_method=info.vllm_method, speculative_config=spec_cfg)
             )
@@ -190,7 +190,7 @@ def expand(suite: Suite) -> Plan:
                                     target=t.name,
                                     method=m.label,
                                     method_kind=m.method,
-                                    k=m.num_speculative_tokens,
+                                    k=k,
                                     dataset=d.name,
                                     temperature=temp,
                                     batch_size=bs,

@@ -60,7 +60,7 @@ class ReferenceEngine:
         self.speculator_path = None if speculator_path is None else str(speculator_path)
         self.method = config.method.method
         spec = config.speculative_config or {}
-        self.k: int | None = config.method.num_speculative_tokens or spec.get("num_speculative_tokens")
+        self.k: int | None = spec.get("num_speculative_tokens")  # one K per engine (plan.at_k)
         self.spec_config = spec
         self.tok: Any = None
         self.target: Any = None
