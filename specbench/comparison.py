@@ -54,8 +54,12 @@ def _rate(g: GroupSummary) -> float:
 
 
 def best_group(groups: Sequence[GroupSummary]) -> GroupSummary:
-    """The group with the highest per-stream output tok/s (the smaller K on a tie)."""
-    return max(groups, key=lambda g: (_rate(g), -(g.k or 0)))
+    """The group with the highest per-stream output tok/s (the smaller K on a tie); without timings
+    (the reference engine) the one with the highest τ."""
+    def tau(g: GroupSummary) -> float:
+        return g.tau.value if g.tau is not None and g.tau.value is not None else -np.inf
+
+    return max(groups, key=lambda g: (_rate(g), tau(g), -(g.k or 0)))
 
 
 def verdict(ratio: Estimate) -> Verdict:

@@ -46,7 +46,7 @@ def headline_section(summary: RunSummary, refs: _Refs) -> Section | None:
         tables[(r.target, r.dataset, r.temperature, r.request_rate is not None, r.request_rate or r.batch_size)].append(r)
     blocks: list[Block] = [Para(
         "Each method against the target's reference method (`compare_to`; default its EAGLE-3), each at its "
-        "best K at that load (highest per-stream tok/s). Ratios are paired by prompt over the prompts both "
+        "best K at that load (highest per-stream tok/s; highest τ where the engine records no timings). Ratios are paired by prompt over the prompts both "
         "measured, with 95% bootstrap intervals over those prompts: speedup ratio = per-stream output tok/s "
         "of the method over the reference's; τ ratio = pooled τ over pooled τ. Verdict: faster / slower when "
         "the speedup ratio's interval excludes 1, else not distinguishable.")]
