@@ -76,7 +76,9 @@ def dry_run(suite: Suite, platform: str | None = None, assets_factory: Any = Non
                 "cell_lines": cell_summary(cells, suite),
                 "references": [
                     r.model_dump(mode="json") for r in suite.references
-                    if r.target == cfg.target.name and r.method == cfg.method.label
+                    if r.target == cfg.target.name
+                    and r.method in (cfg.method.label, cells[0].method_family if cells else cfg.method.label)
+                    and r.k in (None, cfg.method.num_speculative_tokens)
                 ],
             }
         )

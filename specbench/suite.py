@@ -247,8 +247,8 @@ class Suite(Strict):
     scoring: ScoringSpec = Field(default_factory=ScoringSpec)
     compare_to: str | None = Field(
         None,
-        description="the reference method (label) of every target's headline comparison; a target's own "
-        "compare_to wins; default: each target's first eagle3 method",
+        description="the reference method (label) of the headline comparison in every target that has it; "
+        "a target's own compare_to wins; default: each target's first eagle3 method",
     )
 
     # Set by load_suite (not part of the YAML).
@@ -487,10 +487,13 @@ def _check_labels(t: TargetSpec, loc_t: tuple[Any, ...], problems: list) -> None
 
 
 def reference_method(suite: Suite, target: TargetSpec) -> str | None:
-    """The label every method of ``target`` is compared with: compare_to, else its first eagle3 method."""
-    chosen = target.compare_to or suite.compare_to
-    if chosen is not None:
-        return chosen if any(m.label == chosen for m in target.methods) else None
+    """The label every method of ``target`` is compared with: the target's compare_to, else the
+    suite's when the target has that method, else the target's first eagle3 method."""
+    labels = [m.label for m in target.methods]
+    if target.compare_to is not None:
+        return target.compare_to if target.compare_to in labels else None
+    if suite.compare_to is not None and suite.compare_to in labels:
+        return suite.compare_to
     return next((m.label for m in target.methods if m.method == "eagle3"), None)
 
 
@@ -499,9 +502,9 @@ def _check_compare_to(suite: Suite, problems: list) -> None:
         labels = [m.label for m in t.methods]
         if t.compare_to is not None and t.compare_to not in labels:
             problems.append((("targets", ti, "compare_to"), _unknown("method", t.compare_to, labels)))
-        elif t.compare_to is None and suite.compare_to is not None and suite.compare_to not in labels:
-            problems.append((("compare_to",), _unknown("method", suite.compare_to, labels)
-                             + f" in target {t.name!r} (set the target's own compare_to)"))
+    every = sorted({m.label for t in suite.targets for m in t.methods})
+    if suite.compare_to is not None and suite.compare_to not in every:
+        problems.append((("compare_to",), _unknown("method", suite.compare_to, every) + " in any target"))
 
 
 def _check_load(suite: Suite, problems: list) -> None:

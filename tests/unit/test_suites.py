@@ -156,7 +156,7 @@ def test_gpu_suites_carry_the_dspark_paper_trio_at_its_settings(name: str):
     with a sampled cell per method that the PIT test can judge at its stated power."""
     suite = load_suite(SUITES_DIR / name)
     dataset = suite.datasets[0].name
-    refs = {r.method: r for r in suite.references if r.target == "qwen3-8b"}
+    refs = {r.method: r for r in suite.references if r.target == "qwen3-8b" and r.metric == "tau"}
     expected = {"gsm8k": (5.30, 5.33, 6.17), "humaneval": (4.33, 4.64, 5.52)}[dataset]
     for method, value in zip(("eagle3-deepspec", "dflash-deepspec", "dspark"), expected, strict=True):
         assert refs[method].value == value and refs[method].temperature == 1.0, method
@@ -550,7 +550,10 @@ def test_cli_dry_run_shows_the_paper_trio_references_and_sampled_cells(monkeypat
     assert "equivalence sampled: T=1" in out and ">= 904 tokens per method" in out
     for ref in ("reference tau 5.3 on gsm8k, T=1", "reference tau 5.33 on gsm8k, T=1", "reference tau 6.17 on gsm8k, T=1"):
         assert ref in out
-    assert out.count("T=1 sampled (sampled-equivalence cells): 1 cells, load 1; first 500 prompts") == 8
+    # one sampled cell per engine: every K of a K sweep is an engine of its own
+    engines = len(re.findall(r"engine qwen3-8b--\S+ \(", out))
+    assert engines == 18
+    assert out.count("T=1 sampled (sampled-equivalence cells): 1 cells, load 1; first 500 prompts") == engines
     he = _invoke("run", str(SUITES_DIR / "humaneval.yaml"), "--dry-run", "--platform", "cuda").output
     block = he.split("engine gemma-4-31b-it--dspark ")[1].split("── engine")[0]
     assert '"num_speculative_tokens": 7' in block and "RedHatAI/gemma-4-31B-it-speculator.dspark" in block
