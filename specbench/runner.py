@@ -27,6 +27,7 @@ from specbench.engines.base import (
     PreparedPrompt,
     SamplingRequest,
 )
+from specbench.engines.vllm_offline import VllmOfflineEngine, close_spare
 from specbench.engines.vllm_patches import patch_env
 from specbench.methods import get_method
 from specbench.plan import Cell, EngineConfig, Plan, sampled_equivalence_temperature, sampled_prompt_limit
@@ -216,8 +217,13 @@ class Runner:
         finally:
             records.close()
             cells_out.close()
-        if self.suite.equivalence.sampled is not None:
-            self._teacher_force()
+            if self.suite.equivalence.sampled is None:
+                close_spare()
+        try:
+            if self.suite.equivalence.sampled is not None:
+                self._teacher_force()
+        finally:
+            close_spare()
 
     def _teacher_force(self) -> None:
         """Score sampled outputs under the target without speculation (issue: equivalence)."""
@@ -278,6 +284,8 @@ class Runner:
         except Exception as exc:  # noqa: BLE001 - a bad checkpoint/asset fails this engine only
             raise EngineUnavailable(f"cannot prepare engine: {type(exc).__name__}: {exc}") from exc
         engine = make_engine(res, self.run_dir, self.suite)
+        if isinstance(engine, VllmOfflineEngine):  # a spare worker imports vLLM for the next one
+            engine.prepare_next = self._offline_engine_follows(cfg)
         if cfg.target.engine != "reference":
             from specbench.engines.draft_attention import checkpoint_block_attention
 
@@ -296,6 +304,11 @@ class Runner:
                     exc.reason = f"{exc.reason} ({info.platform_note})"
             raise
         return engine
+
+    def _offline_engine_follows(self, cfg: EngineConfig) -> bool:
+        """Whether a vLLM offline engine starts after ``cfg``'s (a later one, or teacher forcing)."""
+        later = self.plan.engines[self.plan.engines.index(cfg) + 1 :]
+        return self.suite.equivalence.sampled is not None or any(e.target.engine == "vllm-offline" for e in later)
 
     def _run_engine(
         self,

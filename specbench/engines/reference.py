@@ -88,7 +88,6 @@ class ReferenceEngine:
         try:
             import torch
             from transformers import AutoModelForCausalLM, AutoTokenizer
-
             from transformers.utils import logging as hf_logging
 
             from specbench.zoo.proposers import load_proposer

@@ -12,6 +12,7 @@ come from vLLM's per-request spec-decode metrics (``detailed``).
 
 from __future__ import annotations
 
+import atexit
 import multiprocessing as mp
 import os
 import time
@@ -194,15 +195,50 @@ def _score_items(llm: Any, tokenizer: Any, items: list[dict[str, Any]], opts: di
     return [r if r is not None else {"error": "not scored"} for r in results]
 
 
-def _worker_main(conn: Any, engine_kwargs: dict[str, Any], log_path: str, env: dict[str, str]) -> None:
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+def _log_to(path: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
-    os.environ.update(env)
-    try:
-        from specbench.engines.vllm_patches import install_from_env
+    os.close(fd)
 
-        install_from_env()  # before vLLM is imported (this child was spawned before env was set)
+
+def _import_engine(env: dict[str, str]) -> None:
+    """The engine's environment, the engine patches, then vLLM's import (seconds of CPU).
+
+    ``from vllm import LLM`` does not import the modules the patches replace (they load
+    when the engine is built), so an imported spare still gets its patches applied.
+    """
+    os.environ.update(env)
+    from specbench.engines.vllm_patches import install_from_env
+
+    install_from_env()  # before vLLM is imported (this child was spawned before env was set)
+    import vllm  # noqa: F401
+
+
+def _spare_main(conn: Any, env: dict[str, str]) -> None:
+    """A worker that imports vLLM ahead of time and then waits for its engine's arguments.
+
+    The runner starts engines one after another; with a spare ready, an engine start
+    skips the ~7 s of imports, which overlap the previous engine's start instead.
+    """
+    _log_to(os.devnull)
+    try:
+        _import_engine(env)
+    except BaseException:  # noqa: BLE001 - the real start reports it
+        pass
+    msg = conn.recv()
+    if msg[0] != "start":
+        return
+    _worker_main(conn, msg[1], msg[2], env, imported=True)
+
+
+def _worker_main(
+    conn: Any, engine_kwargs: dict[str, Any], log_path: str, env: dict[str, str], imported: bool = False
+) -> None:
+    _log_to(log_path)
+    try:
+        if not imported:
+            _import_engine(env)
         from vllm import LLM, SamplingParams
 
         llm = LLM(**engine_kwargs)
@@ -307,6 +343,8 @@ class VllmOfflineEngine:
         self._proc: Any = None
         self._conn: Any = None
         self.dtype: str | None = None  # as vLLM resolved it, once started
+        # Set by the runner when another offline engine will start after this one.
+        self.prepare_next = False
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"engine": "vllm-offline", "llm_kwargs": self.engine_kwargs}
@@ -319,18 +357,25 @@ class VllmOfflineEngine:
         return self._proc.pid if self._proc is not None else None
 
     def start(self) -> None:
-        ctx = mp.get_context("spawn")
-        parent, child = ctx.Pipe()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._proc = ctx.Process(
-            target=_worker_main,
-            args=(child, self.engine_kwargs, str(self.log_path), self.env),
-            daemon=False,
-            name=f"specbench-engine-{self.config.key}",
-        )
-        self._proc.start()
-        child.close()
-        self._conn = parent
+        spare = _SPARES.take(self.env)
+        if spare is not None:
+            self._proc, self._conn = spare
+            self._conn.send(("start", self.engine_kwargs, str(self.log_path)))
+        else:
+            ctx = mp.get_context("spawn")
+            parent, child = ctx.Pipe()
+            self._proc = ctx.Process(
+                target=_worker_main,
+                args=(child, self.engine_kwargs, str(self.log_path), self.env),
+                daemon=False,
+                name=f"specbench-engine-{self.config.key}",
+            )
+            self._proc.start()
+            child.close()
+            self._conn = parent
+        if self.prepare_next and settings().spare_engine:
+            _SPARES.prepare(self.env)  # imports vLLM for the next engine while this one starts
         kind, payload = self._recv(settings().engine_start_timeout, starting=True)
         if kind == "start_error":
             self._reap()
@@ -435,3 +480,63 @@ class VllmOfflineEngine:
             if self._proc.is_alive():
                 self._proc.kill()
         self._reap()
+
+
+class _SpareWorkers:
+    """At most one spare worker process, its environment, and its clean-up.
+
+    A spare is used only by an engine with exactly the environment it was imported
+    with; :func:`close_spare` (the runner calls it when a run ends, and at exit)
+    ends it.
+    """
+
+    def __init__(self) -> None:
+        self._spare: tuple[dict[str, str], Any, Any] | None = None
+
+    def prepare(self, env: dict[str, str]) -> None:
+        if self._spare is not None:
+            if self._spare[0] == env and self._spare[1].is_alive():
+                return
+            self.close()
+        ctx = mp.get_context("spawn")
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_spare_main, args=(child, dict(env)), daemon=False, name="specbench-engine-spare")
+        proc.start()
+        child.close()
+        self._spare = (dict(env), proc, parent)
+
+    def take(self, env: dict[str, str]) -> tuple[Any, Any] | None:
+        spare, self._spare = self._spare, None
+        if spare is None:
+            return None
+        if spare[0] == env and spare[1].is_alive():
+            return spare[1], spare[2]
+        self._end(spare)
+        return None
+
+    def close(self) -> None:
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            self._end(spare)
+
+    @staticmethod
+    def _end(spare: tuple[dict[str, str], Any, Any]) -> None:
+        _, proc, conn = spare
+        try:
+            conn.send(("close",))
+        except (OSError, ValueError):
+            pass
+        proc.join(timeout=2)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout=5)
+        conn.close()
+
+
+_SPARES = _SpareWorkers()
+atexit.register(_SPARES.close)
+
+
+def close_spare() -> None:
+    """End the spare worker, if any (a run's last engine has started)."""
+    _SPARES.close()

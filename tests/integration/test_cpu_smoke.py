@@ -8,6 +8,8 @@ reuse ~/.cache/specbench.
 import json
 import shutil
 
+import pytest
+
 from specbench import api, store
 
 VLLM, REF = "tiny", "tiny-ref"  # cpu-smoke's vLLM and reference-simulator targets
