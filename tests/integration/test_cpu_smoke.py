@@ -110,7 +110,7 @@ def test_cross_check_pairs_vllm_with_the_reference_and_agrees(smoke_run):
         assert r["vllm_group"].startswith(f"{VLLM}/") and r["reference_group"].startswith(f"{REF}/")
         assert r["flag"] is False, r
         if r["method"] == "self-draft":
-            assert r["vllm_tau"]["value"] == r["reference_tau"]["value"] == r["k"] + 1
+            assert r["vllm_tau"].value == r["reference_tau"].value == r["k"] + 1
 
 
 def test_dspark_is_skipped_with_vllms_reason(smoke_run):

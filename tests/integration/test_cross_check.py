@@ -99,7 +99,7 @@ def _rows(s):
 
 
 def test_served_as_trained_agrees_and_the_flag_follows_the_intervals(run):
-    from specbench.stats import Estimate, significant_change
+    from specbench.stats import significant_change
 
     _, s, _ = run
     rows = _rows(s)
@@ -107,12 +107,12 @@ def test_served_as_trained_agrees_and_the_flag_follows_the_intervals(run):
     assert ok["config_mismatch"] is None, ok  # the zoo saves DFlash to be served as trained
     # Served as trained: vLLM reproduces the reference exactly (same greedy chain, same counters).
     assert ok["flag"] is False, ok
-    assert ok["vllm_tau"]["value"] == pytest.approx(ok["reference_tau"]["value"], abs=1e-9), ok
+    assert ok["vllm_tau"].value == pytest.approx(ok["reference_tau"].value, abs=1e-9), ok
     # The reference reads the weights only: both checkpoints simulate identically.
     ref_ok, ref_bad = s.group(ok["reference_group"]), s.group(rows["dflash-causal"]["reference_group"])
     assert ref_ok.counters == ref_bad.counters
     for r in rows.values():  # a flag is exactly a significant gap between the two τ
-        gap = significant_change(Estimate(**r["reference_tau"]), Estimate(**r["vllm_tau"]))
+        gap = significant_change(r["reference_tau"], r["vllm_tau"])
         assert r["flag"] is gap, r
 
 
@@ -126,7 +126,7 @@ def test_flipped_dflash_is_reported_and_its_tau_test_matches_the_measured_effect
     assert sorted(a["served"] for a in served) == ["causal", "non-causal"]
     # The τ test agrees with what the flip does to this drafter's greedy drafts (PyTorch, same weights).
     changed = max(effect["changed_per_slot"])
-    gap = bad["reference_tau"]["value"] - bad["vllm_tau"]["value"]
+    gap = bad["reference_tau"].value - bad["vllm_tau"].value
     # (Other trainings of this drafter lost 0.49, 0, 0 and 0.10 of τ~ to the flip, and one gained 0.13.)
     if abs(effect["tau_drop"]) >= 0.3:
         assert bad["flag"] is True and gap * effect["tau_drop"] > 0, (bad, effect)
