@@ -183,4 +183,4 @@ def test_cpu_smoke_uses_the_trained_zoo_and_a_greedy_reference_target():
     assert {m.method for m in ref.methods} >= {"eagle3", "p-eagle", "dflash", "dspark", "draft_model"}
     cells = expand(s).cells
     assert {c.temperature for c in cells if c.target == ref.name} == {0.0}  # no sampled cells
-    assert {c.temperature for c in cells if c.target != ref.name} == {0.0, 1.0}
+    assert {c.temperature for c in cells if c.target != ref.name} == {0.0, 0.5}  # greedy + the sampled test
