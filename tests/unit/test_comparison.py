@@ -167,10 +167,14 @@ def test_gate_ratio_rule(run):
     assert res.exit_code == 1 and any(c.metric == "speedup_ratio" and not c.passed for c in res.checks)
     strict = GateRules.model_validate({"ratios": [{"method": "dflash", "min": (lo + hi) / 2, "require": "above"}]})
     assert evaluate_gate(summary, summary, strict).exit_code == 1
+    # A rule about a pair (or a target) the run does not compare does not apply: a warning, not a failure,
+    # so one rules file serves a CPU smoke run and a GPU suite alike.
     none = GateRules.model_validate({"ratios": [{"method": "p-eagle", "min": 1.0}]})
-    assert evaluate_gate(summary, summary, none).exit_code == 1  # missing: fail
+    res = evaluate_gate(summary, summary, none)
+    assert res.exit_code == 0 and any("does not apply" in w for w in res.warnings)
     where = GateRules.model_validate({"ratios": [{"method": "dflash", "min": hi * 1.01, "where": "t/other/*"}]})
-    assert evaluate_gate(summary, summary, where).exit_code == 1  # no row matches the glob: missing
+    res = evaluate_gate(summary, summary, where)
+    assert res.exit_code == 0 and any("does not apply" in w for w in res.warnings)
 
 
 def test_compare_shows_ratios(run):
