@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
-
 import pytest
 
+from specbench.datasets import packaged_file, read_jsonl
 from specbench.scoring.gsm8k import (
     extract_answer,
     extract_last_number,
@@ -17,16 +14,11 @@ from specbench.scoring.gsm8k import (
     score_gsm8k,
 )
 
-DATA = Path(os.environ.get("SPECBENCH_SHARED_DATA", Path(__file__).resolve().parents[3] / "shared" / "data"))
-GSM8K_TEST = DATA / "gsm8k" / "test.jsonl"
-
 
 @pytest.fixture(scope="module")
 def gsm8k_rows():
-    if not GSM8K_TEST.exists():
-        pytest.skip(f"{GSM8K_TEST} not available")
-    with open(GSM8K_TEST, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """The whole GSM8k test split, as the package ships it (no skip: it is part of the install)."""
+    return read_jsonl(packaged_file("gsm8k"))
 
 
 def test_references_score_themselves(gsm8k_rows):
