@@ -160,8 +160,8 @@ def _get(url: str) -> Any:
 
 def run_specbench(base: str, conc: int, n_req: int, tokens: int, tag: str) -> dict[str, Any]:
     """Drive the fake with specbench's loadgen; ITLs, chunk lags and client CPU."""
-    from specbench.engines.base import PreparedPrompt, SamplingRequest
     from specbench.engines.loadgen import LoadProfile, build_item, make_session, run_load
+    from specbench.requests import PreparedPrompt, SamplingRequest
 
     sampling = SamplingRequest(temperature=0.0, max_tokens=tokens)
     items = [

@@ -19,19 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from specbench import datasets
-from specbench.engines.base import (
-    CellFailed,
-    CellRequest,
-    Engine,
-    EngineUnavailable,
-    PreparedPrompt,
-    SamplingRequest,
-)
+from specbench.engines.base import CellFailed, Engine, EngineUnavailable
 from specbench.engines.vllm_offline import VllmOfflineEngine, close_spare
 from specbench.engines.vllm_patches import patch_env
 from specbench.methods import get_method
 from specbench.plan import Cell, EngineConfig, Plan, sampled_equivalence_temperature, sampled_prompt_limit
 from specbench.records import CellRecord, RequestRecord, SpecCounters
+from specbench.requests import CellRequest, PreparedPrompt, SamplingRequest
 from specbench.settings import settings
 from specbench.store import CELLS, PROMPTS, RECORDS, JsonlAppender, read_cells, read_requests
 from specbench.suite import Suite

@@ -19,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from specbench.engines.base import PreparedPrompt
+from specbench.requests import PreparedPrompt
 from specbench.store import StoreError, iter_jsonl
 from specbench.suite import DatasetSpec, resolve_path
 

@@ -53,9 +53,9 @@ from typing import Any, Literal
 import aiohttp
 from pydantic import BaseModel, ConfigDict, Field
 
-from specbench.engines.base import PreparedPrompt, SamplingRequest, request_seed
 from specbench.plan import Cell
 from specbench.records import RequestRecord, SpecCounters
+from specbench.requests import PreparedPrompt, SamplingRequest, request_seed
 
 try:  # msgspec ships with vLLM and decodes ~2x faster than json
     import msgspec.json as _msgspec_json

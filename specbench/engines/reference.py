@@ -30,16 +30,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from specbench.engines.base import (
-    CellFailed,
-    CellOutcome,
-    CellRequest,
-    EmitRecord,
-    EngineUnavailable,
-    PreparedPrompt,
-)
+from specbench.engines.base import CellFailed, EmitRecord, EngineUnavailable
 from specbench.plan import EngineConfig
 from specbench.records import RequestRecord, SpecCounters
+from specbench.requests import CellOutcome, CellRequest, PreparedPrompt
 
 SIMULATED = ("baseline", "eagle3", "p-eagle", "dflash", "dspark", "draft_model")
 

@@ -20,16 +20,10 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from specbench.engines.base import (
-    CellFailed,
-    CellOutcome,
-    CellRequest,
-    EmitRecord,
-    EngineUnavailable,
-    request_seed,
-)
+from specbench.engines.base import CellFailed, EmitRecord, EngineUnavailable
 from specbench.plan import EngineConfig
 from specbench.records import RequestRecord, SpecCounters
+from specbench.requests import CellOutcome, CellRequest, request_seed
 from specbench.settings import settings
 
 # Phrases in a start-up log that say a configuration cannot run on this

@@ -42,7 +42,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-from specbench.engines.base import CellFailed, CellOutcome, CellRequest, EmitRecord, EngineUnavailable
+from specbench.engines.base import CellFailed, EmitRecord, EngineUnavailable
 from specbench.engines.loadgen import (
     LoadProfile,
     LoadReport,
@@ -57,6 +57,7 @@ from specbench.engines.loadgen import (
 from specbench.engines.prom import CounterReset, PromSnapshot, scrape_settled, served_mismatch
 from specbench.engines.vllm_offline import tail
 from specbench.plan import EngineConfig, server_argv
+from specbench.requests import CellOutcome, CellRequest
 from specbench.settings import settings
 
 HOST = "127.0.0.1"

@@ -7,10 +7,11 @@ import os
 import pytest
 
 from specbench.assets import ensure_assets
-from specbench.engines.base import CellFailed, CellRequest, PreparedPrompt, SamplingRequest
+from specbench.engines.base import CellFailed
 from specbench.engines.reference import ReferenceEngine
 from specbench.methods import get_method
 from specbench.plan import Cell, EngineConfig
+from specbench.requests import CellRequest, PreparedPrompt, SamplingRequest
 from specbench.suite import MethodSpec, TargetSpec
 
 K = 3

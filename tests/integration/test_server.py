@@ -17,13 +17,14 @@ from typing import Any
 
 import pytest
 
-from specbench.engines.base import CellFailed, CellRequest, EngineUnavailable, PreparedPrompt, SamplingRequest
+from specbench.engines.base import CellFailed, EngineUnavailable
 from specbench.engines.loadgen import LoadProfile
 from specbench.engines.prom import tau
 from specbench.engines.vllm_offline import build_engine_kwargs
 from specbench.engines.vllm_server import VllmServerEngine
 from specbench.plan import Cell, EngineConfig
 from specbench.records import RequestRecord, SpecCounters
+from specbench.requests import CellRequest, PreparedPrompt, SamplingRequest
 from specbench.serving_metrics import summarize_cell
 from specbench.suite import MethodSpec, TargetSpec
 

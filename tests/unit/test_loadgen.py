@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from specbench.engines.base import CellFailed, CellRequest, PreparedPrompt, SamplingRequest, request_seed
+from specbench.engines.base import CellFailed
 from specbench.engines.loadgen import (
     LoadProfile,
     RequestItem,
@@ -40,6 +40,7 @@ from specbench.engines.prom import parse_metrics
 from specbench.engines.vllm_server import VllmServerEngine, start_failure
 from specbench.plan import Cell, EngineConfig, server_cli_args
 from specbench.records import RequestRecord, SpecCounters
+from specbench.requests import CellRequest, PreparedPrompt, SamplingRequest, request_seed
 from specbench.suite import MethodSpec, TargetSpec
 
 K = 3
