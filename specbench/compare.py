@@ -40,7 +40,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from specbench.comparison_schema import HeadlineRow
-from specbench.report import fmt_est
+from specbench.report.fmt import fmt_est
 from specbench.stats import Estimate
 from specbench.summary import GroupSummary, RunSummary
 

@@ -65,7 +65,7 @@ from specbench.compare import (
     metric_family,
 )
 from specbench.comparison_schema import HeadlineRow
-from specbench.report import fmt_est
+from specbench.report.fmt import fmt_est
 from specbench.schema import SchemaError
 from specbench.stats import Estimate
 from specbench.summary import GroupSummary, RunSummary

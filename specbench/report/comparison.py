@@ -13,8 +13,8 @@ from collections import defaultdict
 from typing import Any
 
 from specbench.comparison_schema import HeadlineRow, KSweep
-from specbench.report import fmt_est, fmt_speedup
-from specbench.report.markdown import Block, Para, Section, Table, _load, _Refs
+from specbench.report.document import Block, Para, Refs, Section, Table
+from specbench.report.fmt import fmt_est, fmt_load, fmt_speedup
 from specbench.stats import Estimate
 from specbench.summary import GroupSummary, RunSummary
 
@@ -29,7 +29,7 @@ def _load_of(x: HeadlineRow | KSweep | GroupSummary) -> str:
     return f"{x.request_rate:g} req/s"
 
 
-def _claims(r: HeadlineRow, refs: _Refs) -> str:
+def _claims(r: HeadlineRow, refs: Refs) -> str:
     out = []
     for c in r.published:
         what = "speedup" if c.metric == "speedup_ratio" else "τ"
@@ -38,7 +38,7 @@ def _claims(r: HeadlineRow, refs: _Refs) -> str:
     return "; ".join(out) or "–"
 
 
-def headline_section(summary: RunSummary, refs: _Refs) -> Section | None:
+def headline_section(summary: RunSummary, refs: Refs) -> Section | None:
     if not summary.headline:
         return None
     tables: dict[tuple, list[HeadlineRow]] = defaultdict(list)
@@ -106,7 +106,7 @@ def verification_section(summary: RunSummary) -> Section | None:
     groups = [g for g in summary.groups if g.verification is not None]
     if not groups:
         return None
-    rows = [[g.target, g.dataset, g.method, str(g.k if g.k is not None else "–"), f"{g.temperature:g}", _load(g),
+    rows = [[g.target, g.dataset, g.method, str(g.k if g.k is not None else "–"), f"{g.temperature:g}", fmt_load(g),
              fmt_est(g.verification.drafted_per_step, 2), fmt_est(g.verification.accepted_per_verified, 2),  # type: ignore[union-attr]
              fmt_est(g.verification.wasted_per_emitted, 2)]  # type: ignore[union-attr]
             for g in groups]

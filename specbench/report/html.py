@@ -19,18 +19,10 @@ import jinja2
 import yaml
 from markupsafe import Markup, escape
 
-from specbench.report.markdown import (
-    Block,
-    Details,
-    Para,
-    Pre,
-    Raw,
-    Section,
-    Table,
-    build_report,
-    render_markdown,
-)
-from specbench.report.plots import TITLES, make_figures
+from specbench.report.document import Block, Details, Para, Pre, Raw, Section, Table
+from specbench.report.figure import TITLES
+from specbench.report.markdown import build_report, render_markdown
+from specbench.report.plots import make_figures
 from specbench.summary import RunSummary
 
 _ENV = jinja2.Environment(

@@ -1,8 +1,8 @@
 """The run report as Markdown (a CI job summary or a PR comment).
 
-The report is first built as a small document model (:class:`Section`,
-:class:`Table`, :class:`Para`, :class:`Pre`, :class:`Details`) by
-:func:`build_report`; :func:`render_markdown` writes it as GitHub-flavoured
+The report is first built as a small document model
+(:mod:`specbench.report.document`: :class:`Section`, :class:`Table`,
+:class:`Para`, :class:`Pre`, :class:`Details`) by :func:`build_report`; :func:`render_markdown` writes it as GitHub-flavoured
 Markdown and :mod:`specbench.report.html` writes the very same tables as HTML.
 Output depends only on the summary and the manifest (never on the clock), so
 it can be compared against golden files.
@@ -26,15 +26,22 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
 
-from specbench.report import (
+from specbench.report.comparison import (
+    headline_section,
+    k_sweep_section,
+    serving_table,
+    verification_section,
+)
+from specbench.report.document import Block, Details, Para, Pre, Raw, Refs, Section, Table
+from specbench.report.fmt import (
     as_estimate,
     fmt_est,
     fmt_generic,
+    fmt_load,
     fmt_pct,
     fmt_speedup,
     fmt_tps,
@@ -42,50 +49,6 @@ from specbench.report import (
 )
 from specbench.stats import Estimate
 from specbench.summary import GroupSummary, RunSummary
-
-# --------------------------------------------------------------------------
-# document model
-
-
-@dataclass
-class Para:
-    text: str
-
-
-@dataclass
-class Pre:
-    text: str
-
-
-@dataclass
-class Table:
-    headers: list[str]
-    rows: list[list[str]]
-    notes: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Details:
-    summary: str
-    blocks: list[Block]
-
-
-@dataclass
-class Raw:
-    """Markdown produced elsewhere (only the Markdown writer shows it)."""
-
-    markdown: str
-
-
-@dataclass
-class Section:
-    title: str
-    blocks: list[Block]
-    level: int = 2
-    anchor: str = ""
-
-
-Block = Para | Pre | Table | Details | Raw | Section
 
 # --------------------------------------------------------------------------
 # helpers
@@ -143,18 +106,6 @@ def _one_line(text: str | None, limit: int = 400) -> str:
 def _tail(text: str, lines: int = 25, chars: int = 3000) -> str:
     out = "\n".join(text.rstrip().splitlines()[-lines:])
     return out if len(out) <= chars else "…" + out[-chars:]
-
-
-class _Refs:
-    """Numbers the published sources in order of first use."""
-
-    def __init__(self) -> None:
-        self.sources: list[str] = []
-
-    def mark(self, source: str) -> str:
-        if source not in self.sources:
-            self.sources.append(source)
-        return str(self.sources.index(source) + 1)
 
 
 # --------------------------------------------------------------------------
@@ -241,13 +192,6 @@ def _load_key(g: GroupSummary) -> tuple[int, float, int]:
     return (0, float(g.batch_size), 0) if g.request_rate is None else (1, g.request_rate, g.batch_size)
 
 
-def _load(g: GroupSummary) -> str:
-    """A group's load: ``8`` (batch size or concurrency) or ``2 req/s`` (a Poisson request rate)."""
-    if g.request_rate is None:
-        return str(g.batch_size)
-    return f"{g.request_rate:g} req/s" + (f" (≤{g.batch_size} in flight)" if g.batch_size > 0 else "")
-
-
 def _by_target_dataset(summary: RunSummary) -> dict[tuple[str, str], list[GroupSummary]]:
     out: dict[tuple[str, str], list[GroupSummary]] = {}
     for g in summary.groups:
@@ -255,7 +199,7 @@ def _by_target_dataset(summary: RunSummary) -> dict[tuple[str, str], list[GroupS
     return out
 
 
-def _method_table(groups: list[GroupSummary], show_t: bool, show_load: bool, refs: _Refs) -> Table:
+def _method_table(groups: list[GroupSummary], show_t: bool, show_load: bool, refs: Refs) -> Table:
     acc_keys = sorted({k for g in groups for k in (*g.accuracy, *g.accuracy_delta)})
     has_refs = any(g.reference for g in groups)
     headers = ["Method", "K"] + (["T"] if show_t else []) + (["Load"] if show_load else []) + ["n", "τ [95% CI]"]
@@ -270,7 +214,7 @@ def _method_table(groups: list[GroupSummary], show_t: bool, show_load: bool, ref
         name = g.method if g.status == "ok" else f"{g.method} ({g.status})"
         row = [name, str(g.k) if g.k is not None else "–"]
         row += [f"{g.temperature:g}"] if show_t else []
-        row += [_load(g)] if show_load else []
+        row += [fmt_load(g)] if show_load else []
         row += [str(n)]
         if g.status in ("skipped", "failed", "pending"):
             rows.append(row + ["–"] * (len(headers) - len(row)))
@@ -294,9 +238,9 @@ def _method_table(groups: list[GroupSummary], show_t: bool, show_load: bool, ref
             row.append(fmt_pct(g.accuracy_delta.get(k), n_default=n, signed=True, unit=" pp"))
         rows.append(row)
         if g.n_errors:
-            notes.append(f"{g.method} (load {_load(g)}): {g.n_errors} of {n} requests returned an error.")
+            notes.append(f"{g.method} (load {fmt_load(g)}): {g.n_errors} of {n} requests returned an error.")
         if g.status == "partial":
-            notes.append(f"{g.method} (load {_load(g)}): partial, some cells did not finish; see below.")
+            notes.append(f"{g.method} (load {fmt_load(g)}): partial, some cells did not finish; see below.")
     if any(g.method_kind != "baseline" and g.status in ("ok", "partial") and g.speedup is None for g in groups):
         notes.append("Speedup and greedy match need an ok baseline group with the same temperature and load.")
     return Table(headers, rows, notes)
@@ -312,7 +256,7 @@ def _position_table(groups: list[GroupSummary], show_t: bool, show_load: bool) -
     rows = []
     for g in sorted(with_pos, key=lambda g: (g.temperature, _load_key(g))):
         cells = [fmt_est(p, 2, n_default=g.n_requests) for p in g.per_position]
-        rows.append([g.method] + ([f"{g.temperature:g}"] if show_t else []) + ([_load(g)] if show_load else [])
+        rows.append([g.method] + ([f"{g.temperature:g}"] if show_t else []) + ([fmt_load(g)] if show_load else [])
                     + cells + ["–"] * (width - len(cells)))
     return Table(headers, rows, ["Rate at position i = accepted drafts at i / drafts."])
 
@@ -321,7 +265,7 @@ def _load_table(groups: list[GroupSummary], show_t: bool) -> Table | None:
     keys = sorted({_load_key(g) for g in groups})
     if len(keys) < 2:
         return None
-    label = {_load_key(g): _load(g) for g in groups}
+    label = {_load_key(g): fmt_load(g) for g in groups}
     methods: dict[tuple[str, float], dict[tuple[int, float, int], Estimate | None]] = {}
     for g in groups:
         if g.method_kind != "baseline" and g.speedup is not None and g.speedup.value is not None:
@@ -333,7 +277,7 @@ def _load_table(groups: list[GroupSummary], show_t: bool) -> Table | None:
     return Table(["Method"] + (["T"] if show_t else []) + [f"load {label[b]}" for b in keys], rows) if rows else None
 
 
-def _results(summary: RunSummary, refs: _Refs) -> Section:
+def _results(summary: RunSummary, refs: Refs) -> Section:
     show_t, show_load = _varying(summary)
     blocks: list[Block] = [
         Para("Output tok/s per request = Σ output tokens / Σ request latency (the rate one stream sees); "
@@ -364,7 +308,7 @@ def _accuracy(summary: RunSummary) -> Section | None:
     for g in summary.groups:
         for k in sorted({*g.accuracy, *g.accuracy_delta}):
             rows.append([g.target, g.dataset, g.method] + ([f"{g.temperature:g}"] if show_t else []) + [
-                         _load(g), k,
+                         fmt_load(g), k,
                          fmt_pct(g.accuracy.get(k), n_default=None),
                          fmt_pct(g.accuracy_delta.get(k), n_default=None, signed=True, unit=" pp")])
         if g.scoring_note:
@@ -408,7 +352,7 @@ def _equivalence(summary: RunSummary) -> Section | None:
                 nums = [f"{x} [{ci[0]:.3g}, {ci[1]:.3g}]" if x.startswith("match_rate=") else x for x in nums]
             evidence = "; ".join(x for x in [_one_line(eq.get("reason"), 300) if eq.get("reason") else "",
                                              ", ".join(nums)] if x)
-            rows.append([g.target, g.dataset, g.method, f"{g.temperature:g}", _load(g), test,
+            rows.append([g.target, g.dataset, g.method, f"{g.temperature:g}", fmt_load(g), test,
                          str(eq.get("verdict")), evidence or "–"])
     if not rows:
         return None
@@ -448,7 +392,7 @@ def _greedy_identity(summary: RunSummary) -> Table | None:
             f"near-tie ≤ {_gap_list(eq.get('near_tie_gaps'), largest=True)}" if eq.get("near_tie_gaps") else "",
             f"divergent ≥ {_gap_list(eq.get('divergent_gaps'), largest=False)}" if eq.get("divergent_gaps") else "",
         ] if x)
-        rows.append([g.target, g.dataset, g.method, _load(g), str(eq.get("n", "–")), str(eq.get("n_identical", "–")),
+        rows.append([g.target, g.dataset, g.method, fmt_load(g), str(eq.get("n", "–")), str(eq.get("n_identical", "–")),
                      str(eq.get("n_near_tie", "–")), str(eq.get("n_divergent", "–")),
                      str(eq.get("n_unverifiable", "–")), tol, gaps or "–"])
     if not rows:
@@ -518,8 +462,6 @@ def _serving(summary: RunSummary, markdown: bool) -> Section | None:
     serving = summary.extra.get("serving")
     if not serving:
         return None
-    from specbench.report.comparison import serving_table
-
     readable = serving_table(summary)
     first: list[Block] = [readable] if readable is not None else []
     rows = [r for r in serving_rows(serving) if as_estimate(r.get("speedup")) and _serving_load(r) is not None]
@@ -649,9 +591,7 @@ def _not_run(summary: RunSummary) -> Section:
 
 def build_report(summary: RunSummary, manifest: dict[str, Any], *, markdown: bool = True) -> list[Block]:
     """The report as a list of blocks (shared by the Markdown and HTML writers)."""
-    from specbench.report.comparison import headline_section, k_sweep_section, verification_section
-
-    refs = _Refs()
+    refs = Refs()
     blocks: list[Block] = [*_header(summary, manifest), _overview(summary)]
     headline = headline_section(summary, refs)
     blocks += [headline] if headline is not None else []

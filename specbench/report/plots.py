@@ -17,121 +17,34 @@ pages alike.
 
 from __future__ import annotations
 
-import io
-import math
-import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator, NullLocator
 
-from specbench.report import as_estimate
+from specbench.report import plots_compare
+from specbench.report.figure import (
+    BORDER,
+    FACE,
+    GRID,
+    INK,
+    LINESTYLES,
+    MARKERS,
+    PALETTE,
+    TITLES,
+    est_values,
+    est_yerr,
+    method_colors,
+    new_figure,
+    to_png,
+)
+from specbench.report.fmt import as_estimate
 from specbench.report.markdown import serving_rows
 from specbench.stats import Estimate
 from specbench.summary import GroupSummary, RunSummary
 
-FACE = "#ffffff"
-BORDER = "#9aa0a6"
-INK = "#202124"
-GRID = "#dadce0"
-DPI = 110
-
-#: Fixed colours for the registry's methods (Tableau 10); other labels hash into PALETTE.
-KNOWN_COLORS = {
-    "baseline": "#7f7f7f", "eagle3": "#1f77b4", "p-eagle": "#ff7f0e", "dflash": "#2ca02c",
-    "dspark": "#d62728", "ngram": "#9467bd", "draft_model": "#8c564b", "suffix": "#e377c2",
-    "mtp": "#bcbd22", "pard": "#17becf",
-}
-PALETTE = [
-    "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354",
-    "#756bb1", "#636363", "#6baed6", "#fd8d3c", "#74c476", "#9e9ac8", "#969696", "#ad494a",
-]
-
-MARKERS = ["o", "s", "^", "D"]
-LINESTYLES = ["-", "--", ":", "-."]
-
-TITLES = {
-    "tau": "Mean acceptance length τ by method and dataset",
-    "per_position": "Acceptance rate by draft position",
-    "speedup_vs_load": "Speedup over the baseline by load",
-    "latency_vs_throughput": "Latency against throughput across loads",
-    "serving_speedup": "Serving: speedup over the baseline by load",
-    "accuracy_speedup": "Task accuracy beside speedup",
-    "headline": "Speedup over the reference method, paired by prompt",
-    "step_time_vs_k": "Time per decoding step against K",
-}
-
-
-def method_colors(methods: Iterable[tuple[str, str]]) -> dict[str, str]:
-    """Colour per method label, stable across figures and runs.
-
-    ``methods`` are ``(label, kind)`` pairs. A registry name keeps its fixed
-    colour; a custom label takes its kind's colour when no other label uses
-    it, otherwise a slot of PALETTE chosen by a CRC32 of the label (probing
-    to the next free slot, in sorted order, so that one run's methods never
-    share a colour while the palette lasts).
-    """
-    pairs = sorted(set(methods))
-    out: dict[str, str] = {label: KNOWN_COLORS[label] for label, _ in pairs if label in KNOWN_COLORS}
-    used = set(out.values())
-    for label, kind in pairs:
-        if label in out:
-            continue
-        if kind in KNOWN_COLORS and KNOWN_COLORS[kind] not in used:
-            out[label] = KNOWN_COLORS[kind]
-        else:
-            start = zlib.crc32(label.encode()) % len(PALETTE)
-            free = [PALETTE[(start + i) % len(PALETTE)] for i in range(len(PALETTE))]
-            out[label] = next((c for c in free if c not in used), free[0])
-        used.add(out[label])
-    return out
-
-
 # --------------------------------------------------------------------------
 # helpers
-
-
-def _figure(n_panels: int, *, cols: int = 2, panel: tuple[float, float] = (5.2, 3.4)) -> tuple[Figure, list[Axes]]:
-    cols = max(1, min(cols, n_panels))
-    rows = math.ceil(n_panels / cols)
-    if cols == 1:
-        panel = (max(panel[0], 8.0), panel[1])
-    fig = Figure(figsize=(panel[0] * cols, panel[1] * rows + 0.6), dpi=DPI, facecolor=FACE,
-                 edgecolor=BORDER, linewidth=2, layout="constrained")
-    axes = [fig.add_subplot(rows, cols, i + 1) for i in range(n_panels)]
-    for ax in axes:
-        ax.set_facecolor(FACE)
-        ax.grid(True, color=GRID, linewidth=0.8)
-        ax.set_axisbelow(True)
-        for side in ("top", "right"):
-            ax.spines[side].set_visible(False)
-    return fig, axes
-
-
-def _png(fig: Figure, title: str) -> bytes:
-    fig.suptitle(title, color=INK, fontsize=12)
-    FigureCanvasAgg(fig)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", facecolor=FACE, edgecolor=BORDER, metadata={"Software": None})
-    return buf.getvalue()
-
-
-def _vals(ests: Sequence[Estimate | None]) -> list[float]:
-    return [e.value if e is not None and e.value is not None else math.nan for e in ests]
-
-
-def _yerr(ests: Sequence[Estimate | None]) -> list[list[float]]:
-    lo, hi = [], []
-    for e in ests:
-        if e is None or e.value is None or e.ci_low is None or e.ci_high is None:
-            lo.append(0.0)
-            hi.append(0.0)
-        else:
-            lo.append(max(0.0, e.value - e.ci_low))
-            hi.append(max(0.0, e.ci_high - e.value))
-    return [lo, hi]
 
 
 def _ok(g: GroupSummary) -> bool:
@@ -174,7 +87,7 @@ def _tau(summary: RunSummary, colors: dict[str, str]) -> bytes | None:
     if not targets:
         return None
     multi_t = len({g.temperature for g in summary.groups}) > 1
-    fig, axes = _figure(len(targets), cols=1, panel=(9.0, 3.6))
+    fig, axes = new_figure(len(targets), cols=1, panel=(9.0, 3.6))
     for ax, (target, groups) in zip(axes, targets.items(), strict=True):
         groups = _lowest_load(groups)
         ref_labelled = False
@@ -195,7 +108,7 @@ def _tau(summary: RunSummary, colors: dict[str, str]) -> bytes | None:
                 ref = (hit.reference or {}).get("tau")
                 if ref and isinstance(ref.get("value"), (int, float)):
                     refs.append((x, float(ref["value"])))
-            ax.bar(xs, _vals(ests), width * 0.92, yerr=_yerr(ests), capsize=3,
+            ax.bar(xs, est_values(ests), width * 0.92, yerr=est_yerr(ests), capsize=3,
                    color=colors[m], edgecolor=INK, linewidth=0.4, label=m, error_kw={"ecolor": INK, "lw": 1})
             if refs:
                 ax.scatter([r[0] for r in refs], [r[1] for r in refs], marker="D", s=28, color=INK, zorder=5,
@@ -209,21 +122,21 @@ def _tau(summary: RunSummary, colors: dict[str, str]) -> bytes | None:
         ax.set_ylim(bottom=0)
         ax.set_title(target, fontsize=10, color=INK)
         _legend(ax)
-    return _png(fig, TITLES["tau"] + " (95% intervals, smallest load)")
+    return to_png(fig, TITLES["tau"] + " (95% intervals, smallest load)")
 
 
 def _per_position(summary: RunSummary, colors: dict[str, str]) -> bytes | None:
     panels = _panels(summary, lambda g: any(p.value is not None for p in g.per_position))
     if not panels:
         return None
-    fig, axes = _figure(len(panels))
+    fig, axes = new_figure(len(panels))
     for ax, ((target, dataset), groups) in zip(axes, panels.items(), strict=True):
         temps = sorted({g.temperature for g in groups})
         for g in sorted(_lowest_load(groups), key=lambda g: g.temperature):
             xs = [i + 1 for i, p in enumerate(g.per_position) if p.value is not None]
             ests = [p for p in g.per_position if p.value is not None]
             ti = temps.index(g.temperature)
-            ax.errorbar(xs, _vals(ests), yerr=_yerr(ests), capsize=3, color=colors[g.method],
+            ax.errorbar(xs, est_values(ests), yerr=est_yerr(ests), capsize=3, color=colors[g.method],
                         marker=MARKERS[ti % len(MARKERS)], linestyle=LINESTYLES[ti % len(LINESTYLES)],
                         label=g.method if len(temps) == 1 else f"{g.method} T={g.temperature:g}")
         ax.set_xlabel("draft position")
@@ -232,7 +145,7 @@ def _per_position(summary: RunSummary, colors: dict[str, str]) -> bytes | None:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(f"{target} · {dataset}", fontsize=10, color=INK)
         _legend(ax)
-    return _png(fig, TITLES["per_position"] + " (95% intervals)")
+    return to_png(fig, TITLES["per_position"] + " (95% intervals)")
 
 
 #: x-axis label per kind of load: closed loop (batch size / concurrency) or a Poisson request rate.
@@ -279,18 +192,18 @@ def _speedup_vs_load(summary: RunSummary, colors: dict[str, str]) -> bytes | Non
     panels = {k: v for k, v in _sweeps(summary).items() if any(g.speedup and g.speedup.value for g in v)}
     if not panels:
         return None
-    fig, axes = _figure(len(panels))
+    fig, axes = new_figure(len(panels))
     kinds = {k[2] for k in panels}
     for ax, ((target, dataset, kind), groups) in zip(axes, panels.items(), strict=True):
         for (m, _t), series in _series(groups).items():
             gs = [g for g in series if g.speedup is not None and g.speedup.value is not None]
             if gs:
                 ests = [g.speedup for g in gs]
-                ax.errorbar([_load_x(g) for g in gs], _vals(ests), yerr=_yerr(ests), marker="o",
+                ax.errorbar([_load_x(g) for g in gs], est_values(ests), yerr=est_yerr(ests), marker="o",
                             capsize=3, color=colors[m], label=m)
         _load_axes(ax, LOAD_AXIS[kind], [_load_x(g) for g in groups])
         ax.set_title(_panel_title(target, dataset, kind, kinds), fontsize=10, color=INK)
-    return _png(fig, TITLES["speedup_vs_load"] + " (95% intervals)")
+    return to_png(fig, TITLES["speedup_vs_load"] + " (95% intervals)")
 
 
 def _load_axes(ax: Axes, xlabel: str, loads: Iterable[float]) -> None:
@@ -313,7 +226,7 @@ def _latency_vs_throughput(summary: RunSummary, colors: dict[str, str]) -> bytes
     panels = {k: v for k, v in _sweeps(summary).items() if sum(point(g) is not None for g in v) > 1}
     if not panels:
         return None
-    fig, axes = _figure(len(panels))
+    fig, axes = new_figure(len(panels))
     kinds = {k[2] for k in panels}
     for ax, ((target, dataset, kind), groups) in zip(axes, panels.items(), strict=True):
         for (m, _t), gs in _series(groups).items():
@@ -328,7 +241,7 @@ def _latency_vs_throughput(summary: RunSummary, colors: dict[str, str]) -> bytes
         labels = "labels: request rate, req/s" if kind == "rate" else "labels: load"
         ax.set_title(f"{_panel_title(target, dataset, kind, kinds)} ({labels})", fontsize=10, color=INK)
         _legend(ax)
-    return _png(fig, TITLES["latency_vs_throughput"])
+    return to_png(fig, TITLES["latency_vs_throughput"])
 
 
 def _serving_speedup(summary: RunSummary, colors: dict[str, str]) -> bytes | None:
@@ -348,18 +261,18 @@ def _serving_speedup(summary: RunSummary, colors: dict[str, str]) -> bytes | Non
         panels.setdefault((where, kind), {}).setdefault(series, []).append((x, est))
     if not panels:
         return None
-    fig, axes = _figure(len(panels))
+    fig, axes = new_figure(len(panels))
     for ax, ((where, kind), lines) in zip(axes, panels.items(), strict=True):
         for (m, metric), pts in lines.items():
             pts.sort(key=lambda p: p[0])
             ests = [p[1] for p in pts]
-            ax.errorbar([p[0] for p in pts], _vals(ests), yerr=_yerr(ests), marker="o", capsize=3,
+            ax.errorbar([p[0] for p in pts], est_values(ests), yerr=est_yerr(ests), marker="o", capsize=3,
                         color=colors.get(m, PALETTE[0]), linestyle="--" if metric == "tpot" else "-",
                         label=f"{m} ({metric})" if metric else m)
         _load_axes(ax, "request rate (req/s)" if kind == "rate" else "concurrent requests",
                    [p[0] for pts in lines.values() for p in pts])
         ax.set_title(where + (" · Poisson arrivals" if kind == "rate" else ""), fontsize=10, color=INK)
-    return _png(fig, TITLES["serving_speedup"] + " (95% intervals)")
+    return to_png(fig, TITLES["serving_speedup"] + " (95% intervals)")
 
 
 def _accuracy_speedup(summary: RunSummary, colors: dict[str, str]) -> bytes | None:
@@ -370,7 +283,7 @@ def _accuracy_speedup(summary: RunSummary, colors: dict[str, str]) -> bytes | No
     if not by_t:
         return None
     multi_t = len({k[2] for k in by_t}) > 1
-    fig, axes = _figure(2 * len(by_t), cols=2, panel=(5.0, 3.2))
+    fig, axes = new_figure(2 * len(by_t), cols=2, panel=(5.0, 3.2))
     for i, ((target, dataset, temp), groups) in enumerate(by_t.items()):
         if multi_t:
             dataset = f"{dataset} T={temp:g}"
@@ -380,13 +293,13 @@ def _accuracy_speedup(summary: RunSummary, colors: dict[str, str]) -> bytes | No
         names = [g.method for g in groups]
         accs = [g.accuracy.get(key) for g in groups]
         ax_acc.bar(range(len(groups)), [100 * (e.value or 0) if e else 0 for e in accs],
-                   yerr=[[100 * v for v in side] for side in _yerr(accs)], capsize=3,
+                   yerr=[[100 * v for v in side] for side in est_yerr(accs)], capsize=3,
                    color=[colors[n] for n in names], edgecolor=INK, linewidth=0.4)
         ax_acc.set_ylabel(f"{key} (%)")
         ax_acc.set_ylim(0, 100)
         ax_acc.set_title(f"{target} · {dataset}: accuracy", fontsize=10, color=INK)
         sps = [Estimate(value=1.0) if g.method_kind == "baseline" else g.speedup for g in groups]
-        ax_sp.bar(range(len(groups)), [e.value if e and e.value is not None else 0 for e in sps], yerr=_yerr(sps),
+        ax_sp.bar(range(len(groups)), [e.value if e and e.value is not None else 0 for e in sps], yerr=est_yerr(sps),
                   capsize=3, color=[colors[n] for n in names], edgecolor=INK, linewidth=0.4)
         ax_sp.axhline(1.0, color=BORDER, linestyle="--", linewidth=1)
         ax_sp.set_ylabel("speedup (× baseline tok/s)")
@@ -395,14 +308,12 @@ def _accuracy_speedup(summary: RunSummary, colors: dict[str, str]) -> bytes | No
             ax.grid(False, axis="x")
             ax.set_xticks(range(len(groups)), names, rotation=20, ha="right")
             ax.set_xlabel("method")
-    return _png(fig, TITLES["accuracy_speedup"] + " (95% intervals, smallest load)")
+    return to_png(fig, TITLES["accuracy_speedup"] + " (95% intervals, smallest load)")
 
 
 def make_figures(summary: RunSummary) -> dict[str, bytes]:
     """Every figure the summary has data for, as ``{name: PNG bytes}`` in a fixed order."""
     extra = {(str(r["method"]), str(r["method"])) for r in serving_rows(summary.extra.get("serving")) if r.get("method")}
-    from specbench.report import plots_compare
-
     families = {(g.family, g.method_kind) for g in summary.groups if g.family}
     colors = method_colors({*((g.method, g.method_kind) for g in summary.groups), *extra, *families})
     out: dict[str, bytes] = {}

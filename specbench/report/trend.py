@@ -17,7 +17,7 @@ from pathlib import Path
 
 from specbench.compare import HIGHER_IS_BETTER, metric_family
 from specbench.history import History, Point, RunInfo
-from specbench.report import auto_digits, fmt_est
+from specbench.report.fmt import auto_digits, fmt_est
 from specbench.stats import Estimate
 from specbench.stepdetect import Step, detect_steps
 
@@ -168,13 +168,13 @@ def _figure_series(ss: list[Series]) -> list[Series]:
 
 
 def group_figure(gid: str, ss: list[Series], runs: list[RunInfo]) -> bytes | None:
-    from specbench.report.plots import _figure, _png
+    from specbench.report.figure import new_figure, to_png
 
     panels = _figure_series(ss)
     if not panels:
         return None
     index = {r.run_id: i for i, r in enumerate(runs)}
-    fig, axes = _figure(len(panels), cols=min(3, len(panels)), panel=(4.6, 3.0))
+    fig, axes = new_figure(len(panels), cols=min(3, len(panels)), panel=(4.6, 3.0))
     for ax, s in zip(axes, panels, strict=True):
         xs = [index[p.run.run_id] for p in s.points]
         ys = [float(p.estimate.value or 0.0) for p in s.points]  # points with a value only (build_pages)
@@ -194,7 +194,7 @@ def group_figure(gid: str, ss: list[Series], runs: list[RunInfo]) -> bytes | Non
         ax.tick_params(labelsize=7)
         ax.set_xlim(-0.5, max(len(runs) - 0.5, 0.5))
         ax.legend(fontsize=6, loc="best")
-    return _png(fig, gid)
+    return to_png(fig, gid)
 
 
 CSS = """body{font-family:system-ui,sans-serif;margin:2em;color:#202124;max-width:1400px}

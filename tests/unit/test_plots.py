@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
-from specbench.report.plots import KNOWN_COLORS, PALETTE, make_figures, method_colors
+from specbench.report.figure import KNOWN_COLORS, PALETTE, method_colors
+from specbench.report.plots import make_figures
 from specbench.summary import RunSummary
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -86,7 +86,8 @@ def test_speedup_rows_are_pivoted_by_load() -> None:
     summary.extra = {"serving": speedups}
     text = render_markdown(summary, manifest)
     assert "## Serving" in text and "| tiny · jsonl | ngram | tpot | 1.50× [1.40, 1.60] (n=32) |" in text
-    from specbench.report.markdown import Table, build_report
+    from specbench.report.document import Table
+    from specbench.report.markdown import build_report
 
     serving = next(b for b in build_report(summary, manifest, markdown=False) if getattr(b, "title", "") == "Serving")
     table = next(b for b in serving.blocks if isinstance(b, Table))
@@ -133,7 +134,7 @@ def test_failed_check_and_missing_values_do_not_crash() -> None:
 
 
 def _tables(blocks: list) -> list:
-    from specbench.report.markdown import Details, Section, Table
+    from specbench.report.document import Details, Section, Table
 
     out = []
     for b in blocks:

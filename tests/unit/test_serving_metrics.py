@@ -240,7 +240,8 @@ def test_rate_rows_reach_the_summary_and_the_report(tmp_path) -> None:
     """api._serving on hand-built records: cell rows carry the rate, the report shows a rate table."""
     from specbench.api import _serving
     from specbench.records import CellRecord
-    from specbench.report.markdown import Table, build_report, render_markdown
+    from specbench.report.document import Table
+    from specbench.report.markdown import build_report, render_markdown
     from specbench.summary import RunSummary
 
     cells = [_rate_cell(m, r, cap=4) for m in ("baseline", "eagle3") for r in (1.0, 8.0)]
