@@ -61,8 +61,8 @@ from specbench.equivalence import (
     min_detectable_tv,
     pit_values_array,
     uniformity_test,
-    wilson_interval,
 )
+from specbench.stats import wilson_interval
 
 # ---------------------------------------------------------------------------
 # Simulated vocabulary, targets and drafts

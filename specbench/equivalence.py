@@ -32,7 +32,7 @@ from typing import Literal
 import numpy as np
 from scipy import special, stats
 
-from specbench.stats import Estimate, wilson
+from specbench.stats import Estimate, wilson_interval
 
 GreedyKind = Literal["identical", "near_tie", "divergent", "unverifiable"]
 Verdict = Literal["equivalent", "divergent", "not shown equivalent"]
@@ -104,29 +104,6 @@ DEFAULT_TARGET_TV = 0.1
 # ---------------------------------------------------------------------------
 # Proportions
 # ---------------------------------------------------------------------------
-
-
-def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
-    """Wilson score interval for a binomial proportion ``k / n``.
-
-    Unlike the normal (Wald) interval it stays inside [0, 1] and keeps close
-    to nominal coverage at small ``n`` and at ``k`` in {0, n}, which is where
-    identity rates live (a method matches 100/100 prompts: the interval is
-    [0.963, 1], not [1, 1]). ``n == 0`` returns the uninformative (0, 1).
-    Computed by :func:`specbench.stats.wilson` (one formula for every report),
-    with the endpoints at ``k == 0`` / ``k == n`` pinned to exactly 0 / 1.
-    """
-    if n < 0 or k < 0 or k > n:
-        raise ValueError(f"need 0 <= k <= n, got k={k}, n={n}")
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    if n == 0:
-        return (0.0, 1.0)
-    est = wilson(k, n, confidence)
-    assert est.ci_low is not None and est.ci_high is not None
-    lo = 0.0 if k == 0 else est.ci_low
-    hi = 1.0 if k == n else est.ci_high
-    return (lo, hi)
 
 
 def false_alarm_pvalue(k: int, m: int, alpha: float = 0.01) -> float:

@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict
 
 from specbench.plan import Cell
 from specbench.records import RequestRecord, SpecCounters
-from specbench.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, Estimate
+from specbench.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, Estimate, bootstrap_two_sample
 
 QUANTILES = (50.0, 90.0, 99.0)
 
@@ -255,7 +255,7 @@ def _rate_units(records: Sequence[RequestRecord]) -> np.ndarray:
     return np.asarray(rows, dtype=float).reshape(-1, 2)
 
 
-def _two_sample_bootstrap(
+def _speedup_ci(
     base: np.ndarray,
     meth: np.ndarray,
     metric: SpeedupMetric,
@@ -263,30 +263,18 @@ def _two_sample_bootstrap(
     resamples: int,
     seed: int,
 ) -> Estimate:
-    nb, nm = int(base.shape[0]), int(meth.shape[0])
-    if nb == 0 or nm == 0:
-        return Estimate(value=None, n=min(nb, nm))
-
+    """The speedup with a two-sample bootstrap interval (:func:`specbench.stats.bootstrap_two_sample`)."""
     if metric == "tpot":
 
-        def stat(b_idx: np.ndarray, m_idx: np.ndarray) -> np.ndarray:
-            return base[b_idx].mean(axis=-1) / meth[m_idx].mean(axis=-1)
+        def stat(b: np.ndarray, m: np.ndarray) -> np.ndarray:
+            return b.mean(axis=-1) / m.mean(axis=-1)
 
     else:
 
-        def stat(b_idx: np.ndarray, m_idx: np.ndarray) -> np.ndarray:
-            b = base[b_idx]
-            m = meth[m_idx]
+        def stat(b: np.ndarray, m: np.ndarray) -> np.ndarray:
             return (m[..., 0].sum(-1) / m[..., 1].sum(-1)) / (b[..., 0].sum(-1) / b[..., 1].sum(-1))
 
-    value = float(stat(np.arange(nb), np.arange(nm)))
-    if nb < 2 or nm < 2:
-        return Estimate(value=value, n=min(nb, nm), method="none")
-    rng = np.random.default_rng(seed)
-    reps = stat(rng.integers(0, nb, size=(resamples, nb)), rng.integers(0, nm, size=(resamples, nm)))
-    reps = reps[np.isfinite(reps)]
-    lo, hi = np.quantile(reps, [0.025, 0.975])
-    return Estimate(value=value, ci_low=float(lo), ci_high=float(hi), n=min(nb, nm), method="bootstrap")
+    return bootstrap_two_sample(base, meth, stat, resamples=resamples, seed=seed)
 
 
 def speedup(
@@ -299,7 +287,7 @@ def speedup(
 ) -> Estimate:
     """Speedup of ``method`` over ``baseline`` records (same concurrency) with a bootstrap 95% CI."""
     units = _tpot_units if metric == "tpot" else _rate_units
-    return _two_sample_bootstrap(units(baseline), units(method), metric, resamples=resamples, seed=seed)
+    return _speedup_ci(units(baseline), units(method), metric, resamples=resamples, seed=seed)
 
 
 def speedups_vs_load(

@@ -13,7 +13,6 @@ from specbench.scoring.accuracy import (
     paired_delta,
     pass_at_k,
     pass_at_k_estimate,
-    wilson_interval,
 )
 from specbench.scoring.gsm8k import extract_answer, extract_strict, reference_answer, score_gsm8k
 from specbench.scoring.humaneval import (
@@ -49,5 +48,4 @@ __all__ = [
     "score_gsm8k",
     "score_humaneval",
     "truncate_completion",
-    "wilson_interval",
 ]

@@ -21,13 +21,11 @@ project-wide seed (``specbench.stats.DEFAULT_SEED``).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
-from statistics import NormalDist
 
 import numpy as np
 
-from specbench.stats import CONFIDENCE, DEFAULT_SEED, Estimate
+from specbench.stats import CONFIDENCE, DEFAULT_SEED, Estimate, bootstrap, wilson_interval
 
 Scores = Mapping[str, Sequence[bool]]
 
@@ -57,22 +55,6 @@ def group_scores(pairs: Iterable[tuple[str, bool]]) -> dict[str, list[bool]]:
     return out
 
 
-def wilson_interval(successes: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """Wilson score interval for a binomial proportion."""
-    if n <= 0:
-        raise ValueError("n must be positive")
-    if not 0 <= successes <= n:
-        raise ValueError("successes must be within [0, n]")
-    z = NormalDist().inv_cdf(0.5 + confidence / 2)
-    p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    lo = 0.0 if successes == 0 else max(0.0, centre - half)
-    hi = 1.0 if successes == n else min(1.0, centre + half)
-    return lo, hi
-
-
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k for one task: ``1 - C(n-c, k) / C(n, k)`` (Chen et al., 2021).
 
@@ -95,20 +77,19 @@ def bootstrap_mean_ci(
     n_boot: int = 10_000,
     seed: int = DEFAULT_SEED,
 ) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean of ``values`` (resampling entries)."""
+    """Percentile bootstrap interval of the mean of ``values`` (resampling entries), by
+    :func:`specbench.stats.bootstrap`; a single value is its own interval."""
     x = np.asarray(values, dtype=float)
     if x.size == 0:
         raise ValueError("no values")
-    rng = np.random.default_rng(seed)
-    means = np.empty(n_boot)
-    chunk = max(1, 2_000_000 // x.size)
-    for start in range(0, n_boot, chunk):
-        stop = min(n_boot, start + chunk)
-        idx = rng.integers(0, x.size, size=(stop - start, x.size))
-        means[start:stop] = x[idx].mean(axis=1)
-    alpha = (1 - confidence) / 2
-    lo, hi = np.quantile(means, [alpha, 1 - alpha])
-    return float(lo), float(hi)
+    est = bootstrap(x, _means, resamples=n_boot, seed=seed, confidence=confidence, vectorized=True)
+    if est.ci_low is None or est.ci_high is None:
+        return float(x[0]), float(x[0])
+    return est.ci_low, est.ci_high
+
+
+def _means(block: np.ndarray) -> np.ndarray:
+    return block.mean(axis=1)
 
 
 def _check(scores: Scores) -> None:

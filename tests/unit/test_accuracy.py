@@ -13,9 +13,8 @@ from specbench.scoring.accuracy import (
     group_scores,
     paired_delta,
     pass_at_k_estimate,
-    wilson_interval,
 )
-from specbench.stats import Estimate
+from specbench.stats import Estimate, wilson_interval
 
 
 def test_wilson_known_values():

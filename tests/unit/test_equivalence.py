@@ -26,8 +26,8 @@ from specbench.equivalence import (
     topk_arrays,
     two_sample_test,
     uniformity_test,
-    wilson_interval,
 )
+from specbench.stats import wilson_interval
 
 # ---------------------------------------------------------------------------
 # helpers

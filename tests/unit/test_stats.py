@@ -32,3 +32,26 @@ def test_t_interval_and_significance():
 def test_estimate_format():
     assert stats.Estimate(value=2.345, ci_low=2.1, ci_high=2.5, n=3).fmt() == "2.35 [2.10, 2.50]"
     assert stats.Estimate(value=None).fmt() == "–"
+
+
+def test_wilson_ends_are_exact():
+    assert stats.wilson(0, 7).ci_low == 0.0
+    assert stats.wilson(10, 10).ci_high == 1.0
+    assert stats.wilson_interval(0, 0) == (0.0, 1.0)
+
+
+def test_bootstrap_blocks_and_vectorized_draw_the_same_resamples(monkeypatch):
+    x = np.random.default_rng(3).random(101)
+    whole = stats.bootstrap(x, lambda a: float(np.mean(a)), resamples=500)
+    vec = stats.bootstrap(x, lambda b: b.mean(axis=1), resamples=500, vectorized=True)
+    monkeypatch.setattr(stats, "_BLOCK_ENTRIES", 101 * 7)  # blocks of 7 resamples
+    blocked = stats.bootstrap(x, lambda a: float(np.mean(a)), resamples=500)
+    assert whole == vec == blocked
+
+
+def test_bootstrap_two_sample():
+    a, b = np.arange(1.0, 21.0), np.arange(2.0, 42.0, 2.0)
+    e = stats.bootstrap_two_sample(a, b, lambda x, y: y.mean(axis=-1) / x.mean(axis=-1))
+    assert e.value == 2.0 and e.ci_low < 2.0 < e.ci_high and e.n == 20 and e.method == "bootstrap"
+    assert stats.bootstrap_two_sample(a[:1], b, lambda x, y: y.mean(axis=-1)).ci_low is None
+    assert stats.bootstrap_two_sample(a[:0], b, lambda x, y: y.mean(axis=-1)).value is None
