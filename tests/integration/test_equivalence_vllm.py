@@ -16,12 +16,11 @@ from specbench.equivalence_run import (
     EQUIVALENCE,
     equivalence_summaries,
     greedy_equivalence,
-    pit_parts,
-    process_logprobs,
     sampled_equivalence,
     score_items_for,
     score_rows,
 )
+from specbench.pit import pit_parts, process_logprobs
 from specbench.plan import Cell
 from specbench.records import RequestRecord
 
