@@ -475,13 +475,13 @@ def _vllm_pools(args: argparse.Namespace) -> tuple[dict[str, list[np.ndarray]], 
 
     from specbench import datasets
     from specbench.assets import ensure_assets
+    from specbench.engines.factory import resolve_engine
     from specbench.engines.vllm_offline import VllmOfflineEngine
     from specbench.equivalence_run import score_items_for
     from specbench.methods import get_method
     from specbench.plan import Cell, EngineConfig
     from specbench.records import RequestRecord
     from specbench.requests import CellRequest, SamplingRequest
-    from specbench.runner import resolve_engine
     from specbench.suite import DatasetSpec, MethodSpec, TargetSpec
 
     assets = ensure_assets(train=args.vllm_assets != "untrained", quick=args.vllm_assets == "quick")

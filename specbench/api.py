@@ -17,9 +17,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from specbench import datasets, metrics, store
+from specbench.engines.factory import resolve_engine
 from specbench.engines.vllm_patches import PATCHES as ENGINE_PATCHES
+from specbench.executors import make_executor
 from specbench.plan import Cell, Plan, cell_summary, expand, vllm_serve_command
-from specbench.runner import Progress, Runner, detect_platform, resolve_engine
+from specbench.runner import Progress, Runner, detect_platform
+from specbench.runner import RunRefused as RunRefused  # the CLI reports it as bad input
 from specbench.schema import MANIFEST_SCHEMA_VERSION, hardware_class
 from specbench.settings import settings
 from specbench.suite import EquivalenceSpec, Suite, SuiteError, load_suite
@@ -56,7 +59,7 @@ def with_ks(suite: Suite, ks: list[int] | None) -> Suite:
 
 def dry_run(suite: Suite, platform: str | None = None, assets_factory: Any = None) -> list[dict[str, Any]]:
     """Every engine's exact configuration, without starting anything (``assets_factory``:
-    the tiny zoo to resolve ``model: tiny`` with, as in :func:`~specbench.runner.resolve_engine`)."""
+    the tiny zoo to resolve ``model: tiny`` with, as in :func:`~specbench.engines.factory.resolve_engine`)."""
     platform = platform or detect_platform()
     plan = expand(suite)
     out = []
@@ -153,10 +156,14 @@ def run(
     platform: str | None = None,
     allow_code_exec: bool | None = None,
     num_speculative_tokens: list[int] | None = None,
+    executor: str | None = None,
+    ray_address: str | None = None,
+    max_parallel_engines: int | None = None,
 ) -> Path:
     """Run a suite (or resume a run) and write records, summary and reports.
 
-    Returns the run directory.
+    ``executor`` (local | ray), ``ray_address`` and ``max_parallel_engines``
+    override the suite's ``executor:`` section. Returns the run directory.
     """
     platform = platform or detect_platform()
     if resume is not None:
@@ -174,8 +181,13 @@ def run(
         run_dir = results_root(out) / suite.name / run_id
         run_dir.mkdir(parents=True, exist_ok=False)
         manifest = _manifest(suite, plan, run_id, platform, limit)
+    spec = suite.executor
+    kind = executor or spec.kind
+    runs_on = make_executor(kind, ray_address=ray_address or spec.ray_address,
+                            max_parallel=max_parallel_engines or spec.max_parallel_engines)
+    manifest.setdefault("executors", []).append(kind)
     store.write_json(run_dir / store.MANIFEST, manifest)
-    runner = Runner(suite, plan, run_dir, run_id, limit=limit, progress=progress, platform=platform)
+    runner = Runner(suite, plan, run_dir, run_id, limit=limit, progress=progress, platform=platform, executor=runs_on)
     try:
         runner.run()
     finally:

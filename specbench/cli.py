@@ -120,6 +120,15 @@ def run(
         str | None,
         typer.Option(help="a quick K sweep: run every speculating method at these K values, e.g. 1,3,5"),
     ] = None,
+    executor: Annotated[
+        str | None, typer.Option(help="local (one engine at a time) | ray (spread engines over a Ray cluster)")
+    ] = None,
+    ray_address: Annotated[
+        str | None, typer.Option(help="Ray cluster: auto | HOST:PORT (default: RAY_ADDRESS, else a local Ray)")
+    ] = None,
+    max_parallel_engines: Annotated[
+        int | None, typer.Option(min=1, help="at most N engines at once (ray executor)")
+    ] = None,
 ) -> None:
     """Run a suite on real engines; write records, summary and reports."""
     ks: list[int] | None = None
@@ -161,9 +170,10 @@ def run(
         try:
             run_dir = api.run(
                 suite, out=out, limit=limit, resume=resume, progress=_RichProgress(p, total), platform=platform,
-                allow_code_exec=allow_code_exec or None, num_speculative_tokens=ks,
+                allow_code_exec=allow_code_exec or None, num_speculative_tokens=ks, executor=executor,
+                ray_address=ray_address, max_parallel_engines=max_parallel_engines,
             )
-        except SuiteError as exc:
+        except (SuiteError, api.RunRefused) as exc:
             _bad_input(exc.messages)
         except (api.store.StoreError, DatasetError) as exc:
             _bad_input([str(exc)])

@@ -10,7 +10,7 @@ statistics of :mod:`specbench.equivalence`.
   *and* baseline sequence is scored under the target *without* speculation
   by teacher forcing — one prefill of prompt + generated tokens through a
   plain vLLM engine of the same target with full-vocabulary prompt logprobs
-  (:func:`teacher_force_run`). vLLM's prompt logprobs are the *raw*
+  (a teacher-forcing job, :mod:`specbench.job_run`). vLLM's prompt logprobs are the *raw*
   log-softmax of the logits (``logprobs_mode`` only switches between logits
   and logprobs; no temperature or top-p is applied to prompt logprobs), so
   the cell's temperature and top-p are applied here, exactly as vLLM's
@@ -26,7 +26,7 @@ statistics of :mod:`specbench.equivalence`.
 "p": [...]}`` for a scored request, or the same keys with ``"error"`` (and
 no ``f_minus``/``p``) for one that could not be scored; an engine that
 could not start writes ``{"target", "error"}``. It is derived data: delete
-it and rerun :func:`teacher_force_run` to rebuild it.
+it and ``specbench run --resume`` the run to rebuild it.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from specbench import store
+from specbench.engines.factory import ResolvedEngine, resolve_engine
 from specbench.equivalence import (
     canonical_dtype,
     compare_greedy,
@@ -46,10 +47,7 @@ from specbench.equivalence import (
     summarize_greedy,
     tie_tolerance_for,
 )
-
-# pit_parts and process_logprobs are re-exported only while engines.vllm_offline
-# still imports them from here; it should import specbench.pit (issue 12).
-from specbench.pit import pit_from_row, pit_parts, process_logprobs  # noqa: F401
+from specbench.pit import pit_from_row
 from specbench.plan import Cell, Plan
 from specbench.records import RequestRecord
 from specbench.suite import EquivalenceSpec
@@ -393,15 +391,6 @@ def _baseline_config(plan: Plan, target_name: str) -> Any:
     )
 
 
-def _append(path: Path, rows: Iterable[dict[str, Any]]) -> None:
-    out = store.JsonlAppender(path)
-    try:
-        for row in rows:
-            out.append(row)
-    finally:
-        out.close()
-
-
 def score_items_for(
     records: Sequence[RequestRecord],
     cells: dict[str, Cell],
@@ -448,34 +437,16 @@ def score_rows(items: Sequence[dict[str, Any]], results: Sequence[dict[str, Any]
     return rows
 
 
-def teacher_force_run(
-    run_dir: Path,
-    suite: Any,
-    plan: Plan,
-    platform: str,
-    *,
-    progress: Any = None,
-) -> None:
-    """Score every not-yet-scored T>0 record of the run under its plain target.
+def teacher_forcing_work(run_dir: Path, suite: Any, plan: Plan) -> dict[str, list[dict[str, Any]]]:
+    """Per target, the score payloads of every not-yet-scored T>0 record of the run.
 
-    One baseline engine per target (the plan's baseline config when it has
-    one), with full-vocabulary prompt logprobs. Appends to
-    ``equivalence.jsonl``; failures (engine start, a request) are recorded
-    there, never raised.
+    Raises what reading the records raises (the driver records it as an error row).
     """
-    from specbench.engines.vllm_offline import VllmOfflineEngine
-    from specbench.runner import resolve_engine
-
     run_dir = Path(run_dir)
-    out = run_dir / EQUIVALENCE
     cells = {c.cell_id: c for c in plan.cells}
     top_p = float(getattr(getattr(suite, "sampling", None), "top_p", 1.0))
     done, _, _ = _latest_scores(read_scores(run_dir))
-    try:
-        records = store.read_requests(run_dir)
-    except Exception as exc:  # noqa: BLE001
-        _append(out, [{"target": None, "error": f"cannot read records: {type(exc).__name__}: {exc}"}])
-        return
+    records = store.read_requests(run_dir)
     prompts = {(str(o.get("dataset")), str(o.get("prompt_id"))): o for o in store.iter_jsonl(run_dir / store.PROMPTS)}
     todo: dict[str, list[RequestRecord]] = defaultdict(list)
     for r in records:
@@ -485,43 +456,15 @@ def teacher_force_run(
         if (r.cell_id, r.prompt_id, r.sample_index) in done:
             continue
         todo[c.target].append(r)
-    for target, recs in todo.items():
-        engine = None
-        try:
-            cfg = _baseline_config(plan, target)
-            res = resolve_engine(cfg, platform)
-            kwargs = dict(res.engine_kwargs)
-            kwargs["max_logprobs"] = -1
-            kwargs.pop("speculative_config", None)
-            kwargs.pop("per_request_spec_decode_metrics", None)
-            log = run_dir / "engines" / f"{target}--teacher-forcing.log"
-            engine = VllmOfflineEngine(cfg, kwargs, log, res.env)
-            engine.start()
-        except Exception as exc:  # noqa: BLE001 - recorded, not raised
-            reason = getattr(exc, "reason", None) or f"{type(exc).__name__}: {exc}"
-            _append(out, [{"target": target, "error": f"teacher-forcing engine did not start: {reason}"}])
-            if engine is not None:
-                engine.kill()
-            continue
-        try:
-            items = score_items_for(recs, cells, prompts, top_p)
-            for i in range(0, len(items), SCORE_BATCH):
-                batch = items[i : i + SCORE_BATCH]
-                try:
-                    results = engine.score(batch)
-                except Exception as exc:  # noqa: BLE001
-                    reason = getattr(exc, "reason", None) or f"{type(exc).__name__}: {exc}"
-                    _append(out, [{**it["key"], "order": ORDER, "error": reason} for it in batch])
-                    if not engine.alive:
-                        engine.close()
-                        engine.start()
-                    continue
-                _append(out, score_rows(batch, results))
-                if progress is not None:
-                    progress(min(i + SCORE_BATCH, len(items)), len(items))
-        except Exception as exc:  # noqa: BLE001
-            _append(
-                out, [{"target": target, "error": f"teacher forcing failed: {type(exc).__name__}: {exc}"}]
-            )
-        finally:
-            engine.close()
+    return {target: score_items_for(recs, cells, prompts, top_p) for target, recs in todo.items()}
+
+
+def teacher_forcing_engine(plan: Plan, target: str, platform: str) -> ResolvedEngine:
+    """The target's plain engine with full-vocabulary prompt logprobs (its baseline config when the plan has one)."""
+    res = resolve_engine(_baseline_config(plan, target), platform)
+    kwargs = dict(res.engine_kwargs)
+    kwargs["max_logprobs"] = -1
+    kwargs.pop("speculative_config", None)
+    kwargs.pop("per_request_spec_decode_metrics", None)
+    cfg = res.config.model_copy(update={"key": f"{target}--teacher-forcing"})
+    return res.model_copy(update={"config": cfg, "engine_kwargs": kwargs})

@@ -233,6 +233,21 @@ class EquivalenceSpec(Strict):
     sampled: SampledEquivalenceSpec | None = None
 
 
+class ExecutorSpec(Strict):
+    """Where the suite's engine jobs run (``executor: ray`` is short for ``executor: {kind: ray}``).
+    The command line's ``--executor`` / ``--ray-address`` / ``--max-parallel-engines`` win."""
+
+    kind: Literal["local", "ray"] = "local"
+    ray_address: str | None = Field(None, description="auto, HOST:PORT or ray://HOST:PORT; default: RAY_ADDRESS "
+                                    "or a Ray instance started for the run")
+    max_parallel_engines: int | None = Field(None, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _short_form(cls, data: Any) -> Any:
+        return {"kind": data} if isinstance(data, str) else data
+
+
 class Suite(Strict):
     name: str
     description: str | None = None
@@ -242,6 +257,7 @@ class Suite(Strict):
     load: LoadSpec = Field(default_factory=LoadSpec)
     repeats: int = Field(1, ge=1)
     warmup: bool = True
+    executor: ExecutorSpec = Field(default_factory=lambda: ExecutorSpec())
     references: list[ReferenceValue] = Field(default_factory=list)
     equivalence: EquivalenceSpec = Field(default_factory=EquivalenceSpec)
     scoring: ScoringSpec = Field(default_factory=ScoringSpec)

@@ -149,7 +149,7 @@ def _score_items(llm: Any, tokenizer: Any, items: list[dict[str, Any]], opts: di
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from specbench.equivalence_run import pit_parts, process_logprobs
+    from specbench.pit import pit_parts, process_logprobs
 
     vocab = int(llm.llm_engine.model_config.get_vocab_size())
     results: list[dict[str, Any] | None] = [None] * len(items)

@@ -265,10 +265,10 @@ def test_lossy_top_p_is_divergent(tmp_path):
     nearly flat at T=1 on these prompts, sum p^2 ~ 3e-4, so a 10% temperature
     change moves almost no mass; measured p=1 over 4096 tokens.)"""
     from specbench import datasets
+    from specbench.engines.factory import resolve_engine
     from specbench.engines.vllm_offline import VllmOfflineEngine
     from specbench.plan import expand
     from specbench.requests import CellRequest, SamplingRequest
-    from specbench.runner import resolve_engine
     from specbench.suite import load_suite
 
     (tmp_path / "suite.yaml").write_text(SUITE)

@@ -34,10 +34,11 @@ equivalence: {greedy: true, logprobs: 20}
 def flips(tmp_path_factory):
     """Records of both engines (the method's engine switched to bfloat16) and their reported dtypes."""
     from specbench import datasets
+    from specbench.engines.factory import resolve_engine
     from specbench.engines.vllm_offline import VllmOfflineEngine
     from specbench.plan import expand
     from specbench.requests import CellRequest
-    from specbench.runner import resolve_engine, sampling_for
+    from specbench.runner import sampling_for
     from specbench.suite import load_suite
 
     d = tmp_path_factory.mktemp("tie-flips")

@@ -294,11 +294,20 @@ def test_other_jsonl_files_go_through_the_one_reader(tmp_path):
         read_jsonl(tmp_path / "missing.jsonl")
 
     eq = tmp_path / equivalence_run.EQUIVALENCE
-    equivalence_run._append(eq, [{"cell_id": "c", "prompt_id": "p", "u": [0.5]}])
+    _append_rows(eq, [{"cell_id": "c", "prompt_id": "p", "u": [0.5]}])
     with open(eq, "a") as fh:
         fh.write('{"cell_id": "c", "pro')
     torn: list[str] = []
     assert len(equivalence_run.read_scores(tmp_path, torn)) == 1
     assert torn and torn[0].startswith("equivalence.jsonl:2: torn last line")
-    equivalence_run._append(eq, [{"cell_id": "c", "prompt_id": "q", "u": [0.1]}])
+    _append_rows(eq, [{"cell_id": "c", "prompt_id": "q", "u": [0.1]}])
     assert [r["prompt_id"] for r in equivalence_run.read_scores(tmp_path)] == ["p", "q"]
+
+
+def _append_rows(path, rows):
+    from specbench.store import JsonlAppender
+
+    out = JsonlAppender(path)
+    for row in rows:
+        out.append(row)
+    out.close()

@@ -1,0 +1,159 @@
+"""Any in-process engine, run in a child process (``ChildEngine``).
+
+The reference engine loads transformers models; run inside the driver, a run's
+own process would hold them and a crash in them would end the run. The child
+builds the engine from an importable class and its arguments, and answers
+``start`` / ``cell`` / ``close`` over a pipe, forwarding each request record
+as it is produced.
+"""
+
+from __future__ import annotations
+
+import importlib
+import multiprocessing as mp
+import os
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from specbench.engines.base import CellFailed, EmitRecord, EngineUnavailable
+from specbench.engines.vllm_offline import _log_to, tail
+from specbench.plan import EngineConfig
+from specbench.records import RequestRecord
+from specbench.requests import CellOutcome, CellRequest
+from specbench.settings import settings
+
+
+def _child_main(conn: Any, target: str, args: tuple, log_path: str) -> None:
+    _log_to(log_path)
+    print(f"specbench-engine pid={os.getpid()}", flush=True)
+    module, _, name = target.partition(":")
+    engine = getattr(importlib.import_module(module), name)(*args)
+    try:
+        engine.start()
+    except EngineUnavailable as exc:
+        conn.send(("start_error", {"reason": exc.reason, "skipped": exc.skipped, "log_tail": exc.log_tail}))
+        return
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        traceback.print_exc()
+        conn.send(("start_error", {"reason": f"{type(exc).__name__}: {exc}", "skipped": False, "log_tail": None}))
+        return
+    conn.send(("ready", engine.describe()))
+    while True:
+        msg = conn.recv()
+        if msg[0] == "close":
+            engine.close()
+            conn.send(("closed", None))
+            return
+        request = CellRequest.model_validate(msg[1])
+        try:
+            outcome = engine.run_cell(request, lambda r: conn.send(("record", r.model_dump(mode="json"))))
+        except CellFailed as exc:
+            conn.send(("cell_failed", {"reason": exc.reason, "engine_dead": exc.engine_dead, "log_tail": exc.log_tail}))
+            continue
+        except Exception as exc:  # noqa: BLE001 - the cell fails, the engine lives on
+            traceback.print_exc()
+            conn.send(("cell_failed", {"reason": f"{type(exc).__name__}: {exc}", "engine_dead": False, "log_tail": None}))
+            continue
+        conn.send(("done", {"outcome": outcome.model_dump(mode="json"), "describe": engine.describe()}))
+
+
+class ChildEngine:
+    """``ChildEngine(config, log_path, "module:Class", args)``: ``Class(*args)`` in a child process."""
+
+    def __init__(self, config: EngineConfig, log_path: Path, target: str, args: tuple):
+        self.config = config
+        self.log_path = Path(log_path)
+        self._target = target
+        self._args = args
+        self._proc: Any = None
+        self._conn: Any = None
+        self._describe: dict[str, Any] = {}
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def describe(self) -> dict[str, Any]:
+        return dict(self._describe)
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        ctx = mp.get_context("spawn")
+        parent, child = ctx.Pipe()
+        self._proc = ctx.Process(
+            target=_child_main, args=(child, self._target, self._args, str(self.log_path)),
+            name=f"specbench-engine-{self.config.key}",
+        )
+        self._proc.start()
+        child.close()
+        self._conn = parent
+        kind, payload = self._recv(settings().engine_start_timeout, starting=True)
+        if kind == "start_error":
+            self.kill()
+            raise EngineUnavailable(payload["reason"], skipped=payload["skipped"],
+                                    log_tail=payload["log_tail"] or tail(self.log_path))
+        self._describe = payload
+
+    def _recv(self, timeout: float, starting: bool = False) -> tuple[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._conn.poll(0.2):
+                try:
+                    return self._conn.recv()
+                except (EOFError, OSError):
+                    break
+            if not self._proc.is_alive() and not self._conn.poll(0):
+                break
+        else:
+            self.kill()
+            what = "start" if starting else "finish the cell"
+            reason = f"engine did not {what} within {timeout:.0f} s"
+            if starting:
+                raise EngineUnavailable(reason, log_tail=tail(self.log_path))
+            raise CellFailed(reason, engine_dead=True, log_tail=tail(self.log_path))
+        code = self._proc.exitcode
+        self.kill()
+        reason = f"engine process died (exit code {code})"
+        if starting:
+            raise EngineUnavailable(reason, log_tail=tail(self.log_path))
+        raise CellFailed(reason, engine_dead=True, log_tail=tail(self.log_path))
+
+    def run_cell(self, request: CellRequest, emit: EmitRecord) -> CellOutcome:
+        if self._proc is None or not self._proc.is_alive():
+            raise CellFailed("engine is not running", engine_dead=True, log_tail=tail(self.log_path))
+        self._conn.send(("cell", request.model_dump(mode="json")))
+        while True:
+            kind, payload = self._recv(settings().cell_timeout)
+            if kind == "record":
+                emit(RequestRecord.model_validate(payload))
+            elif kind == "done":
+                self._describe = payload["describe"]
+                return CellOutcome.model_validate(payload["outcome"])
+            elif kind == "cell_failed":
+                raise CellFailed(payload["reason"], engine_dead=payload["engine_dead"],
+                                 log_tail=payload["log_tail"] or tail(self.log_path))
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.is_alive()
+
+    def kill(self) -> None:
+        if self._proc is not None:
+            if self._proc.is_alive():
+                self._proc.kill()
+            self._proc.join(timeout=10)
+        self._proc = None
+
+    def close(self) -> None:
+        if self._proc is None:
+            return
+        try:
+            if self._proc.is_alive():
+                self._conn.send(("close",))
+                self._conn.poll(30)
+        except (OSError, EOFError, BrokenPipeError):
+            pass
+        self._proc.join(timeout=10)
+        self.kill()

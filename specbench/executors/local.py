@@ -1,0 +1,25 @@
+"""The local executor: one job at a time, in the driver's process (engines in children)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from specbench.engines.vllm_offline import close_spare
+from specbench.job_run import local_placement, run_job
+from specbench.jobs import EngineJob
+
+
+class LocalExecutor:
+    name = "local"
+
+    def check(self, jobs: Sequence[EngineJob]) -> list[str]:
+        return []
+
+    def run(self, jobs: Sequence[EngineJob], emit: Callable[[Any], None]) -> None:
+        placement = local_placement(self.name)
+        for job in jobs:
+            run_job(job, emit, placement)
+
+    def shutdown(self) -> None:
+        close_spare()
