@@ -144,6 +144,41 @@ class StopDecision(NamedTuple):
     target_half_width: float
 
 
+class StopRecord(BaseModel):
+    """What a cell that ran under a :class:`StopRule` records about its stop (one per rule)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rule: StopRule
+    order_seed: int = Field(description="seed of seeded_order: the prompts ran in this order")
+    n_used: int = Field(description="prompts run (a prefix of the seeded order)")
+    n_available: int
+    reason: str = Field(description="target | max_prompts | exhausted")
+    estimate: float | None
+    lo: float | None
+    hi: float | None
+    half_width: float | None
+    target_half_width: float | None
+    interval: str = Field(description="asymptotic-cs (τ, TPOT, speedup) or betting-cs (accuracy)")
+    stopped_with: list[str] = Field(default_factory=list, description="cells that stopped at the same n (paired)")
+    checks: list[tuple[int, float | None, float | None]] = Field(
+        default_factory=list, description="(n, lo, hi) at every check, for the report's trace"
+    )
+
+    @classmethod
+    def of(cls, rule: StopRule, decision: StopDecision, *, order_seed: int, n_available: int,
+           stopped_with: Sequence[str] = (), checks: Sequence[tuple[int, float, float]] = ()) -> StopRecord:
+        def num(x: float) -> float | None:
+            return float(x) if math.isfinite(x) else None
+
+        return cls(rule=rule, order_seed=order_seed, n_used=decision.n, n_available=n_available,
+                   reason=decision.reason, estimate=num(decision.estimate), lo=num(decision.lo),
+                   hi=num(decision.hi), half_width=num(decision.half_width),
+                   target_half_width=num(decision.target_half_width),
+                   interval="betting-cs" if rule.metric == "accuracy" else "asymptotic-cs",
+                   stopped_with=list(stopped_with), checks=[(n, num(lo), num(hi)) for n, lo, hi in checks])
+
+
 # ---------------------------------------------------------------------------
 # the prompt order
 
