@@ -284,17 +284,27 @@ def estimate(metric: Metric, units: np.ndarray) -> float:
     u = np.asarray(units, float)
     if u.shape[0] == 0:
         return float("nan")
-    s = u.sum(axis=0)
+    return float(estimates(metric, u[None])[0])
+
+
+def estimates(metric: Metric, blocks: np.ndarray) -> np.ndarray:
+    """:func:`estimate` of each of ``b`` resamples at once: ``blocks`` (b, n, k) → (b,)
+    (the ``vectorized`` statistic of :func:`specbench.stats.bootstrap`)."""
+    u = np.asarray(blocks, float)
+    if metric == "accuracy":
+        return u.reshape(u.shape[0], u.shape[1], -1)[:, :, 0].mean(axis=1)
+    if metric not in UNIT_COLUMNS:
+        raise ValueError(f"unknown metric {metric!r}")
+    s = u.sum(axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         if metric == "tau":
-            return float(1.0 + s[0] / s[1]) if s[1] > 0 else float("nan")
-        if metric == "tpot":
-            return float(s[0] / s[1]) if s[1] > 0 else float("nan")
-        if metric == "speedup":
-            return float((s[0] / s[1]) / (s[2] / s[3])) if s[1] > 0 and s[2] > 0 and s[3] > 0 else float("nan")
-        if metric == "accuracy":
-            return float(s[0] / u.shape[0])
-    raise ValueError(f"unknown metric {metric!r}")
+            out = np.where(s[:, 1] > 0, 1.0 + s[:, 0] / s[:, 1], np.nan)
+        elif metric == "tpot":
+            out = np.where(s[:, 1] > 0, s[:, 0] / s[:, 1], np.nan)
+        else:
+            ok = (s[:, 1] > 0) & (s[:, 2] > 0) & (s[:, 3] > 0)
+            out = np.where(ok, (s[:, 0] / s[:, 1]) / (s[:, 2] / s[:, 3]), np.nan)
+    return out
 
 
 def _gradient(metric: str, m: np.ndarray) -> np.ndarray:

@@ -30,6 +30,9 @@ def test_estimates_replicate_the_full_set_definitions() -> None:
     s = np.array([[10, 1.0, 10, 2.0], [20, 1.0, 20, 4.0]])
     assert sq.estimate("speedup", s) == pytest.approx((30 / 2) / (30 / 6))
     assert sq.estimate("accuracy", np.array([[1.0], [0.0], [0.5], [1.0]])) == pytest.approx(0.625)
+    blocks = np.stack([u, u[::-1], np.array([[1, 1], [1, 1], [0, 0]], float)])
+    assert sq.estimates("tau", blocks) == pytest.approx([1 + 8 / 6, 1 + 8 / 6, 2.0])
+    assert np.isnan(sq.estimates("tpot", np.zeros((1, 3, 2))))[0]
 
 
 def test_speedup_units_match_metrics_paired_speedup() -> None:
