@@ -30,8 +30,9 @@ and 16 HumanEval prompts) first checks at ``max(8, N // 2)`` prompts and then
 every ``max(4, N // 4)``: a cell of 8 prompts never stops early. A replay that reaches the last prompt
 stops there with the full-set value itself.
 
-Exit status 1 when, pooled over its cells, any metric's stopped-CS coverage
-is below ``--min-coverage`` (0.94), else 0.
+The summary pools the cells of each run per metric (and all runs). Exit
+status 1 when any run's (or all runs') pooled stopped-CS coverage of a
+metric is below ``--min-coverage`` (0.94), else 0.
 
 Producing the records (neither is committed; they are large)::
 
@@ -172,10 +173,10 @@ def replay(case: Case, args: argparse.Namespace) -> Result:
     all_rows = sequential.ordered_units(case.units, pids)
     full = sequential.estimate(case.metric, all_rows)
 
-    def stat(a: np.ndarray) -> float:
-        return sequential.estimate(case.metric, a)
+    def stat(blocks: np.ndarray) -> np.ndarray:
+        return sequential.estimates(case.metric, blocks)
 
-    fixed = stats.bootstrap(all_rows, stat, resamples=args.resamples)
+    fixed = stats.bootstrap(all_rows, stat, resamples=args.resamples, vectorized=True)
     fixed_half = (fixed.ci_high - fixed.ci_low) / 2 if fixed.ci_low is not None and fixed.ci_high is not None else 0.0
     target = args.factor * fixed_half
     min_p = min(args.min_prompts, max(8, n // 2))
@@ -197,7 +198,7 @@ def replay(case: Case, args: argparse.Namespace) -> Result:
         if seed < args.naive_replays:
             stop_n = checks[-1]
             for k in checks[:-1]:
-                b = stats.bootstrap(u[:k], stat, resamples=args.resamples)
+                b = stats.bootstrap(u[:k], stat, resamples=args.resamples, vectorized=True)
                 if b.ci_low is not None and b.ci_high is not None and (b.ci_high - b.ci_low) / 2 <= target:
                     stop_n = k
                     res.naive_covered.append(bool(b.ci_low <= full <= b.ci_high))
@@ -233,25 +234,32 @@ def print_table(results: list[Result], args: argparse.Namespace) -> dict[str, fl
               f"{_pct(r.cs_uniform):>7} {_pct(r.cs_early):>6} {_frac(r.cs_used, r.n):>13} "
               f"{_pct(r.naive_covered):>11} {_frac(r.naive_used, r.n):>13}")
     print()
-    by_metric: dict[str, list[Result]] = defaultdict(list)
+    by_key: dict[tuple[str, str], list[Result]] = defaultdict(list)
+    def kind(r: Result) -> str:  # the proxy accuracy apart from task accuracy
+        return r.case.metric + ("*" if r.case.label.endswith("*") else "")
+
     for r in results:
-        by_metric[r.case.metric].append(r)
+        by_key[(r.case.run, kind(r))].append(r)
+        by_key[("all runs", kind(r))].append(r)
     cover: dict[str, float] = {}
-    print(f"{'metric':<9} {'cells':>5} {'replays':>8} {'CS cover':>8} {'uniform':>7} {'early':>6} "
-          f"{'CS used/N':>9} {'naive replays':>13} {'naive cover':>11} {'naive used/N':>12}")
-    for m in sequential.METRICS:
-        rs = by_metric.get(m)
-        if not rs:
-            continue
-        cov = [x for r in rs for x in r.cs_covered]
-        uni = [x for r in rs for x in r.cs_uniform]
-        early = [x for r in rs for x in r.cs_early]
-        used = [u / r.n for r in rs for u in r.cs_used]
-        ncov = [x for r in rs for x in r.naive_covered]
-        nused = [u / r.n for r in rs for u in r.naive_used]
-        cover[m] = float(np.mean(cov))
-        print(f"{m:<9} {len(rs):>5} {len(cov):>8} {_pct(cov):>8} {_pct(uni):>7} {_pct(early):>6} "
-              f"{np.mean(used):>9.2f} {len(ncov):>13} {_pct(ncov):>11} {np.mean(nused) if nused else 0:>12.2f}")
+    print(f"{'run':<12} {'metric':<9} {'cells':>5} {'replays':>8} {'CS cover':>8} {'uniform':>7} {'early':>6} "
+          f"{'CS used/N':>9} {'max used/N':>10} {'naive replays':>13} {'naive cover':>11} {'naive used/N':>12}")
+    runs = list(dict.fromkeys(r.case.run for r in results))
+    for run in runs + (["all runs"] if len(runs) > 1 else []):
+        for m in ("tau", "speedup", "tpot", "accuracy", "accuracy*"):
+            rs = by_key.get((run, m))
+            if not rs:
+                continue
+            cov = [x for r in rs for x in r.cs_covered]
+            uni = [x for r in rs for x in r.cs_uniform]
+            early = [x for r in rs for x in r.cs_early]
+            used = [u / r.n for r in rs for u in r.cs_used]
+            ncov = [x for r in rs for x in r.naive_covered]
+            nused = [u / r.n for r in rs for u in r.naive_used]
+            cover[f"{run}/{m}"] = float(np.mean(cov))
+            print(f"{run:<12} {m:<9} {len(rs):>5} {len(cov):>8} {_pct(cov):>8} {_pct(uni):>7} {_pct(early):>6} "
+                  f"{np.mean(used):>9.2f} {max(used):>10.2f} {len(ncov):>13} {_pct(ncov):>11} "
+                  f"{np.mean(nused) if nused else 0:>12.2f}")
     return cover
 
 
@@ -260,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", nargs="+", type=Path, required=True, help="run directories (…/<suite>/<run-id>)")
     p.add_argument("--replays", type=int, default=500, help="seeded orders per cell and metric (CS)")
     p.add_argument("--naive-replays", type=int, default=500, help="orders per cell for the naive bootstrap")
-    p.add_argument("--resamples", type=int, default=500, help="bootstrap resamples (fixed-n half-width, naive)")
+    p.add_argument("--resamples", type=int, default=stats.DEFAULT_RESAMPLES, help="bootstrap resamples (fixed-n half-width, naive)")
     p.add_argument("--factor", type=float, default=3.0, help="target half-width / full set's fixed-n half-width")
     p.add_argument("--min-prompts", type=int, default=32)
     p.add_argument("--check-every", type=int, default=32)
