@@ -129,7 +129,7 @@ def cases_of_run(run_dir: Path, group_filter: re.Pattern[str] | None, proxy_accu
     by_group = metrics.requests_by_group(cells, latest, reqs)
     scores = _scores(run_dir, manifest, cells, reqs)
     kinds = {d["name"]: d["kind"] for d in manifest["suite"].get("datasets") or []}
-    first = {}
+    first: dict[str, Cell] = {}
     for c in cells:
         first.setdefault(c.group_id, c)
     baselines = {c.baseline_group_key: c.group_id for c in first.values() if c.method_kind == "baseline"}
