@@ -137,6 +137,7 @@ class RayExecutor:
     def _follow(self, job: EngineJob, gpu_cluster: bool, out: queue.Queue, slots: threading.Semaphore) -> None:
         """Submit one job, forward its events, and end it (with the reason when its worker died)."""
         error = None
+        ended = False
         with slots:
             try:
                 if self._stopping:
@@ -145,16 +146,20 @@ class RayExecutor:
                 gen = task.remote(job.model_dump(mode="json"))
                 with self._lock:
                     self._running[job.job_id] = gen
-                ended = False
                 for ref in gen:
                     for data in ray.get(ref):
                         ev = parse_event(data)
-                        ended = ended or isinstance(ev, JobEnded)
+                        if isinstance(ev, JobEnded):
+                            ended = True
+                            with self._lock:  # nothing left to cancel
+                                self._running.pop(job.job_id, None)
                         out.put(ev)
                 if not ended:
                     error = "the Ray task ended without finishing its job"
             except Exception as exc:  # noqa: BLE001 - a dead worker or node ends this job only
-                error = f"Ray worker or node died: {type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
+                if not ended:
+                    first = (str(exc).strip().splitlines() or [""])[0][:300]
+                    error = f"Ray worker or node died: {type(exc).__name__}: {first}"
             finally:
                 with self._lock:
                     self._running.pop(job.job_id, None)

@@ -73,7 +73,8 @@ def ray_cluster(tmp_path_factory):
     assert ray_cli, "ray is part of the test install (specbench[ray])"
     port = _free_port()
     tmp = Path(f"/tmp/sbray{os.getpid()}")  # Ray's socket paths must stay short
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    # Token authentication off: a throwaway cluster on this machine, reached by this test only.
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
     subprocess.run(
         [ray_cli, "start", "--head", f"--port={port}", "--num-cpus=4", "--num-gpus=2", "--include-dashboard=false",
          f"--temp-dir={tmp}", "--disable-usage-stats"],

@@ -154,7 +154,7 @@ def test_should_stop_reasons() -> None:
     stop, why = sq.joint_stop([sq.should_stop(loose, u[:64], 300), sq.should_stop(tight, u[:64], 300)])
     assert (stop, why) == (False, "too_wide")
     assert sq.joint_stop([sq.should_stop(loose, u[:64], 300)] * 2) == (True, "target")
-    rec = sq.StopRecord.of(loose, d, order_seed=3, n_available=300, stopped_with=["b"], checks=[(32, d.lo, d.hi)])
+    rec = sq.stop_record(loose, d, order_seed=3, n_available=300, stopped_with=["b"], checks=[(32, d.lo, d.hi)])
     assert (rec.n_used, rec.reason, rec.interval) == (32, "target", "asymptotic-cs")
     assert sq.StopRecord.model_validate_json(rec.model_dump_json()) == rec
 
