@@ -226,6 +226,7 @@ def analyze(run_dir: Path, *, allow_code_exec: bool | None = None) -> RunSummary
         scores=scores,
     )
     summary.checks = metrics.counter_checks(summary)
+    _stopped_intervals(summary, run_dir, cells, requests)
     _compare_methods(summary, manifest, cells, cell_records, requests)
     serving = _serving(manifest, cells, requests, cell_records)
     if serving:
@@ -246,6 +247,39 @@ def analyze(run_dir: Path, *, allow_code_exec: bool | None = None) -> RunSummary
                 g.scoring_note = next(n for n in notes if "HumanEval" in n)
     store.write_json(run_dir / store.SUMMARY, summary.model_dump(mode="json"))
     return summary
+
+
+def _stopped_intervals(summary: RunSummary, run_dir: Path, cells: list[Cell], requests: list) -> None:
+    """A cell that stopped early reports its metric with the confidence sequence it stopped on
+    (a bootstrap interval re-checked after every block would cover less than it claims)."""
+    from specbench.stopping import SUMMARY_FIELD, stopped_interval
+
+    by_id = {c.cell_id: c for c in cells}
+    recs: dict[str, list] = {}
+    for r in metrics.unique_requests(requests):
+        recs.setdefault(r.cell_id, []).append(r)
+    baseline_of = {(c.baseline_group_key, c.repeat): c.cell_id for c in cells if c.method_kind == "baseline"}
+    refs = {str(o.get("prompt_id")): o.get("reference") for o in store.iter_jsonl(run_dir / store.PROMPTS)} \
+        if (run_dir / store.PROMPTS).exists() else {}
+    for g in summary.groups:
+        stopped = [line for line in g.cells if line.stop is not None and line.status == "ok"]
+        if len(stopped) != 1 or len(g.cells) != 1:
+            continue  # repeats pool several cells: their bootstrap stays (each cell's own interval is in its stop record)
+        stop, cell = stopped[0].stop, by_id[stopped[0].cell_id]
+        assert stop is not None
+        if stop.estimate is None:
+            continue  # the cell could not measure the rule's metric: it ran a fixed number of prompts
+        paired = recs.get(baseline_of.get((cell.baseline_group_key, cell.repeat), ""), [])
+        for metric, field in SUMMARY_FIELD.items():
+            if getattr(g, field) is None:
+                continue  # not measured for this group (τ of a baseline, speedup without one)
+            est = stopped_interval(stop, recs.get(cell.cell_id, []), paired, refs, metric)
+            if est is not None:
+                setattr(g, field, est)
+        if stop.rule.metric == "accuracy" and "strict" in g.accuracy:
+            est = stopped_interval(stop, recs.get(cell.cell_id, []), paired, refs)
+            if est is not None:
+                g.accuracy["strict"] = est
 
 
 def _compare_methods(

@@ -32,7 +32,8 @@ from specbench.jobs import (
 )
 from specbench.methods import get_method
 from specbench.records import CellRecord, RequestRecord
-from specbench.requests import CellRequest
+from specbench.requests import CellOutcome, CellRequest
+from specbench.stopping import CellStopper
 
 Emit = Callable[[Any], None]
 
@@ -158,8 +159,12 @@ class _Job:
             received += 1
             self.emit(RequestDone(job_id=job.job_id, record=rec))
 
+        stopper = None
         try:
-            outcome = engine.run_cell(req, on_record)
+            if cell.stop is None:
+                outcome = engine.run_cell(req, on_record)
+            else:
+                stopper, outcome = self.run_stopping(engine, work, on_record)
         except CellFailed as exc:
             self.emit(CellDone(job_id=job.job_id, record=CellRecord(
                 run_id=job.run_id, cell_id=cell.cell_id, engine_key=job.engine.config.key, status="failed",
@@ -180,8 +185,34 @@ class _Job:
             run_id=job.run_id, cell_id=cell.cell_id, engine_key=job.engine.config.key, status="ok", reason=reason,
             counters=counters, num_requests=work.earlier_requests + outcome.num_requests,
             wall_time_s=outcome.wall_time_s, started_at=started, finished_at=now_iso(),
+            stop=None if stopper is None else stopper.record(),
         )))
         return True
+
+    def run_stopping(self, engine: Engine, work: CellWork, on_record: Callable[[RequestRecord], None]
+                     ) -> tuple[CellStopper, CellOutcome]:
+        """Run the cell's prompts in its seeded order, block by block, until its stop rule is met."""
+        req = work.request
+        cell = req.cell
+        assert cell.stop is not None
+        stopper = CellStopper(cell.stop, req.prompts, seed=work.order_seed, speculative=cell.k is not None,
+                              paired=work.paired, dataset_kind=work.dataset_kind, earlier=work.earlier_records)
+
+        def collect(rec: RequestRecord) -> None:
+            stopper.records.append(rec)
+            on_record(rec)
+
+        counters, wall, n = None, 0.0, 0
+        for start, end in stopper.blocks():
+            block = req.model_copy(update={"prompts": stopper.prompts[start:end]})
+            out = engine.run_cell(block, collect)
+            if out.counters is not None:
+                counters = out.counters if counters is None else counters + out.counters
+            wall += out.wall_time_s
+            n += out.num_requests
+            if stopper.check(end):
+                break
+        return stopper, CellOutcome(counters=counters, wall_time_s=wall, num_requests=n)
 
     def teacher_force(self) -> None:
         """Score sampled outputs under the plain target; failures become error rows."""

@@ -29,6 +29,12 @@ class CellWork(BaseModel):
     earlier_requests: int = 0
     # Counters of the earlier attempt's records (None where a record had none).
     earlier_counters: list[SpecCounters | None] = Field(default_factory=list)
+    # Cells with a stop rule (request.cell.stop): the earlier attempt's records, the paired
+    # baseline cell's records (speedup), the dataset's kind (accuracy) and the order's seed.
+    earlier_records: list[RequestRecord] = Field(default_factory=list)
+    paired: list[RequestRecord] | None = None
+    dataset_kind: str | None = None
+    order_seed: int = 0
 
 
 class EngineJob(BaseModel):

@@ -271,6 +271,7 @@ def summarize(
                     status=st,
                     reason=cr.reason if cr else None,
                     engine_log_tail=cr.engine_log_tail if cr else None,
+                    stop=cr.stop if cr else None,
                 )
             )
         ok_cells = [c for c in gcells if (latest.get(c.cell_id) and latest[c.cell_id].status == "ok")]

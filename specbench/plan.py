@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from specbench.methods import get_method
+from specbench.stoprule import StopRule
 from specbench.suite import MethodSpec, Suite, TargetSpec
 
 
@@ -60,6 +61,7 @@ class Cell(BaseModel):
     repeat: int
     request_rate: float | None = None  # Poisson arrivals (requests/s); None: closed loop at batch_size
     family: str | None = None  # the suite's method label when ``method`` is one K of a sweep ('eagle3-k3')
+    stop: StopRule | None = None  # the cell may stop early (prompts in a seeded order, see specbench.sequential)
 
     @property
     def method_family(self) -> str:
@@ -197,6 +199,7 @@ def expand(suite: Suite) -> Plan:
                                     repeat=r,
                                     request_rate=rate,
                                     family=family if family != m.label else None,
+                                    stop=None if temp == sampled_t and sampled_loads else (m.stop or suite.stop),
                                 )
                             )
     return Plan(suite_name=suite.name, engines=engines, cells=cells)

@@ -18,6 +18,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from specbench.stoprule import StopRecord
+
 SCHEMA_VERSION = 1
 
 CellStatus = Literal["ok", "skipped", "failed"]
@@ -126,3 +128,5 @@ class CellRecord(BaseModel):
     engine_log_tail: str | None = None
     started_at: str | None = None
     finished_at: str | None = None
+    # A cell that ran under a stop rule: prompts used of available, why it stopped, its interval.
+    stop: StopRecord | None = None

@@ -177,7 +177,29 @@ class Runner:
             run_id=self.run_id, cell=cell, prompts=prompts, sampling=sampling_for(self.suite, cell),
             skip={(r.prompt_id, r.sample_index) for r in earlier},
         )
-        return CellWork(request=request, earlier_requests=len(earlier), earlier_counters=[r.spec for r in earlier])
+        work = CellWork(request=request, earlier_requests=len(earlier), earlier_counters=[r.spec for r in earlier])
+        if cell.stop is not None:
+            work.earlier_records = earlier
+            work.dataset_kind = next(d.kind for d in self.suite.datasets if d.name == cell.dataset)
+            work.order_seed = self.suite.sampling.seed
+        return work
+
+    def _needs_pairs(self) -> bool:
+        """Speedup stop rules: baselines run first, their records go to the paired cells' jobs."""
+        return any(c.stop is not None and c.stop.metric == "speedup" for c in self.plan.cells)
+
+    def _pair(self, jobs: list[EngineJob]) -> None:
+        """Give every speculative cell with a speedup stop rule its baseline cell's records (now on disk)."""
+        by_cell: dict[str, list[RequestRecord]] = defaultdict(list)
+        for r in read_requests(self.run_dir):
+            by_cell[r.cell_id].append(r)
+        baseline_of = {(c.baseline_group_key, c.repeat): c.cell_id for c in self.plan.cells if c.method_kind == "baseline"}
+        for job in jobs:
+            for w in job.cells:
+                c = w.request.cell
+                if c.stop is not None and c.stop.metric == "speedup" and c.k is not None:
+                    base = baseline_of.get((c.baseline_group_key, c.repeat))
+                    w.paired = by_cell.get(base, []) if base is not None else None
 
     def _load(self) -> LoadProfile:
         # The load shape comes from each cell (concurrency in batch_size, or a Poisson
@@ -253,7 +275,14 @@ class Runner:
             problems = self.executor.check(jobs)
             if problems:
                 raise RunRefused(problems)
-            self._execute(jobs)
+            if self._needs_pairs():
+                first = [j for j in jobs if j.engine.config.method.method == "baseline"]
+                self._execute(first)
+                rest = [j for j in jobs if j not in first]
+                self._pair(rest)
+                self._execute(rest)
+            else:
+                self._execute(jobs)
             if self.suite.equivalence.sampled is not None:
                 self.progress("engine_start", None, "teacher forcing (target without speculation)")
                 self._execute(self.teacher_forcing_jobs())

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from specbench.engines.vllm_patches import PATCHES as ENGINE_PATCHES
 from specbench.methods import METHODS, closest
+from specbench.stoprule import StopRule
 
 DATASET_KINDS = ("gsm8k", "humaneval", "spec_bench", "jsonl")
 ENGINES = ("vllm-offline", "vllm-server", "reference")
@@ -43,6 +44,7 @@ class MethodSpec(Strict):
         "each K's groups are labelled '<name>-k<K>')",
     )
     speculative_config: dict[str, Any] = Field(default_factory=dict)
+    stop: StopRule | None = Field(None, description="this method's cells stop early (overrides the suite's stop)")
     note: str | None = None
 
     @property
@@ -258,6 +260,9 @@ class Suite(Strict):
     repeats: int = Field(1, ge=1)
     warmup: bool = True
     executor: ExecutorSpec = Field(default_factory=lambda: ExecutorSpec())
+    stop: StopRule | None = Field(
+        None, description="every cell stops once its metric's confidence sequence is this tight (README: Early stopping)"
+    )
     references: list[ReferenceValue] = Field(default_factory=list)
     equivalence: EquivalenceSpec = Field(default_factory=EquivalenceSpec)
     scoring: ScoringSpec = Field(default_factory=ScoringSpec)

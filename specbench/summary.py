@@ -14,6 +14,7 @@ from specbench.comparison_schema import HeadlineRow, KSweep, VerificationSpent
 from specbench.records import SpecCounters
 from specbench.schema import SUMMARY_SCHEMA_VERSION, CounterCheck, SummaryExtra, upgrade_summary
 from specbench.stats import Estimate
+from specbench.stoprule import StopRecord
 
 
 class CellStatusLine(BaseModel):
@@ -23,6 +24,7 @@ class CellStatusLine(BaseModel):
     status: str
     reason: str | None = None
     engine_log_tail: str | None = None
+    stop: StopRecord | None = None  # the cell ran under a stop rule: prompts used of available, why it stopped
 
 
 class GroupSummary(BaseModel):

@@ -47,6 +47,7 @@ from specbench.report.fmt import (
     fmt_tps,
     n_note,
 )
+from specbench.report.stopping import stopping_section
 from specbench.stats import Estimate
 from specbench.summary import GroupSummary, RunSummary
 
@@ -596,7 +597,7 @@ def build_report(summary: RunSummary, manifest: dict[str, Any], *, markdown: boo
     headline = headline_section(summary, refs)
     blocks += [headline] if headline is not None else []
     blocks.append(_results(summary, refs))
-    for section in (k_sweep_section(summary), verification_section(summary), _accuracy(summary),
+    for section in (k_sweep_section(summary), verification_section(summary), stopping_section(summary), _accuracy(summary),
                     _equivalence(summary), _serving(summary, markdown), _cross_check(summary)):
         if section is not None:
             blocks.append(section)
