@@ -50,11 +50,15 @@ def local_placement(executor: str = "local") -> Placement:
     )
 
 
+FollowUp = Callable[[EngineJob], list[dict[str, Any]]]
+
+
 class _Job:
-    def __init__(self, job: EngineJob, emit: Emit, placement: Placement):
+    def __init__(self, job: EngineJob, emit: Emit, placement: Placement, follow_up: FollowUp | None = None):
         self.job = job
         self.emit = emit
         self.placement = placement
+        self.follow_up = follow_up
 
     def _phase(self, phase: str, start: float) -> None:
         self.emit(PhaseTimed(job_id=self.job.job_id, phase=phase, start=start, end=wall_now(), gpus=self.job.gpus))
@@ -131,6 +135,11 @@ class _Job:
                     return
                 t0 = wall_now()
             self._phase("cells", t0)
+            if job.teacher_forcing_after and self.follow_up is not None:
+                # The target's plain engine is up: it teacher-forces the target's sampled outputs now.
+                items = self.follow_up(job)
+                if items:
+                    engine = self.score(engine, items)
         except BaseException:
             engine.kill()  # stopping (a signal, a cancelled task): no graceful shutdown
             raise
@@ -215,19 +224,30 @@ class _Job:
         return stopper, CellOutcome(counters=counters, wall_time_s=wall, num_requests=n)
 
     def teacher_force(self) -> None:
-        """Score sampled outputs under the plain target; failures become error rows."""
-        from specbench.equivalence_run import score_rows
-
+        """Score sampled outputs under the plain target (its own engine); failures become error rows."""
         job = self.job
-        items = job.score_items
         try:
             engine = self.start()
         except EngineUnavailable as exc:
             self.emit(EngineState(job_id=job.job_id, state="failed", reason=exc.reason, placement=self.placement))
-            self.emit(ScoresDone(job_id=job.job_id, done=0, total=len(items), rows=[
+            self.emit(ScoresDone(job_id=job.job_id, done=0, total=len(job.score_items), rows=[
                 {"target": job.engine.config.target.name, "error": f"teacher-forcing engine did not start: {exc.reason}"}
             ]))
             return
+        try:
+            engine = self.score(engine, job.score_items)
+        except BaseException:
+            engine.kill()
+            raise
+        finally:
+            engine.close()
+            self.emit(EngineState(job_id=job.job_id, state="closed"))
+
+    def score(self, engine: Engine, items: list[dict[str, Any]]) -> Engine:
+        """Teacher-force ``items`` in batches on ``engine`` (restarted once it died); returns the engine in use."""
+        from specbench.equivalence_run import score_rows
+
+        job = self.job
         t0 = wall_now()
         try:
             for i in range(0, len(items), job.score_batch):
@@ -241,22 +261,21 @@ class _Job:
                         engine = self.start()
                 self.emit(ScoresDone(job_id=job.job_id, rows=rows, done=min(i + len(batch), len(items)),
                                      total=len(items)))
-        except BaseException:
-            engine.kill()
-            raise
         finally:
             self._phase("teacher_forcing", t0)
-            engine.close()
-            self.emit(EngineState(job_id=job.job_id, state="closed"))
+        return engine
 
 
-def run_job(job: EngineJob, emit: Emit, placement: Placement | None = None) -> None:
+def run_job(job: EngineJob, emit: Emit, placement: Placement | None = None, follow_up: FollowUp | None = None) -> None:
     """Run ``job`` to its end, emitting events; the last one is :class:`JobEnded`.
+
+    ``follow_up`` (the local executor's driver): the items to teacher-force on a
+    job's engine after its cells, for a job marked ``teacher_forcing_after``.
 
     A :class:`BaseException` (a stop signal, a cancelled task) propagates after the
     engine was killed; an unexpected error ends the job with its reason.
     """
-    runner = _Job(job, emit, placement or local_placement())
+    runner = _Job(job, emit, placement or local_placement(), follow_up)
     try:
         if job.kind == "cells":
             runner.run_cells()

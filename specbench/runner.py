@@ -234,11 +234,38 @@ class Runner:
                 gpus=engine_gpus(cfg, self.platform),
             ))
         if isinstance(self.executor, LocalExecutor):
+            jobs = self._teacher_forcing_on_baselines(jobs)
             for i, job in enumerate(jobs):  # a spare worker imports vLLM for the next offline engine
                 later = jobs[i + 1 :]
                 job.offline_engine_follows = self.suite.equivalence.sampled is not None or any(
                     j.engine.config.target.engine == "vllm-offline" for j in later)
         return jobs
+
+    def _teacher_forcing_on_baselines(self, jobs: list[EngineJob]) -> list[EngineJob]:
+        """Local runs with a sampled test: each target's vLLM baseline runs last, started with
+        full-vocabulary logprobs, and teacher-forces its target's outputs once its cells are done
+        (no engine start of its own). Not with speedup stop rules (baselines run first there)."""
+        if self.suite.equivalence.sampled is None or self._needs_pairs():
+            return jobs
+        late = []
+        for job in jobs:
+            cfg = job.engine.config
+            if cfg.method.method == "baseline" and cfg.target.engine == "vllm-offline" and cfg.speculative_config is None:
+                job.teacher_forcing_after = True
+                job.engine.engine_kwargs["max_logprobs"] = -1
+                late.append(job)
+        self.executor.follow_up = self._follow_up  # type: ignore[attr-defined]
+        return [j for j in jobs if j not in late] + late
+
+    def _follow_up(self, job: EngineJob) -> list[dict[str, Any]]:
+        """The target's not-yet-scored sampled outputs (every job of the target has run)."""
+        self.progress("engine_start", None, f"teacher forcing on {job.job_id} (already up)")
+        try:
+            work = teacher_forcing_work(self.run_dir, self.suite, self.plan)
+        except Exception as exc:  # noqa: BLE001 - the teacher-forcing job after the cells reports it
+            self._scores([{"target": None, "error": f"cannot read records: {type(exc).__name__}: {exc}"}])
+            return []
+        return work.get(job.engine.config.target.name, [])
 
     def teacher_forcing_jobs(self) -> list[EngineJob]:
         try:

@@ -6,12 +6,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from specbench.engines.vllm_offline import close_spare
-from specbench.job_run import local_placement, run_job
+from specbench.job_run import FollowUp, local_placement, run_job
 from specbench.jobs import EngineJob
 
 
 class LocalExecutor:
     name = "local"
+
+    def __init__(self, follow_up: FollowUp | None = None):
+        self.follow_up = follow_up  # set by the driver: teacher forcing on an engine already up
 
     def check(self, jobs: Sequence[EngineJob]) -> list[str]:
         return []
@@ -19,7 +22,7 @@ class LocalExecutor:
     def run(self, jobs: Sequence[EngineJob], emit: Callable[[Any], None]) -> None:
         placement = local_placement(self.name)
         for job in jobs:
-            run_job(job, emit, placement)
+            run_job(job, emit, placement, self.follow_up)
 
     def shutdown(self) -> None:
         close_spare()
