@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -159,10 +160,8 @@ def _engine_pid(run_dir: Path, key: str) -> int | None:
     log = run_dir / "engines" / f"{key}.log"
     if not log.exists():
         return None
-    for line in log.read_text(errors="replace").splitlines():
-        if f"specbench-engine-{key} pid=" in line:
-            return int(line.rsplit("pid=", 1)[1].split()[0])
-    return None
+    m = re.search(rf"specbench-engine-{re.escape(key)} pid=(\d+)", log.read_text(errors="replace"))
+    return int(m.group(1)) if m else None
 
 
 def _wait_for(pred, timeout=600.0):
