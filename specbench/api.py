@@ -179,12 +179,15 @@ def run(
         plan = expand(suite)
         run_id = store.new_run_id()
         run_dir = results_root(out) / suite.name / run_id
-        run_dir.mkdir(parents=True, exist_ok=False)
         manifest = _manifest(suite, plan, run_id, platform, limit)
     spec = suite.executor
     kind = executor or spec.kind
-    runs_on = make_executor(kind, ray_address=ray_address or spec.ray_address,
-                            max_parallel=max_parallel_engines or spec.max_parallel_engines)
+    try:
+        runs_on = make_executor(kind, ray_address=ray_address or spec.ray_address,
+                                max_parallel=max_parallel_engines or spec.max_parallel_engines)
+    except Exception as exc:  # noqa: BLE001 - no Ray, no cluster at that address: bad input, before any engine
+        raise RunRefused([f"executor {kind}: {type(exc).__name__}: {exc}"]) from exc
+    run_dir.mkdir(parents=True, exist_ok=resume is not None)
     manifest.setdefault("executors", []).append(kind)
     store.write_json(run_dir / store.MANIFEST, manifest)
     runner = Runner(suite, plan, run_dir, run_id, limit=limit, progress=progress, platform=platform, executor=runs_on)
