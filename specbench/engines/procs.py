@@ -2,15 +2,20 @@
 
 * :func:`die_with_parent` (called first thing in a spawned worker) and
   :func:`pdeathsig_preexec` (a ``preexec_fn`` for ``subprocess.Popen``) ask
-  Linux to SIGKILL the process when its parent dies (``PR_SET_PDEATHSIG``),
+  Linux to signal the process when its parent dies (``PR_SET_PDEATHSIG``),
   so not even a SIGKILLed specbench leaves an engine holding the GPUs. A
   no-op elsewhere. The signal follows the death of the parent *thread* that
-  started the child: engines are started from the main thread.
+  started the child: engines are started from the main thread. It is not
+  inherited by the child's own children: a process with children of its
+  own (``vllm serve`` and its EngineCore) is better sent SIGTERM, which
+  its shutdown passes on, than SIGKILL, which orphans them.
 * :data:`LIVE` lists the engine processes started and not yet ended;
   :func:`end_all` kills what is left (a run that was stopped part-way through
   an engine's own clean-up).
 * :func:`kill_tree` ends a process group and every descendant of its leader,
   including one that left the group.
+* :func:`end_resource_tracker` has multiprocessing's resource tracker clean up
+  after killed workers now, not at exit.
 """
 
 from __future__ import annotations
@@ -54,6 +59,27 @@ def die_with_parent(parent_pid: int | None = None, sig: int = signal.SIGKILL) ->
     if parent_pid is not None and os.getppid() != parent_pid:
         os.kill(os.getpid(), sig)
     return True
+
+
+def group_dies_with_parent(parent_pid: int | None = None) -> bool:
+    """Make this process a process-group leader whose whole group is SIGKILLed when its parent dies.
+
+    For a worker that starts processes of its own (vLLM's EngineCore on a GPU):
+    they stay in its group, and the group goes at once. The process gets
+    SIGTERM on the parent's death, and its SIGTERM handler kills the group; so
+    nobody else should send it SIGTERM. Being out of the parent's group, it no
+    longer receives a terminal's Ctrl-C: the parent decides what stops. Linux
+    only (``False`` elsewhere, where nothing is changed).
+    """
+    if _PRCTL is None:
+        return False
+    os.setpgrp()
+    signal.signal(signal.SIGTERM, _kill_own_group)
+    return die_with_parent(parent_pid, signal.SIGTERM)
+
+
+def _kill_own_group(signum: int, frame: Any) -> None:
+    os.killpg(0, signal.SIGKILL)
 
 
 def pdeathsig_preexec(sig: int = signal.SIGKILL) -> Callable[[], None] | None:
@@ -117,6 +143,24 @@ def end_all() -> list[str]:
     return LIVE.end_all()
 
 
+def end_resource_tracker(timeout_s: float = 5.0) -> None:
+    """End multiprocessing's resource tracker now (a new one starts when next needed).
+
+    Spawned workers share it; what a killed worker had registered (vLLM's
+    semaphores) it cleans up and reports with a warning when it ends. That
+    is at specbench's exit otherwise, below the line that says how to resume.
+    Bounded: a process still holding the tracker's pipe would keep it waiting.
+    """
+    from multiprocessing import resource_tracker
+
+    stop = getattr(resource_tracker._resource_tracker, "_stop", None)
+    if stop is None:  # pragma: no cover - a Python without it
+        return
+    t = threading.Thread(target=stop, name="specbench-end-resource-tracker", daemon=True)
+    t.start()
+    t.join(timeout_s)
+
+
 def descendants(pid: int) -> list[Any]:
     """``psutil.Process`` objects of every descendant of ``pid`` (empty without psutil or ``pid``)."""
     try:
@@ -127,19 +171,18 @@ def descendants(pid: int) -> list[Any]:
         return []
 
 
-def kill_tree(pid: int, sig: int = signal.SIGKILL, also: list[Any] | None = None, *, group: bool = True) -> None:
-    """Send ``sig`` to ``pid``, to its process group when ``group`` (a leader started with
-    ``start_new_session``), to every descendant of ``pid`` (one that left the group
-    included) and to the ``also`` processes (``psutil.Process`` objects collected
-    earlier: once ``pid`` is gone its children are no longer its descendants)."""
+def kill_tree(pid: int, sig: int = signal.SIGKILL, also: list[Any] | None = None) -> None:
+    """Send ``sig`` to ``pid``'s process group (where ``pid`` leads one: started with
+    ``start_new_session``, or :func:`group_dies_with_parent`), to ``pid``, to every
+    descendant of ``pid`` (one that left the group included) and to the ``also``
+    processes (``psutil.Process`` objects collected earlier: once ``pid`` is gone
+    its children are no longer its descendants)."""
     procs = descendants(pid) + list(also or [])
-    try:
-        if group:
-            os.killpg(pid, sig)
-        else:
-            os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+    for send in (os.killpg, os.kill):  # a pid that leads no group: killpg finds no group
+        try:
+            send(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
     for p in procs:
         try:
             p.send_signal(sig)  # psutil checks the pid was not reused

@@ -3,10 +3,10 @@
 The parent (:class:`VllmOfflineEngine`) talks to a spawned worker over a
 pipe. The worker owns one ``vllm.LLM``; its stdout/stderr go to a log file so
 that when it crashes (or is killed, or runs out of memory) the parent fails
-only the affected cells and keeps the log tail as the reason. The worker dies
-with its parent (``PR_SET_PDEATHSIG``) and ignores SIGINT: a Ctrl-C in the
-terminal reaches the whole process group, and it is the parent that decides
-what stops (:mod:`specbench.engines.procs`).
+only the affected cells and keeps the log tail as the reason. The worker
+leads its own process group (vLLM's EngineCore, where it starts one, in it),
+which is SIGKILLed whole if the parent dies; a terminal's Ctrl-C reaches the
+parent only, which decides what stops (:mod:`specbench.engines.procs`).
 
 Counters come from ``LLM.get_metrics()`` (cumulative over the engine's life,
 so each cell takes the delta around its own requests). Per-request counters
@@ -18,14 +18,13 @@ from __future__ import annotations
 import atexit
 import multiprocessing as mp
 import os
-import signal
 import time
 import traceback
 from pathlib import Path
 from typing import Any
 
 from specbench.engines.base import CellFailed, EmitRecord, EngineUnavailable
-from specbench.engines.procs import LIVE, die_with_parent, kill_tree
+from specbench.engines.procs import LIVE, group_dies_with_parent, kill_tree
 from specbench.plan import EngineConfig
 from specbench.records import RequestRecord, SpecCounters
 from specbench.requests import CellOutcome, CellRequest, request_seed
@@ -215,10 +214,9 @@ def _import_engine(env: dict[str, str]) -> None:
 
 
 def _as_worker() -> None:
-    """First thing in a worker: die with the parent; leave SIGINT to the parent."""
+    """First thing in a worker: its own process group, which dies with the parent."""
     parent = mp.parent_process()
-    die_with_parent(parent.pid if parent is not None else None)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    group_dies_with_parent(parent.pid if parent is not None else None)
 
 
 def _spare_main(conn: Any, env: dict[str, str]) -> None:
@@ -475,7 +473,7 @@ class VllmOfflineEngine:
     def kill(self) -> None:
         """SIGKILL the worker and its descendants (vLLM's EngineCore where it runs one)."""
         if self._proc is not None and self._proc.is_alive():
-            kill_tree(self._proc.pid, group=False)
+            kill_tree(self._proc.pid)
         self._reap()
 
     def _reap(self) -> None:

@@ -3,8 +3,9 @@ and measure it from the client side.
 
 Launch mode starts ``python -m vllm.entrypoints.openai.api_server`` on
 127.0.0.1 and a free port, in its own process group (so stopping it takes its
-EngineCore children too), with its output in ``log_path``; it is SIGKILLed if
-specbench dies (:mod:`specbench.engines.procs`). Attach mode
+EngineCore children too), with its output in ``log_path``; it gets SIGTERM,
+and so shuts down with its EngineCore, if specbench dies
+(:mod:`specbench.engines.procs`). Attach mode
 (``base_url``) only measures a server someone else runs -- and checks that
 it serves what the suite claims: the model (``/v1/models``) at start, and per
 cell whether it speculates and with how many draft tokens (the spec-decode
@@ -309,7 +310,9 @@ class VllmServerEngine:
                     stdin=subprocess.DEVNULL,
                     env=env,
                     start_new_session=True,
-                    preexec_fn=pdeathsig_preexec(),
+                    # SIGTERM, not SIGKILL, if specbench dies: the server's own shutdown then ends its
+                    # EngineCore, which a SIGKILLed server would orphan (a child does not inherit PDEATHSIG).
+                    preexec_fn=pdeathsig_preexec(signal.SIGTERM),
                 )
             LIVE.discard(self._live)
             self._live = LIVE.add(f"vllm server {self.config.key} (pid {self._proc.pid})", self._end_now)

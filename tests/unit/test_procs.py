@@ -55,3 +55,35 @@ def test_live_end_all_kills_what_is_listed():
     procs.LIVE.add("b", lambda: ended.append("b"))
     procs.LIVE.discard(token)
     assert procs.end_all() == ["b"] and ended == ["b"] and procs.LIVE.names() == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux only")
+def test_a_worker_group_dies_with_its_parent():
+    """A worker leading its own group (as vLLM offline workers do) started a process of its own
+    (as vLLM's EngineCore): when the worker's parent is SIGKILLed, both go."""
+    parent = textwrap.dedent(
+        """
+        import os, subprocess, sys, time
+        pid = os.fork()
+        if pid == 0:  # the worker
+            from specbench.engines.procs import group_dies_with_parent
+            group_dies_with_parent(os.getppid())
+            core = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+            print(os.getpid(), core.pid, flush=True)
+            time.sleep(60)
+            os._exit(0)
+        time.sleep(60)
+        """
+    )
+    p = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True)
+    worker, core = map(int, p.stdout.readline().split())
+    assert os.getpgid(core) == worker
+    p.kill()
+    p.wait()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not (_gone(worker) and _gone(core)):
+        time.sleep(0.05)
+    left = [x for x in (worker, core) if not _gone(x)]
+    for x in left:
+        os.kill(x, signal.SIGKILL)
+    assert left == [], "outlived the parent"
