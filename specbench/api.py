@@ -248,9 +248,10 @@ def _stopped(stop: StopRequested, run_dir: Path, manifest: dict[str, Any]) -> No
     shutdown) closed the engines and the record files; whatever a stop in the
     middle of an engine's start or close left in this process is killed here.
     """
-    from specbench.engines.procs import end_all
+    from specbench.engines.procs import end_all, end_resource_tracker
 
     end_all()
+    end_resource_tracker()
     manifest["status"] = "interrupted"
     manifest["interrupted_by"] = stop.signame
     stop.run_dir = run_dir
