@@ -20,6 +20,7 @@ from specbench import datasets, metrics, store
 from specbench.engines.factory import resolve_engine
 from specbench.engines.vllm_patches import PATCHES as ENGINE_PATCHES
 from specbench.executors import make_executor
+from specbench.interrupt import StopRequested, stop_on_signals
 from specbench.plan import Cell, Plan, cell_summary, expand, vllm_serve_command
 from specbench.runner import Progress, Runner, detect_platform
 from specbench.runner import RunRefused as RunRefused  # the CLI reports it as bad input
@@ -164,7 +165,34 @@ def run(
 
     ``executor`` (local | ray), ``ray_address`` and ``max_parallel_engines``
     override the suite's ``executor:`` section. Returns the run directory.
+
+    SIGINT or SIGTERM (in the main thread) stops the run: every engine
+    process is ended, the records so far are kept, the manifest says
+    ``"status": "interrupted"`` with the signal, and
+    :class:`~specbench.interrupt.StopRequested` (with ``run_dir`` and the
+    number of requests recorded) leaves this function; ``resume=run_dir``
+    continues.
     """
+    with stop_on_signals():
+        return _run(suite_path, out=out, limit=limit, resume=resume, progress=progress, platform=platform,
+                    allow_code_exec=allow_code_exec, num_speculative_tokens=num_speculative_tokens,
+                    executor=executor, ray_address=ray_address, max_parallel_engines=max_parallel_engines)
+
+
+def _run(
+    suite_path: Path,
+    *,
+    out: Path | None,
+    limit: int | None,
+    resume: Path | None,
+    progress: Progress | None,
+    platform: str | None,
+    allow_code_exec: bool | None,
+    num_speculative_tokens: list[int] | None,
+    executor: str | None,
+    ray_address: str | None,
+    max_parallel_engines: int | None,
+) -> Path:
     platform = platform or detect_platform()
     if resume is not None:
         run_dir = Path(resume)
@@ -189,10 +217,16 @@ def run(
         raise RunRefused([f"executor {kind}: {type(exc).__name__}: {exc}"]) from exc
     run_dir.mkdir(parents=True, exist_ok=resume is not None)
     manifest.setdefault("executors", []).append(kind)
+    manifest["status"] = "running"
+    manifest.pop("interrupted_by", None)
     store.write_json(run_dir / store.MANIFEST, manifest)
     runner = Runner(suite, plan, run_dir, run_id, limit=limit, progress=progress, platform=platform, executor=runs_on)
     try:
         runner.run()
+        manifest["status"] = "complete"
+    except StopRequested as stop:
+        _stopped(stop, run_dir, manifest)
+        raise
     finally:
         earlier = {e.get("key"): e for e in manifest.get("engines") or []}
         manifest["engines"] = [
@@ -202,8 +236,29 @@ def run(
         ]
         manifest["finished_at"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         store.write_json(run_dir / store.MANIFEST, manifest)
-    analyze(run_dir, allow_code_exec=allow_code_exec)
+    try:
+        analyze(run_dir, allow_code_exec=allow_code_exec)
+    except StopRequested as stop:  # every cell ran: a resume only analyzes
+        stop.run_dir, stop.requests = run_dir, len(store.read_requests(run_dir))
+        raise
     return run_dir
+
+
+def _stopped(stop: StopRequested, run_dir: Path, manifest: dict[str, Any]) -> None:
+    """A run stopped by a signal: no engine process left, the manifest says so, the message has its numbers.
+
+    The runner's own clean-up (the job's ``finally`` blocks, the executor's
+    shutdown) closed the engines and the record files; whatever a stop in the
+    middle of an engine's start or close left in this process is killed here.
+    """
+    from specbench.engines.procs import end_all, end_resource_tracker
+
+    end_all()
+    end_resource_tracker()
+    manifest["status"] = "interrupted"
+    manifest["interrupted_by"] = stop.signame
+    stop.run_dir = run_dir
+    stop.requests = len(store.read_requests(run_dir))
 
 
 def analyze(run_dir: Path, *, allow_code_exec: bool | None = None) -> RunSummary:

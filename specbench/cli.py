@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -20,6 +22,7 @@ from rich.table import Table
 
 from specbench import api
 from specbench.datasets import DatasetError
+from specbench.interrupt import SIGNALS, StopRequested
 from specbench.methods import METHODS
 from specbench.suite import SuiteError
 
@@ -164,24 +167,41 @@ def run(
     from specbench.plan import expand
 
     total = len(expand(suite_obj).cells)  # with --num-speculative-tokens applied
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
-    ) as p:
-        try:
-            run_dir = api.run(
-                suite, out=out, limit=limit, resume=resume, progress=_RichProgress(p, total), platform=platform,
-                allow_code_exec=allow_code_exec or None, num_speculative_tokens=ks, executor=executor,
-                ray_address=ray_address, max_parallel_engines=max_parallel_engines,
-            )
-        except (SuiteError, api.RunRefused) as exc:
-            _bad_input(exc.messages)
-        except (api.store.StoreError, DatasetError) as exc:
-            _bad_input([str(exc)])
+    try:
+        with Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+        ) as p:
+            try:
+                run_dir = api.run(
+                    suite, out=out, limit=limit, resume=resume, progress=_RichProgress(p, total), platform=platform,
+                    allow_code_exec=allow_code_exec or None, num_speculative_tokens=ks, executor=executor,
+                    ray_address=ray_address, max_parallel_engines=max_parallel_engines,
+                )
+            except (SuiteError, api.RunRefused) as exc:
+                _bad_input(exc.messages)
+            except (api.store.StoreError, DatasetError) as exc:
+                _bad_input([str(exc)])
+    except StopRequested as stop:  # the progress display has stopped: this is the last line
+        _interrupted(stop, suite)
     console.print(f"results: {run_dir}")
     _print_summary(run_dir)
     if report:
         for kind, path in api.report(run_dir).items():
             console.print(f"{kind} report: {path}")
+
+
+def _interrupted(stop: StopRequested, suite: Path) -> None:
+    """The run was stopped by a signal: say how to resume, last, and exit 128 + the signal's number."""
+    for sig in SIGNALS:  # the run is over; another signal now would only cut the message short
+        signal.signal(sig, signal.SIG_IGN)
+    if stop.run_dir is None:
+        line = f"interrupted by {stop.signame} before the run started"
+    else:
+        n = stop.requests if stop.requests is not None else 0
+        resume = shlex.join(["specbench", "run", str(suite), "--resume", str(stop.run_dir)])
+        line = f"interrupted by {stop.signame} after {n} request{'s' if n != 1 else ''}; resume with: {resume}"
+    err.print(line, highlight=False, soft_wrap=True, markup=False)
+    raise typer.Exit(stop.exit_code)
 
 
 def closing_tables(summary) -> list[Table]:

@@ -152,6 +152,9 @@ class RunManifest(Part):
     created_at: str | None = None
     finished_at: str | None = None
     resumed_at: list[str] = Field(default_factory=list)
+    # "running", "complete", or "interrupted" (by the signal in interrupted_by: resume it); None before this field
+    status: str | None = None
+    interrupted_by: str | None = None
     git_commit: str | None = None
     versions: dict[str, str] = Field(default_factory=dict)
     specbench_version: str | None = None

@@ -3,7 +3,10 @@
 The parent (:class:`VllmOfflineEngine`) talks to a spawned worker over a
 pipe. The worker owns one ``vllm.LLM``; its stdout/stderr go to a log file so
 that when it crashes (or is killed, or runs out of memory) the parent fails
-only the affected cells and keeps the log tail as the reason.
+only the affected cells and keeps the log tail as the reason. The worker
+leads its own process group (vLLM's EngineCore, where it starts one, in it),
+which is SIGKILLed whole if the parent dies; a terminal's Ctrl-C reaches the
+parent only, which decides what stops (:mod:`specbench.engines.procs`).
 
 Counters come from ``LLM.get_metrics()`` (cumulative over the engine's life,
 so each cell takes the delta around its own requests). Per-request counters
@@ -21,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from specbench.engines.base import CellFailed, EmitRecord, EngineUnavailable
+from specbench.engines.procs import LIVE, group_dies_with_parent, kill_tree
 from specbench.plan import EngineConfig
 from specbench.records import RequestRecord, SpecCounters
 from specbench.requests import CellOutcome, CellRequest, request_seed
@@ -209,12 +213,19 @@ def _import_engine(env: dict[str, str]) -> None:
     import vllm  # noqa: F401
 
 
+def _as_worker() -> None:
+    """First thing in a worker: its own process group, which dies with the parent."""
+    parent = mp.parent_process()
+    group_dies_with_parent(parent.pid if parent is not None else None)
+
+
 def _spare_main(conn: Any, env: dict[str, str]) -> None:
     """A worker that imports vLLM ahead of time and then waits for its engine's arguments.
 
     The runner starts engines one after another; with a spare ready, an engine start
     skips the ~7 s of imports, which overlap the previous engine's start instead.
     """
+    _as_worker()
     _log_to(os.devnull)
     try:
         _import_engine(env)
@@ -229,6 +240,7 @@ def _spare_main(conn: Any, env: dict[str, str]) -> None:
 def _worker_main(
     conn: Any, engine_kwargs: dict[str, Any], log_path: str, env: dict[str, str], imported: bool = False
 ) -> None:
+    _as_worker()
     _log_to(log_path)
     try:
         if not imported:
@@ -336,6 +348,8 @@ class VllmOfflineEngine:
         self.env = env
         self._proc: Any = None
         self._conn: Any = None
+        self._live: int | None = None  # this worker's entry in procs.LIVE
+        self._busy = False  # a cell or scoring request is in the worker's hands
         self.dtype: str | None = None  # as vLLM resolved it, once started
         # Set by the runner when another offline engine will start after this one.
         self.prepare_next = False
@@ -368,6 +382,7 @@ class VllmOfflineEngine:
             self._proc.start()
             child.close()
             self._conn = parent
+        self._live = LIVE.add(f"vLLM offline worker {self.config.key} (pid {self._proc.pid})", self.kill)
         if self.prepare_next and settings().spare_engine:
             _SPARES.prepare(self.env)  # imports vLLM for the next engine while this one starts
         kind, payload = self._recv(settings().engine_start_timeout, starting=True)
@@ -412,13 +427,16 @@ class VllmOfflineEngine:
             "engine_key": self.config.key,
             "chat_template_kwargs": self.config.target.chat_template_kwargs,
         }
+        self._busy = True
         self._conn.send(("cell", request.model_dump(mode="json"), opts))
         while True:
             kind, payload = self._recv(settings().cell_timeout)
             if kind == "records":
                 for r in payload:
                     emit(RequestRecord.model_validate(r))
-            elif kind == "done":
+                continue
+            self._busy = False
+            if kind == "done":
                 counters = SpecCounters.model_validate(payload["counters"])
                 return CellOutcome(
                     counters=None if self.config.speculative_config is None else counters,
@@ -440,8 +458,10 @@ class VllmOfflineEngine:
         if self._proc is None or not self._proc.is_alive():
             raise CellFailed("engine is not running", engine_dead=True, log_tail=tail(self.log_path))
         opts = {"chat_template_kwargs": self.config.target.chat_template_kwargs}
+        self._busy = True
         self._conn.send(("score", items, opts))
         kind, payload = self._recv(settings().cell_timeout)
+        self._busy = False
         if kind == "score_error":
             raise CellFailed(payload, log_tail=tail(self.log_path))
         return payload
@@ -451,17 +471,26 @@ class VllmOfflineEngine:
         return self._proc is not None and self._proc.is_alive()
 
     def kill(self) -> None:
+        """SIGKILL the worker and its descendants (vLLM's EngineCore where it runs one)."""
         if self._proc is not None and self._proc.is_alive():
-            self._proc.kill()
+            kill_tree(self._proc.pid)
         self._reap()
 
     def _reap(self) -> None:
         if self._proc is not None:
             self._proc.join(timeout=10)
         self._proc = None
+        self._busy = False
+        LIVE.discard(self._live)
+        self._live = None
 
     def close(self) -> None:
+        """Ask the worker to end, then make sure. A worker busy with a cell cannot hear
+        the request until the cell ends (a run stopped mid-cell): it is killed at once."""
         if self._proc is None:
+            return
+        if self._busy:
+            self.kill()
             return
         try:
             if self._proc.is_alive():
@@ -486,6 +515,7 @@ class _SpareWorkers:
 
     def __init__(self) -> None:
         self._spare: tuple[dict[str, str], Any, Any] | None = None
+        self._live: int | None = None  # the spare's entry in procs.LIVE
 
     def prepare(self, env: dict[str, str]) -> None:
         if self._spare is not None:
@@ -498,9 +528,12 @@ class _SpareWorkers:
         proc.start()
         child.close()
         self._spare = (dict(env), proc, parent)
+        self._live = LIVE.add(f"vLLM spare worker (pid {proc.pid})", proc.kill)
 
     def take(self, env: dict[str, str]) -> tuple[Any, Any] | None:
         spare, self._spare = self._spare, None
+        LIVE.discard(self._live)  # taken: its engine lists it; not taken: ended below
+        self._live = None
         if spare is None:
             return None
         if spare[0] == env and spare[1].is_alive():
@@ -510,6 +543,8 @@ class _SpareWorkers:
 
     def close(self) -> None:
         spare, self._spare = self._spare, None
+        LIVE.discard(self._live)
+        self._live = None
         if spare is not None:
             self._end(spare)
 

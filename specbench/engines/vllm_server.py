@@ -3,7 +3,9 @@ and measure it from the client side.
 
 Launch mode starts ``python -m vllm.entrypoints.openai.api_server`` on
 127.0.0.1 and a free port, in its own process group (so stopping it takes its
-EngineCore children too), with its output in ``log_path``. Attach mode
+EngineCore children too), with its output in ``log_path``; it gets SIGTERM,
+and so shuts down with its EngineCore, if specbench dies
+(:mod:`specbench.engines.procs`). Attach mode
 (``base_url``) only measures a server someone else runs -- and checks that
 it serves what the suite claims: the model (``/v1/models``) at start, and per
 cell whether it speculates and with how many draft tokens (the spec-decode
@@ -21,7 +23,10 @@ its log tail (``skipped=True`` when the error says the configuration is not
 supported here); a server that dies mid-cell fails the cell with
 ``engine_dead=True`` after the records of everything sent so far were
 emitted (in-flight requests with ``error`` set); requests not yet sent are
-not recorded.
+not recorded. A signal whose handler raises (a run being stopped) ends the
+cell within moments: requests that completed were emitted, those it cut
+short are not (they are sent again on resume), and the handler's exception
+leaves ``run_cell`` (see :func:`_run_async`).
 """
 
 from __future__ import annotations
@@ -35,11 +40,14 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import Any, TypeVar
 
 from specbench.engines.base import CellFailed, EmitRecord, EngineUnavailable
@@ -54,6 +62,7 @@ from specbench.engines.loadgen import (
     run_warmup,
     to_record,
 )
+from specbench.engines.procs import LIVE, descendants, kill_tree, pdeathsig_preexec
 from specbench.engines.prom import CounterReset, PromSnapshot, scrape_settled, served_mismatch
 from specbench.engines.vllm_offline import tail
 from specbench.plan import EngineConfig, server_argv
@@ -133,18 +142,84 @@ def _http_get(url: str, timeout_s: float) -> tuple[int, bytes]:
         return 0, b""
 
 
-def _run_async(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine on a fresh event loop (uvloop when installed: less client overhead)."""
+def _run_async(coro: Coroutine[Any, Any, T], on_stop: Callable[[], None] | None = None) -> T:
+    """Run a coroutine on a fresh event loop (uvloop when installed: less client overhead).
+
+    A SIGINT/SIGTERM whose Python handler raises (``KeyboardInterrupt``, or a
+    run's stop) must not raise inside the loop: asyncio and uvloop log and
+    drop any exception but ``KeyboardInterrupt``/``SystemExit`` raised in a
+    loop callback, and uvloop even while it waits for I/O, so the stop would
+    be lost and the cell run on. While the loop runs (main thread only), such
+    a handler is called at once and what it raises is kept: ``on_stop`` is
+    called, the coroutine is cancelled, and once the loop has unwound (its
+    tasks cancelled, the HTTP session closed) the kept exception is raised here.
+    """
     try:
         import uvloop
 
         factory = uvloop.new_event_loop
     except ImportError:  # pragma: no cover
         factory = None
-    if sys.version_info >= (3, 11):
-        with asyncio.Runner(loop_factory=factory) as runner:
-            return runner.run(coro)
-    return asyncio.run(coro)  # pragma: no cover
+    raised: list[BaseException] = []
+    main: list[asyncio.Task[T]] = []
+
+    def on_raise(exc: BaseException) -> None:
+        raised.append(exc)
+        if len(raised) == 1:
+            if on_stop is not None:
+                on_stop()
+            if main and not main[0].done():
+                main[0].cancel()
+                main[0].get_loop().call_soon_threadsafe(lambda: None)  # wake the loop
+
+    async def guarded() -> T:
+        task = asyncio.current_task()
+        assert task is not None
+        main.append(task)
+        if raised:  # a signal came before the loop started
+            coro.close()
+            raise asyncio.CancelledError
+        return await coro
+
+    with _signals_kept(on_raise):
+        try:
+            if sys.version_info >= (3, 11):
+                with asyncio.Runner(loop_factory=factory) as runner:
+                    result = runner.run(guarded())
+            else:  # pragma: no cover
+                result = asyncio.run(guarded())
+        except asyncio.CancelledError:
+            if not raised:
+                raise
+    if raised:
+        raise raised[0]
+    return result
+
+
+@contextmanager
+def _signals_kept(on_raise: Callable[[BaseException], None]) -> Iterator[None]:
+    """While inside, SIGINT/SIGTERM handlers that are Python functions run wrapped: what they raise goes to ``on_raise``."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old: dict[int, Any] = {}
+
+    def wrapped(signum: int, frame: FrameType | None) -> None:
+        handler = old.get(signum)
+        if callable(handler):
+            try:
+                handler(signum, frame)
+            except BaseException as exc:  # noqa: BLE001 - raised again once the loop has unwound
+                on_raise(exc)
+
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            if callable(signal.getsignal(sig)):  # SIG_DFL and SIG_IGN keep their meaning
+                old[sig] = signal.signal(sig, wrapped)
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 class VllmServerEngine:
@@ -182,6 +257,7 @@ class VllmServerEngine:
         self.last_cell: dict[str, Any] = {}
         self._proc: subprocess.Popen[bytes] | None = None
         self._atexit_registered = False
+        self._live: int | None = None  # this server's entry in procs.LIVE
         # Attach mode: what the server reported (/v1/models) and what its counters said of the claim.
         self.served: dict[str, Any] = {}
         spec = self.server_args.get("speculative_config") or config.speculative_config or {}
@@ -234,7 +310,12 @@ class VllmServerEngine:
                     stdin=subprocess.DEVNULL,
                     env=env,
                     start_new_session=True,
+                    # SIGTERM, not SIGKILL, if specbench dies: the server's own shutdown then ends its
+                    # EngineCore, which a SIGKILLed server would orphan (a child does not inherit PDEATHSIG).
+                    preexec_fn=pdeathsig_preexec(signal.SIGTERM),
                 )
+            LIVE.discard(self._live)
+            self._live = LIVE.add(f"vllm server {self.config.key} (pid {self._proc.pid})", self._end_now)
             if not self._atexit_registered:
                 atexit.register(self.close)
                 self._atexit_registered = True
@@ -338,9 +419,18 @@ class VllmServerEngine:
         return False
 
     def kill(self) -> None:
-        """SIGKILL the whole server process group (fault injection, last resort)."""
+        """SIGKILL the whole server process group and every descendant (fault injection, a stopped run)."""
         if self._proc is not None:
-            self._signal_group(signal.SIGKILL)
+            kill_tree(self._proc.pid)
+
+    def _end_now(self) -> None:
+        """SIGKILL everything and reap the server (a stopped run's last resort: no grace)."""
+        if self._proc is not None:
+            kill_tree(self._proc.pid)
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:  # pragma: no cover
+                pass
 
     def _signal_group(self, sig: int) -> bool:
         assert self._proc is not None
@@ -351,9 +441,11 @@ class VllmServerEngine:
             return False
 
     def _stop(self) -> None:
-        """SIGINT, then SIGTERM, then SIGKILL to the server's process group."""
+        """SIGINT, then SIGTERM, then SIGKILL to the server's process group; then
+        SIGKILL to whatever of the group or of the server's descendants is left."""
         if self._proc is None:
             return
+        children = descendants(self._proc.pid)  # collected now: once the server is gone they are no one's
         for sig, wait_s in ((signal.SIGINT, 20.0), (signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
             if self._proc.poll() is not None:
                 break
@@ -363,13 +455,15 @@ class VllmServerEngine:
                 break
             except subprocess.TimeoutExpired:
                 continue
-        # Whatever of the group outlived its leader (e.g. an EngineCore) goes too.
-        self._signal_group(signal.SIGKILL)
+        # Whatever outlived the leader (e.g. an EngineCore) goes too.
+        kill_tree(self._proc.pid, also=children)
         try:
             self._proc.wait(timeout=5)
         except subprocess.TimeoutExpired:  # pragma: no cover
             pass
         self._proc = None
+        LIVE.discard(self._live)
+        self._live = None
 
     def close(self) -> None:
         if self._proc is not None:
@@ -417,14 +511,19 @@ class VllmServerEngine:
         profile = self.profile_for(request, load)
         items = self.items_for(request)
         emitted: list[RequestResult] = []
+        stopping: list[bool] = []
 
         def on_result(res: RequestResult) -> None:
+            if stopping and not res.ok:
+                return  # cut short by the run's stop, not a server failure: sent again on resume
             emitted.append(res)
             emit(
                 to_record(res, run_id=request.run_id, cell=request.cell, engine_key=self.config.key, k=self.k)
             )
 
-        report, before, after, prom_error = _run_async(self._cell(items, profile, on_result))
+        report, before, after, prom_error = _run_async(
+            self._cell(items, profile, on_result), on_stop=lambda: stopping.append(True)
+        )
         errors = report.error_counts()
         self.last_cell = {
             "cell_id": request.cell.cell_id,

