@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from specbench.engines.base import CellFailed, EmitRecord, EngineUnavailable
-from specbench.engines.vllm_offline import _log_to, tail
+from specbench.engines.procs import LIVE
+from specbench.engines.vllm_offline import _as_worker, _log_to, tail
 from specbench.plan import EngineConfig
 from specbench.records import RequestRecord
 from specbench.requests import CellOutcome, CellRequest
@@ -26,6 +27,7 @@ from specbench.settings import settings
 
 
 def _child_main(conn: Any, target: str, args: tuple, log_path: str) -> None:
+    _as_worker()  # dies with the run
     _log_to(log_path)
     print(f"specbench-engine pid={os.getpid()}", flush=True)
     module, _, name = target.partition(":")
@@ -70,6 +72,7 @@ class ChildEngine:
         self._proc: Any = None
         self._conn: Any = None
         self._describe: dict[str, Any] = {}
+        self._live: int | None = None  # this child's entry in procs.LIVE
 
     @property
     def pid(self) -> int | None:
@@ -87,6 +90,7 @@ class ChildEngine:
             name=f"specbench-engine-{self.config.key}",
         )
         self._proc.start()
+        self._live = LIVE.add(f"engine {self.config.key} (pid {self._proc.pid})", self.kill)
         child.close()
         self._conn = parent
         kind, payload = self._recv(settings().engine_start_timeout, starting=True)
@@ -145,6 +149,8 @@ class ChildEngine:
                 self._proc.kill()
             self._proc.join(timeout=10)
         self._proc = None
+        LIVE.discard(self._live)
+        self._live = None
 
     def close(self) -> None:
         if self._proc is None:
