@@ -593,3 +593,25 @@ def test_gpu_smoke_script_installs_the_gpu_build_and_runs_the_suite():
     assert "'.[gpu]'" in text.replace('"', "'")
     assert "speculators==0.9.0" in text and "HAS_TRITON" in text
     assert "specbench\" run suites/gpu-smoke.yaml --platform cuda" in text
+
+
+def test_stop_and_executor_sections(tmp_path: Path):
+    """``stop:`` (suite and method) and ``executor:`` are typed: mistakes are file:line errors."""
+    from specbench.plan import expand
+
+    ok = GOOD + "stop: {metric: tau, rel_half_width: 0.05}\nexecutor: ray\n"
+    ok = ok.replace("        num_speculative_tokens: 3",
+                    "        num_speculative_tokens: 3\n        stop: {metric: speedup, abs_half_width: 0.1, min_prompts: 8}")
+    suite = load_suite(_write(tmp_path, ok))
+    assert suite.executor.kind == "ray" and suite.executor.max_parallel_engines is None
+    stops = {c.method: c.stop for c in expand(suite).cells}
+    assert stops["baseline"].metric == "tau" and stops["dflash"].metric == "speedup"
+    bad = _write(tmp_path, GOOD + "stop: {metric: tau}\n", "bad.yaml")
+    (msg,) = _errors(bad)
+    assert msg.startswith(f"{bad}:{_line_of(bad, 'stop:')}: ") and "rel_half_width or abs_half_width" in msg
+    typo = _write(tmp_path, GOOD + "stop: {metric: tau, rel_half_width: 0.1, check_evry: 8}\n", "typo.yaml")
+    (msg,) = _errors(typo)
+    assert "check_evry" in msg and "did you mean 'check_every'?" in msg
+    wrong = _write(tmp_path, GOOD + "executor: {kind: slurm}\n", "exec.yaml")
+    (msg,) = _errors(wrong)
+    assert msg.startswith(f"{wrong}:{_line_of(wrong, 'executor:')}: ") and "'local' or 'ray'" in msg
