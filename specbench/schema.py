@@ -16,7 +16,8 @@ other keys kept as they are).
 
 manifest 1 (or no version): a dict of run facts.
 manifest 2: :class:`RunManifest`, adds ``hardware_class`` (what a history
-compares runs within) and ``specbench_version``.
+compares runs within) and ``specbench_version``; later, optional (no new
+version): ``time_breakdown`` (:class:`TimeBreakdown`) and ``timeline`` (its spans).
 
 The typed parts read like the dicts they were (``part["key"]``,
 ``part.get("key")``, ``"key" in part``) so code written against the dicts
@@ -137,6 +138,56 @@ class EngineEntry(Part):
     status: str | None = None
 
 
+class PhaseTime(Part):
+    """One phase of a run's wall (see :mod:`specbench.timing` for the definitions)."""
+
+    phase: str
+    wall_s: float  # attributed wall (overlaps go to the phase of higher precedence)
+    share: float  # wall_s / the run's wall
+    busy_s: float = 0.0  # the union of the phase's own spans
+    engine_s: float = 0.0  # the sum of its engine spans' durations
+    gpu_s: float | None = None
+    spans: int = 0  # how many spans (with an engine or not)
+
+
+class EngineTime(Part):
+    engine: str
+    engine_s: float
+    gpu_s: float | None = None
+    by_phase: dict[str, float] = Field(default_factory=dict)  # phase → engine-seconds
+
+
+class GroupTime(Part):
+    group_id: str
+    engines: list[str] = Field(default_factory=list)
+    cells_s: float = 0.0  # its cells' engine-seconds
+    overhead_s: float = 0.0  # its share of its engines' other spans (start, warmup, ...)
+    engine_s: float = 0.0  # cells_s + overhead_s
+    gpu_s: float | None = None
+
+
+class TimeBreakdown(Part):
+    """``manifest.json``'s ``time_breakdown``: the run's wall, by phase, engine and group."""
+
+    wall_s: float
+    phases: list[PhaseTime] = Field(default_factory=list)  # timing.PHASES order, then "unaccounted"
+    unaccounted_s: float = 0.0
+    harness_s: float = 0.0
+    harness_share: float = 0.0
+    overlap_s: float = 0.0  # wall where two engine spans or more ran at once (parallel executors)
+    engines: list[EngineTime] = Field(default_factory=list)
+    groups: list[GroupTime] = Field(default_factory=list)
+    source: str = "recorded"  # "recorded" (a Timeline) or "estimated" (from a run's files)
+    notes: list[str] = Field(default_factory=list)
+
+    def phase(self, name: str) -> PhaseTime | None:
+        return next((p for p in self.phases if p.phase == name), None)
+
+    def wall_of(self, name: str) -> float:
+        p = self.phase(name)
+        return p.wall_s if p is not None else 0.0
+
+
 class RunManifest(Part):
     """``manifest.json``: the suite as run, the plan and the run's context."""
 
@@ -164,6 +215,8 @@ class RunManifest(Part):
     datasets: dict[str, Any] = Field(default_factory=dict)  # where each dataset came from (source, sha256)
     engine_patches: dict[str, Any] = Field(default_factory=dict)
     engines: list[EngineEntry] = Field(default_factory=list)
+    time_breakdown: TimeBreakdown | None = None  # where the wall went (specbench.timing); absent before issue 16
+    timeline: list[dict[str, Any]] = Field(default_factory=list)  # its spans (specbench.timing.Span)
 
 
 def hardware_class(hw: dict[str, Any]) -> str:

@@ -590,6 +590,54 @@ def _not_run(summary: RunSummary) -> Section:
     return Section("Skipped and failed cells", [table, *details], anchor="not-run")
 
 
+def time_section(manifest: dict[str, Any]) -> Section | None:
+    """"Where the time went": the manifest's ``time_breakdown`` (see :mod:`specbench.timing`)."""
+    from specbench.schema import TimeBreakdown
+    from specbench.timing import PHASE_LABELS, fmt_duration, fmt_share
+
+    raw = manifest.get("time_breakdown")
+    if not raw:
+        return None
+    bd = raw if isinstance(raw, TimeBreakdown) else TimeBreakdown.model_validate(raw)
+    gpu = any(p.gpu_s is not None for p in bd.phases)
+
+    def secs(x: float | None) -> str:
+        return "–" if x is None else f"{x:.1f}"
+
+    rows = [[PHASE_LABELS.get(p.phase, p.phase), fmt_duration(p.wall_s), fmt_share(p.share),
+             secs(p.engine_s) if p.engine_s else "–"] + ([secs(p.gpu_s)] if gpu else [])
+            for p in bd.phases if p.wall_s >= 0.05 or p.spans]
+    rows.append(["total", fmt_duration(bd.wall_s), "100 %", secs(sum(p.engine_s for p in bd.phases))]
+                + ([secs(sum(p.gpu_s or 0.0 for p in bd.phases))] if gpu else []))
+    notes = ["Wall: each instant once, to the first phase running of measured cells, teacher forcing, warmups, "
+             "engine starts, scoring, analysis, reports; unaccounted: no phase running (loading datasets, "
+             "writing files). Engine-seconds: the time each engine was busy (engines running at once add up)."]
+    if bd.overlap_s > 0:
+        notes.append(f"{fmt_duration(bd.overlap_s)} of the wall ran two engines or more at once.")
+    if not any(p.phase == "reports" and p.spans for p in bd.phases):
+        notes.append("Writing these reports comes after this table; `manifest.json`'s `time_breakdown` has it.")
+    notes += bd.notes
+    head = Para(f"Wall {fmt_duration(bd.wall_s)}: engine starts {fmt_duration(bd.wall_of('engine_start'))}, "
+                f"measured cells {fmt_duration(bd.wall_of('cells'))}; **the harness's own: "
+                f"{fmt_duration(bd.harness_s)} ({fmt_share(bd.harness_share)} of the wall)**, everything but "
+                "engine starts and measured cells.")
+    blocks: list[Block] = [head, Table(["Phase", "Wall", "Share", "Engine-s"] + (["GPU-s"] if gpu else []), rows,
+                                       notes)]
+    if bd.engines:
+        phases = [p for p in ("engine_start", "warmup", "cells", "teacher_forcing")
+                  if any(p in e.by_phase for e in bd.engines)]
+        blocks.append(Details("Engine-seconds by engine", [Table(
+            ["Engine", "Engine-s"] + (["GPU-s"] if gpu else []) + [PHASE_LABELS[p] for p in phases],
+            [[e.engine, secs(e.engine_s)] + ([secs(e.gpu_s)] if gpu else [])
+             + [secs(e.by_phase.get(p)) for p in phases] for e in bd.engines])]))
+    if bd.groups:
+        blocks.append(Details("Engine-seconds by group (its cells, and its share of its engine's start and warmup)", [
+            Table(["Group", "Cells", "Overhead", "Engine-s"] + (["GPU-s"] if gpu else []),
+                  [[g.group_id, secs(g.cells_s), secs(g.overhead_s), secs(g.engine_s)]
+                   + ([secs(g.gpu_s)] if gpu else []) for g in bd.groups])]))
+    return Section("Where the time went", blocks, anchor="time")
+
+
 def build_report(summary: RunSummary, manifest: dict[str, Any], *, markdown: bool = True) -> list[Block]:
     """The report as a list of blocks (shared by the Markdown and HTML writers)."""
     refs = Refs()
@@ -602,6 +650,8 @@ def build_report(summary: RunSummary, manifest: dict[str, Any], *, markdown: boo
         if section is not None:
             blocks.append(section)
     blocks += [_checks(summary), _not_run(summary)]
+    time = time_section(manifest)
+    blocks += [time] if time is not None else []
     if refs.sources:
         blocks.append(Section("Published values", [Para(f"ref. {i + 1}: {s}") for i, s in enumerate(refs.sources)],
                               anchor="published"))

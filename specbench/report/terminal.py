@@ -4,12 +4,16 @@ One table per target (its name as the title), six short columns that fit
 100 characters: dataset, method (with K), T and load, τ with its interval,
 speedup with its interval, verdict. The
 verdict is the group's equivalence verdict when it has one, else its status
-when it did not run; the full story is in the reports.
+when it did not run; the full story is in the reports. Below the tables, one
+line says where the run's wall time went (:func:`time_line`).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from specbench.summary import GroupSummary, RunSummary
+from specbench.timing import TimeBreakdown, fmt_duration, fmt_share, harness_parts
 
 HEADER = ("dataset", "method", "T·load", "τ [95% CI]", "speedup [95% CI]", "verdict")
 #: Width every column may take; the widest row is under 100 characters with the separators.
@@ -45,3 +49,20 @@ def closing_rows(summary: RunSummary) -> dict[str, list[tuple[str, ...]]]:
         )
         rows.setdefault(g.target, []).append(tuple(_clip(c, w) for c, w in zip(cells, MAX_WIDTHS, strict=True)))
     return rows
+
+
+def time_line(breakdown: TimeBreakdown | dict[str, Any] | None) -> str | None:
+    """'wall 5m55s: engine starts 2m10s (37 %), cells 1m06s (19 %), harness 2m39s (45 %): warmups 40s, …'
+    (the harness: everything but engine starts and measured cells; see :mod:`specbench.timing`)."""
+    if not breakdown:
+        return None
+    bd = breakdown if isinstance(breakdown, TimeBreakdown) else TimeBreakdown.model_validate(breakdown)
+    starts, cells = bd.wall_of("engine_start"), bd.wall_of("cells")
+
+    def share(s: float) -> str:
+        return fmt_share(s / bd.wall_s if bd.wall_s > 0 else 0.0)
+
+    head = (f"wall {fmt_duration(bd.wall_s)}: engine starts {fmt_duration(starts)} ({share(starts)}), "
+            f"cells {fmt_duration(cells)} ({share(cells)}), harness {fmt_duration(bd.harness_s)} ({share(bd.harness_s)})")
+    parts = harness_parts(bd)
+    return head + (": " + ", ".join(f"{name} {fmt_duration(s)}" for name, s in parts) if parts else "")

@@ -1,0 +1,131 @@
+"""Where a run's time goes: breakdown() on hand-built spans, the recorder, the report section."""
+
+from __future__ import annotations
+
+import pytest
+
+from specbench.report.terminal import time_line
+from specbench.timing import Span, Timeline, breakdown, fmt_duration
+
+
+def sp(phase: str, start: float, end: float, engine: str | None = None, groups: list[str] | None = None,
+       gpus: int | None = None) -> Span:
+    return Span(phase=phase, start=start, end=end, engine=engine, groups=groups, gpus=gpus)  # type: ignore[arg-type]
+
+
+def sequential() -> list[Span]:
+    """One engine A (start 0-20, warmup 20-25, two groups' cells 25-35 and 35-45), teacher forcing 45-60,
+    scoring 60-62, analysis 62-63, reports 63-65; the run's wall is 70 s (5 s unaccounted)."""
+    return [
+        sp("engine_start", 0, 20, "A", gpus=1), sp("warmup", 20, 25, "A", gpus=1),
+        sp("cells", 25, 35, "A", ["g1"], gpus=1), sp("cells", 35, 45, "A", ["g2"], gpus=1),
+        sp("teacher_forcing", 45, 60, "A--teacher-forcing", gpus=1),
+        sp("scoring", 60, 62), sp("analysis", 62, 63), sp("reports", 63, 65),
+    ]
+
+
+def test_sequential_walls_shares_and_harness() -> None:
+    bd = breakdown(sequential(), 70.0)
+    walls = {p.phase: p.wall_s for p in bd.phases}
+    assert walls == {"cells": 20, "teacher_forcing": 15, "warmup": 5, "engine_start": 20, "scoring": 2,
+                     "analysis": 1, "reports": 2, "other": 0, "unaccounted": 5}
+    assert sum(walls.values()) == pytest.approx(70)
+    assert bd.unaccounted_s == 5 and bd.overlap_s == 0
+    # harness: everything but engine starts and cells, the unaccounted remainder included
+    assert bd.harness_s == pytest.approx(70 - 20 - 20) and bd.harness_share == pytest.approx(30 / 70, abs=1e-4)
+    assert bd.phase("cells").share == pytest.approx(20 / 70, abs=1e-4)
+
+
+def test_engine_and_group_seconds() -> None:
+    bd = breakdown(sequential(), 70.0)
+    eng = {e.engine: e for e in bd.engines}
+    assert eng["A"].engine_s == 45 and eng["A"].gpu_s == 45
+    assert eng["A"].by_phase == {"cells": 20, "warmup": 5, "engine_start": 20}
+    assert eng["A--teacher-forcing"].engine_s == 15
+    groups = {g.group_id: g for g in bd.groups}
+    # equal cell time: each group carries half of A's start and warmup
+    assert groups["g1"].cells_s == 10 and groups["g1"].overhead_s == 12.5 and groups["g1"].engine_s == 22.5
+    assert groups["g2"].engine_s == 22.5 and groups["g1"].gpu_s == 22.5 and groups["g1"].engines == ["A"]
+
+
+def test_group_overhead_in_proportion_to_cell_time() -> None:
+    spans = [sp("engine_start", 0, 30, "A"), sp("cells", 30, 40, "A", ["g1"]), sp("cells", 40, 70, "A", ["g2"])]
+    groups = {g.group_id: g for g in breakdown(spans, 70).groups}
+    assert groups["g1"].overhead_s == pytest.approx(7.5) and groups["g2"].overhead_s == pytest.approx(22.5)
+    assert groups["g1"].gpu_s is None  # no GPU count given: no GPU-seconds
+
+
+def test_overlap_counts_once_in_wall_and_twice_in_engine_seconds() -> None:
+    """Two executors: engine B starts (10-40) while A's cells run (10-30); then B's cells (40-50)."""
+    spans = [
+        sp("engine_start", 0, 10, "A", gpus=1), sp("cells", 10, 30, "A", ["a"], gpus=1),
+        sp("engine_start", 10, 40, "B", gpus=2), sp("cells", 40, 50, "B", ["b"], gpus=2),
+    ]
+    bd = breakdown(spans, 50)
+    walls = {p.phase: p.wall_s for p in bd.phases}
+    # 10-30 both run: the wall goes to the cells; B's start shows only where nothing else ran (30-40)
+    assert walls["cells"] == 30 and walls["engine_start"] == 20 and walls["unaccounted"] == 0
+    assert sum(walls.values()) == pytest.approx(50) and bd.overlap_s == 20
+    assert bd.phase("engine_start").busy_s == 40 and bd.phase("engine_start").engine_s == 40
+    assert bd.phase("engine_start").gpu_s == 10 + 60
+    eng = {e.engine: e for e in bd.engines}
+    assert eng["A"].engine_s == 30 and eng["B"].engine_s == 40 and eng["B"].gpu_s == 80
+    assert sum(e.engine_s for e in bd.engines) == 70 > bd.wall_s
+    assert bd.harness_s == 0
+
+
+def test_two_engines_starting_at_once_share_one_wall() -> None:
+    spans = [sp("engine_start", 0, 60, "A"), sp("engine_start", 0, 60, "B"), sp("cells", 60, 70, "A", ["a"])]
+    bd = breakdown(spans, 80)
+    assert bd.wall_of("engine_start") == 60 and bd.phase("engine_start").engine_s == 120
+    assert bd.unaccounted_s == 10 and bd.harness_s == 10
+
+
+def test_spans_beyond_the_wall_are_scaled_into_it() -> None:
+    bd = breakdown([sp("cells", 0, 10), sp("scoring", 10, 20)], 10)
+    assert sum(p.wall_s for p in bd.phases) == pytest.approx(10) and bd.unaccounted_s == 0
+
+
+def test_empty() -> None:
+    bd = breakdown([], 12.0)
+    assert bd.unaccounted_s == 12 and bd.harness_s == 12 and bd.harness_share == 1 and bd.groups == []
+    assert breakdown([], 0).harness_share == 0
+
+
+def test_timeline_records_spans_also_when_the_block_raises() -> None:
+    tl = Timeline(started=100.0)
+    with tl.span("scoring"):
+        pass
+    with pytest.raises(RuntimeError), tl.span("analysis", engine="x", gpus=2):
+        raise RuntimeError
+    s = tl.add("cells", 101, 103, engine="A", groups=["g"])
+    assert [x.phase for x in tl.spans or []] == ["scoring", "analysis", "cells"] and s.seconds == 2
+    assert tl.has("analysis") and not tl.has("reports")
+    assert tl.spans[1].engine == "x" and tl.spans[1].gpus == 2  # type: ignore[index]
+    back = [Span.model_validate(d) for d in tl.to_json()]
+    assert back == tl.spans
+    bd = tl.breakdown(end=110.0)
+    assert bd.wall_s == 10 and bd.wall_of("cells") == 2
+
+
+def test_breakdown_round_trips_through_the_manifest() -> None:
+    from specbench.schema import load_manifest_dict
+
+    bd = breakdown(sequential(), 70.0)
+    m = load_manifest_dict({"schema_version": 2, "run_id": "r", "suite_name": "s",
+                            "time_breakdown": bd.model_dump(mode="json")})
+    assert m.time_breakdown == bd
+    assert load_manifest_dict({"schema_version": 2, "run_id": "r", "suite_name": "s"}).time_breakdown is None
+
+
+def test_time_line() -> None:
+    assert time_line(None) is None
+    line = time_line(breakdown(sequential(), 70.0).model_dump(mode="json"))
+    assert line.startswith("wall 1m10s: engine starts 20s (29 %), cells 20s (29 %), harness 30s (43 %): ")
+    assert line.endswith("teacher forcing 15s, warmups 5.0s, unaccounted 5.0s, scoring 2.0s, reports 2.0s, analysis 1.0s")
+
+
+@pytest.mark.parametrize(("s", "text"), [(0.42, "0.4s"), (48, "48s"), (130, "2m10s"), (3725, "1h02m")])
+def test_fmt_duration(s: float, text: str) -> None:
+    assert fmt_duration(s) == text
+
