@@ -28,6 +28,7 @@ from specbench.schema import MANIFEST_SCHEMA_VERSION, hardware_class
 from specbench.settings import settings
 from specbench.suite import EquivalenceSpec, Suite, SuiteError, load_suite
 from specbench.summary import RunSummary
+from specbench.timing import Timeline
 
 
 def validate(paths: list[Path]) -> list[str]:
@@ -160,11 +161,15 @@ def run(
     executor: str | None = None,
     ray_address: str | None = None,
     max_parallel_engines: int | None = None,
+    timeline: Timeline | None = None,
 ) -> Path:
     """Run a suite (or resume a run) and write records, summary and reports.
 
     ``executor`` (local | ray), ``ray_address`` and ``max_parallel_engines``
-    override the suite's ``executor:`` section. Returns the run directory.
+    override the suite's ``executor:`` section. ``timeline`` records where the
+    time goes (:mod:`specbench.timing`; a new one, started now, when None); its
+    breakdown goes into the manifest's ``time_breakdown``. Pass the same one to
+    :func:`report` to add the reports to it. Returns the run directory.
 
     SIGINT or SIGTERM (in the main thread) stops the run: every engine
     process is ended, the records so far are kept, the manifest says
@@ -176,7 +181,8 @@ def run(
     with stop_on_signals():
         return _run(suite_path, out=out, limit=limit, resume=resume, progress=progress, platform=platform,
                     allow_code_exec=allow_code_exec, num_speculative_tokens=num_speculative_tokens,
-                    executor=executor, ray_address=ray_address, max_parallel_engines=max_parallel_engines)
+                    executor=executor, ray_address=ray_address, max_parallel_engines=max_parallel_engines,
+                    timeline=timeline if timeline is not None else Timeline())
 
 
 def _run(
@@ -192,6 +198,7 @@ def _run(
     executor: str | None,
     ray_address: str | None,
     max_parallel_engines: int | None,
+    timeline: Timeline,
 ) -> Path:
     platform = platform or detect_platform()
     if resume is not None:
@@ -237,10 +244,11 @@ def _run(
         manifest["finished_at"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         store.write_json(run_dir / store.MANIFEST, manifest)
     try:
-        analyze(run_dir, allow_code_exec=allow_code_exec)
+        analyze(run_dir, allow_code_exec=allow_code_exec, timeline=timeline)
     except StopRequested as stop:  # every cell ran: a resume only analyzes
         stop.run_dir, stop.requests = run_dir, len(store.read_requests(run_dir))
         raise
+    record_time_breakdown(run_dir, timeline, manifest)
     return run_dir
 
 
@@ -261,19 +269,45 @@ def _stopped(stop: StopRequested, run_dir: Path, manifest: dict[str, Any]) -> No
     stop.requests = len(store.read_requests(run_dir))
 
 
-def analyze(run_dir: Path, *, allow_code_exec: bool | None = None) -> RunSummary:
+def record_time_breakdown(run_dir: Path, timeline: Timeline, manifest: dict[str, Any] | None = None) -> None:
+    """Write the timeline's breakdown (wall: from its start to now) into ``manifest.json``.
+
+    Engine starts, warmups, cells and teacher forcing the runner did not record are estimated from
+    this session's files (:func:`specbench.timing_estimate.engine_spans`)."""
+    from specbench.timing_estimate import engine_spans
+
+    manifest = manifest if manifest is not None else store.read_manifest(run_dir)
+    notes = []
+    if not timeline.has("cells"):
+        timeline.extend(engine_spans(run_dir, since=timeline.started))
+        notes.append("engine starts, warmups, cells and teacher forcing: estimated from cells.jsonl and the engine logs")
+    if manifest.get("resumed_at"):
+        notes.append("a resumed run: the last session only")
+    manifest["timeline"] = timeline.to_json()
+    manifest["time_breakdown"] = timeline.breakdown(notes=notes).model_dump(mode="json")
+    store.write_json(Path(run_dir) / store.MANIFEST, manifest)
+
+
+def analyze(run_dir: Path, *, allow_code_exec: bool | None = None, timeline: Timeline | None = None) -> RunSummary:
     """Rebuild ``summary.json`` from the run's raw records.
 
     ``allow_code_exec`` overrides the suite's ``scoring.allow_code_exec``
     (HumanEval runs generated code, in the sandbox, only when allowed).
+    ``timeline`` gets a scoring and an analysis span.
     """
-    run_dir = Path(run_dir)
+    timeline = timeline if timeline is not None else Timeline()
+    with timeline.span("analysis"):
+        return _analyze(Path(run_dir), allow_code_exec, timeline)
+
+
+def _analyze(run_dir: Path, allow_code_exec: bool | None, timeline: Timeline) -> RunSummary:
     manifest = store.read_manifest(run_dir)
     cells = [Cell.model_validate(c) for c in manifest["plan"]["cells"]]
     torn: list[str] = []  # torn last lines of interrupted writes, "file:line: …"
     requests = store.read_requests(run_dir, torn)
     cell_records = store.read_cells(run_dir, torn)
-    scores, notes = _scores(run_dir, manifest, cells, requests, allow_code_exec, torn)
+    with timeline.span("scoring"):
+        scores, notes = _scores(run_dir, manifest, cells, requests, allow_code_exec, torn)
     summary = metrics.summarize(
         manifest["run_id"],
         manifest["suite_name"],
@@ -463,10 +497,22 @@ def load_summary(run_dir: Path) -> RunSummary:
     return RunSummary.load(json.loads(p.read_text()))
 
 
-def report(run_dir: Path, out_dir: Path | None = None) -> dict[str, Path]:
-    """Write the markdown and HTML reports of a run."""
+def report(run_dir: Path, out_dir: Path | None = None, *, timeline: Timeline | None = None) -> dict[str, Path]:
+    """Write the markdown and HTML reports of a run.
+
+    With the ``timeline`` of the :func:`run` that made it, the reports' time goes into the manifest's
+    ``time_breakdown`` (the reports themselves show the breakdown up to the analysis)."""
     from specbench.report import write_reports
 
     run_dir = Path(run_dir)
     load_summary(run_dir)
-    return write_reports(run_dir, out_dir or reports_dir_for(run_dir))
+    if timeline is None:
+        return write_reports(run_dir, out_dir or reports_dir_for(run_dir))
+    with timeline.span("reports"):
+        paths = write_reports(run_dir, out_dir or reports_dir_for(run_dir))
+    manifest = store.read_manifest(run_dir)
+    manifest["timeline"] = timeline.to_json()
+    manifest["time_breakdown"] = timeline.breakdown(notes=(manifest.get("time_breakdown") or {}).get("notes")).model_dump(
+        mode="json")
+    store.write_json(run_dir / store.MANIFEST, manifest)
+    return paths

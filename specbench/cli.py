@@ -165,7 +165,9 @@ def run(
             console.print(e["server_command"], highlight=False, soft_wrap=True)
         return
     from specbench.plan import expand
+    from specbench.timing import Timeline
 
+    timeline = Timeline()  # where the time goes (issue 16): the manifest's time_breakdown, the closing line
     total = len(expand(suite_obj).cells)  # with --num-speculative-tokens applied
     try:
         with Progress(
@@ -176,6 +178,7 @@ def run(
                     suite, out=out, limit=limit, resume=resume, progress=_RichProgress(p, total), platform=platform,
                     allow_code_exec=allow_code_exec or None, num_speculative_tokens=ks, executor=executor,
                     ray_address=ray_address, max_parallel_engines=max_parallel_engines,
+                    timeline=timeline,
                 )
             except (SuiteError, api.RunRefused) as exc:
                 _bad_input(exc.messages)
@@ -186,8 +189,18 @@ def run(
     console.print(f"results: {run_dir}")
     _print_summary(run_dir)
     if report:
-        for kind, path in api.report(run_dir).items():
+        for kind, path in api.report(run_dir, timeline=timeline).items():
             console.print(f"{kind} report: {path}")
+    _print_time(run_dir)
+
+
+def _print_time(run_dir: Path) -> None:
+    """One line: where the run's wall went (the manifest's ``time_breakdown``)."""
+    from specbench.report.terminal import time_line
+
+    line = time_line(api.store.read_manifest(run_dir).get("time_breakdown"))
+    if line:
+        console.print(f"time: {line}", highlight=False, soft_wrap=True)
 
 
 def _interrupted(stop: StopRequested, suite: Path) -> None:

@@ -129,3 +129,119 @@ def test_time_line() -> None:
 def test_fmt_duration(s: float, text: str) -> None:
     assert fmt_duration(s) == text
 
+
+# --------------------------------------------------------------------------
+# estimated from a run's files; recorded by api.run / api.report; shown in the reports
+
+
+def _iso(t: float) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _log_line(key: str, t: float) -> str:
+    import datetime as dt
+
+    stamp = dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%m-%d %H:%M:%S")
+    return f"(specbench-engine-{key} pid=1) INFO {stamp} [core.py:402] init engine (profile, create kv cache) took 0.4 s\n"
+
+
+def fake_run(tmp_path, t0: float = 1_780_000_000.0):  # type: ignore[no-untyped-def]
+    """A run: created t0, prompts at +5; engine A up at +20, cells +30..+40, +40..+50; engine B up at +70,
+    cell +80..+90; teacher forcing's engine up at +100, equivalence.jsonl at +120; summary at +130, reports +133."""
+    import os
+
+    from specbench import store
+    from specbench.records import CellRecord
+
+    run = tmp_path / "run"
+    (run / "engines").mkdir(parents=True)
+    cells = [("A", "tiny/a/d/T0/b1/r0", 30, 40), ("A", "tiny/a/d/T0.5/b1/r0", 40, 50), ("B", "tiny/b/d/T0/b1/r0", 80, 90)]
+    plan = {"engines": [{"key": k, "target": {"name": "tiny"}} for k in ("A", "B")],
+            "cells": [{"cell_id": cid, "target": "tiny", "method": cid.split("/")[1], "dataset": "d",
+                       "temperature": 0.5 if "T0.5" in cid else 0.0, "batch_size": 1} for _, cid, _, _ in cells]}
+    store.write_json(run / store.MANIFEST, {"schema_version": 2, "run_id": "r 1", "suite_name": "s", "platform": "cpu",
+                                            "created_at": _iso(t0), "finished_at": _iso(t0 + 121), "plan": plan})
+    with open(run / store.CELLS, "w") as fh:
+        for key, cid, a, z in cells:
+            fh.write(CellRecord(run_id="r", cell_id=cid, engine_key=key, status="ok", wall_time_s=z - a,
+                                started_at=_iso(t0 + a), finished_at=_iso(t0 + z)).model_dump_json() + "\n")
+    (run / "engines" / "A.log").write_text(_log_line("A", t0 + 20))
+    (run / "engines" / "B.log").write_text("noise\n" + _log_line("B", t0 + 70))
+    (run / "engines" / "tiny--teacher-forcing.log").write_text(_log_line("spare", t0 + 100))
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    for path, at in [(run / store.PROMPTS, 5), (run / "equivalence.jsonl", 120), (run / store.SUMMARY, 130),
+                     (reports / "r_1.md", 133), (reports / "r_1.html", 132)]:
+        path.write_text("{}\n")
+        os.utime(path, (t0 + at, t0 + at))
+    return run, reports
+
+
+def test_estimate_from_a_runs_files(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from specbench.timing_estimate import run_spans
+
+    run, reports = fake_run(tmp_path)
+    spans, wall, notes = run_spans(run, reports)
+    got = [(s.phase, s.engine, s.start - 1_780_000_000.0, s.end - 1_780_000_000.0) for s in spans]
+    assert got == [
+        ("cells", "A", 30, 40), ("cells", "A", 40, 50), ("cells", "B", 80, 90),
+        ("engine_start", "A", 5, 20), ("warmup", "A", 20, 30),  # the first engine starts once the prompts are written
+        ("engine_start", "B", 50, 70), ("warmup", "B", 70, 80),
+        ("teacher_forcing", "tiny--teacher-forcing", 90, 120),
+        ("analysis", None, 121, 130), ("reports", None, 130, 133),  # no scores.jsonl: no scoring span
+    ]
+    assert wall == 133 and notes
+    assert spans[0].groups == ["tiny/a/d/T0/b1"] and spans[1].groups == ["tiny/a/d/T0.5/b1"]
+    bd = breakdown(spans, wall)
+    assert bd.wall_of("cells") == 30 and bd.wall_of("engine_start") == 35 and bd.wall_of("warmup") == 20
+    assert bd.unaccounted_s == 5 + 1  # before the prompts, between teacher forcing and the analysis
+
+
+def test_estimate_since_keeps_this_sessions_cells(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from specbench.timing_estimate import engine_spans
+
+    run, _ = fake_run(tmp_path)
+    spans = engine_spans(run, since=1_780_000_000.0 + 60)
+    assert [(s.phase, s.engine) for s in spans] == [("cells", "B"), ("engine_start", "B"), ("warmup", "B"),
+                                                    ("teacher_forcing", "tiny--teacher-forcing")]
+    assert spans[1].start == 1_780_000_000.0 + 60  # from the session's start
+
+
+def test_api_records_the_breakdown_and_the_reports_show_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """On the recorded run: analysis and scoring recorded, the engine side estimated from cells.jsonl;
+    api.report adds the reports; the Markdown and HTML reports have the section."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from specbench import api
+    from specbench.report.html import render_html
+    from specbench.report.markdown import render_markdown
+    from specbench.summary import RunSummary
+    from specbench.timing import parse_time
+
+    recorded = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"
+    run = tmp_path / "results" / "recorded" / "run"
+    shutil.copytree(recorded, run)
+    created = parse_time(json.loads((run / "manifest.json").read_text())["created_at"])
+    assert created is not None
+    tl = Timeline(started=created)
+    api.analyze(run, timeline=tl)
+    assert [s.phase for s in tl.spans or []] == ["scoring", "analysis"]
+    api.record_time_breakdown(run, tl)
+    manifest = json.loads((run / "manifest.json").read_text())
+    bd = manifest["time_breakdown"]
+    phases = {p["phase"]: p for p in bd["phases"]}
+    assert phases["cells"]["spans"] == 2 and phases["engine_start"]["spans"] == 2 and phases["analysis"]["spans"] == 1
+    assert "estimated" in bd["notes"][0] and len(manifest["timeline"]) == len(tl.spans or [])
+    summary = RunSummary.load(json.loads((run / "summary.json").read_text()))
+    text = render_markdown(summary, manifest)
+    assert "## Where the time went" in text and "the harness's own" in text
+    assert "Writing these reports comes after this table" in text
+    assert "Where the time went" in render_html(summary, manifest, figures={})
+    api.report(run, tmp_path / "reports", timeline=tl)
+    after = json.loads((run / "manifest.json").read_text())["time_breakdown"]
+    assert {p["phase"]: p for p in after["phases"]}["reports"]["spans"] == 1 and after["notes"] == bd["notes"]
+    assert after["wall_s"] >= bd["wall_s"]
