@@ -152,6 +152,29 @@ def test_score_humaneval_builds_programs_that_must_finish(monkeypatch, problems)
         assert "print(" not in src.rsplit("def check", 1)[-1]
 
 
+def test_score_humaneval_runs_each_distinct_program_once(monkeypatch, problems):
+    """A lossless method's greedy completions repeat the baseline's: each distinct program runs once,
+    every completion gets its program's result, in input order."""
+    from specbench.scoring.sandbox import ExecResult
+
+    ran = []
+
+    def fake_run_programs(sources, workers, **kwargs):
+        ran.extend(sources)
+        return [ExecResult("return True" in s, "passed" if "return True" in s else "failed", 0, "", "", 0.1, "fake")
+                for s in sources]
+
+    import specbench.scoring.sandbox as sandbox
+
+    monkeypatch.setattr(sandbox, "run_programs", fake_run_programs)
+    a, b = ("HumanEval/0", "    return True\n"), ("HumanEval/0", "    return False\n")
+    same_body_other_task = ("HumanEval/3", "    return True\n")
+    res = score_humaneval([a, b, a, same_body_other_task, b, a], allow_code_exec=True, problems=problems)
+    assert len(ran) == 3
+    assert [(r.task_id, r.passed) for r in res] == [("HumanEval/0", True), ("HumanEval/0", False), ("HumanEval/0", True),
+                                                    ("HumanEval/3", True), ("HumanEval/0", False), ("HumanEval/0", True)]
+
+
 def test_score_humaneval_accepts_records(monkeypatch, problems):
     class Rec:
         prompt_id = "HumanEval/5"
