@@ -174,7 +174,7 @@ class TimeBreakdown(Part):
     unaccounted_s: float = 0.0
     harness_s: float = 0.0
     harness_share: float = 0.0
-    overlap_s: float = 0.0  # wall where two engine spans or more ran at once (parallel executors)
+    overlap_s: float = 0.0  # wall where two engines or more were busy at once (parallel executors)
     engines: list[EngineTime] = Field(default_factory=list)
     groups: list[GroupTime] = Field(default_factory=list)
     source: str = "recorded"  # "recorded" (a Timeline) or "estimated" (from a run's files)

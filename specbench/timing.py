@@ -24,8 +24,8 @@ Definitions (they are what the report says):
   taken alone);
 * **engine-seconds** are the sum of the durations of the spans that name an
   engine, overlaps counted once per span: two engines starting at once for
-  60 s are 120 engine-seconds (the **overlap** is the wall where two engine
-  spans or more ran at once); a span without an engine (scoring, analysis,
+  60 s are 120 engine-seconds (the **overlap** is the wall where two engines
+  or more were busy at once); a span without an engine (scoring, analysis,
   reports) has none;
   **GPU-seconds** are engine-seconds × the span's GPUs, where known;
 * the **harness share** is the run's wall minus the walls of engine starts
@@ -109,7 +109,7 @@ def _union(intervals: Iterable[tuple[float, float]]) -> float:
 
 def _attributed(spans: list[Span]) -> tuple[dict[str, float], float]:
     """Wall per phase (each instant to the active phase of highest precedence), and the wall where two
-    engine spans or more ran at once."""
+    engines or more were busy at once."""
     rank = {p: i for i, p in enumerate(PRECEDENCE)}
     edges = sorted({t for s in spans if s.end > s.start for t in (s.start, s.end)})
     out: dict[str, float] = defaultdict(float)
@@ -119,7 +119,7 @@ def _attributed(spans: list[Span]) -> tuple[dict[str, float], float]:
         if not active:
             continue
         out[min((s.phase for s in active), key=rank.__getitem__)] += b - a
-        if sum(1 for s in active if s.engine is not None) > 1:
+        if len({s.engine for s in active if s.engine is not None}) > 1:
             overlap += b - a
     return out, overlap
 

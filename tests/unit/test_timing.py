@@ -81,6 +81,12 @@ def test_two_engines_starting_at_once_share_one_wall() -> None:
     assert bd.unaccounted_s == 10 and bd.harness_s == 10
 
 
+def test_one_engines_spans_touching_are_no_overlap() -> None:
+    """Estimated cell spans of one engine may overlap by a rounding second: not two engines at once."""
+    bd = breakdown([sp("cells", 0, 10.5, "A", ["a"]), sp("cells", 10, 20, "A", ["b"])], 20)
+    assert bd.overlap_s == 0 and bd.wall_of("cells") == 20
+
+
 def test_spans_beyond_the_wall_are_scaled_into_it() -> None:
     bd = breakdown([sp("cells", 0, 10), sp("scoring", 10, 20)], 10)
     assert sum(p.wall_s for p in bd.phases) == pytest.approx(10) and bd.unaccounted_s == 0
