@@ -243,6 +243,7 @@ def _run(
         ]
         manifest["finished_at"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         store.write_json(run_dir / store.MANIFEST, manifest)
+    timeline.extend(engine_spans_of(runner.phases, run_dir, plan, since=timeline.started))
     try:
         analyze(run_dir, allow_code_exec=allow_code_exec, timeline=timeline)
     except StopRequested as stop:  # every cell ran: a resume only analyzes
@@ -267,6 +268,25 @@ def _stopped(stop: StopRequested, run_dir: Path, manifest: dict[str, Any]) -> No
     manifest["interrupted_by"] = stop.signame
     stop.run_dir = run_dir
     stop.requests = len(store.read_requests(run_dir))
+
+
+def engine_spans_of(phases: list[Any], run_dir: Path, plan: Plan, *, since: float) -> list[Any]:
+    """The engine jobs' timed phases as timeline spans: cells split by group (their cells' wall
+    times in ``cells.jsonl``), teacher forcing shared by the sampled groups of its target."""
+    from specbench.timing import parse_time, spans_from_phases
+
+    records = [r for r in store.read_cells(run_dir) if (parse_time(r.finished_at) or 0.0) >= since - 1] \
+        if (run_dir / store.CELLS).exists() else []
+    target_of = {e.key: e.target.name for e in plan.engines}
+    sampled: dict[str, list[str]] = {}
+    for c in plan.cells:
+        if c.temperature > 0:
+            sampled.setdefault(c.target, [])
+            if c.group_id not in sampled[c.target]:
+                sampled[c.target].append(c.group_id)
+    keys = {p.job_id for p in phases}
+    return spans_from_phases(phases, records, {c.cell_id: c.group_id for c in plan.cells},
+                             {k: sampled.get(target_of.get(k, k.removesuffix("--teacher-forcing")), []) for k in keys})
 
 
 def record_time_breakdown(run_dir: Path, timeline: Timeline, manifest: dict[str, Any] | None = None) -> None:

@@ -42,7 +42,7 @@ import contextlib
 import datetime as dt
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -51,7 +51,7 @@ from pydantic import BaseModel
 from specbench.schema import EngineTime, GroupTime, PhaseTime, TimeBreakdown
 
 __all__ = ["PHASES", "PRECEDENCE", "EngineTime", "GroupTime", "PhaseTime", "Span", "TimeBreakdown", "Timeline", "breakdown",
-           "fmt_duration", "fmt_share", "harness_parts", "parse_time"]
+           "fmt_duration", "fmt_share", "harness_parts", "parse_time", "spans_from_phases"]
 
 Phase = Literal["engine_start", "warmup", "cells", "teacher_forcing", "scoring", "analysis", "reports", "other"]
 #: Every phase, in the order a run goes through them (the breakdown's order).
@@ -282,6 +282,50 @@ class Timeline:
 
     def to_json(self) -> list[dict[str, Any]]:
         return [s.model_dump(mode="json", exclude_none=True) for s in self.spans or []]
+
+
+def spans_from_phases(
+    phases: Iterable[Any],
+    cell_records: Iterable[Any],
+    group_of: Mapping[str, str],
+    groups_of_engine: Mapping[str, list[str]] | None = None,
+) -> list[Span]:
+    """Spans from the engine jobs' timed phases (:class:`specbench.jobs.PhaseTimed`: ``job_id`` — the
+    engine key —, ``phase``, ``start``, ``end``, ``gpus``; 0 GPUs is none).
+
+    A job's ``cells`` phase is split among its cells (``CellRecord``: ``engine_key``, ``cell_id``,
+    ``status``, ``wall_time_s``, ``finished_at``) in proportion to their wall times, one after another,
+    so the phase's wall and engine-seconds stay whole and each group gets its cells' share;
+    ``group_of`` maps a cell id to its group. A ``teacher_forcing`` phase goes to the groups
+    ``groups_of_engine`` names for its engine (the sampled groups it scores), in equal shares. A phase
+    that is none of :data:`PHASES` (an engine's close, say) is ``other``, with its engine.
+    """
+    recs = [r for r in cell_records if r.status == "ok" and r.wall_time_s and parse_time(r.finished_at) is not None]
+    used: set[int] = set()
+    out: list[Span] = []
+    for ph in sorted(phases, key=lambda p: p.start):
+        gpus = int(ph.gpus) if getattr(ph, "gpus", None) else None
+        if ph.phase != "cells":
+            groups = (groups_of_engine or {}).get(ph.job_id) if ph.phase == "teacher_forcing" else None
+            phase = ph.phase if ph.phase in PHASES else "other"  # e.g. an engine's close
+            out.append(Span(phase=phase, start=ph.start, end=ph.end, engine=ph.job_id, gpus=gpus,
+                            groups=list(groups) if groups else None))
+            continue
+        mine = [(i, r) for i, r in enumerate(recs) if i not in used and r.engine_key == ph.job_id
+                and ph.start - 1 <= (parse_time(r.finished_at) or 0.0) <= ph.end + 1]
+        total = sum(r.wall_time_s for _, r in mine)
+        if not mine or total <= 0:
+            out.append(Span(phase="cells", start=ph.start, end=ph.end, engine=ph.job_id, gpus=gpus))
+            continue
+        t = ph.start
+        for i, r in sorted(mine, key=lambda x: parse_time(x[1].finished_at) or 0.0):
+            used.add(i)
+            d = (ph.end - ph.start) * r.wall_time_s / total
+            gid = group_of.get(r.cell_id)
+            out.append(Span(phase="cells", start=t, end=t + d, engine=ph.job_id, gpus=gpus,
+                            groups=[gid] if gid else None))
+            t += d
+    return out
 
 
 def parse_time(iso: str | None) -> float | None:

@@ -98,6 +98,43 @@ def test_empty() -> None:
     assert breakdown([], 0).harness_share == 0
 
 
+def test_spans_from_the_jobs_phases() -> None:
+    """Cells phases split by their cells' wall times (a restart: two cells phases of one job), teacher
+    forcing shared by its groups, 0 GPUs is none."""
+    from specbench.jobs import PhaseTimed
+    from specbench.records import CellRecord
+    from specbench.timing import spans_from_phases
+
+    t0 = 1_780_000_000.0
+
+    def rec(cid: str, wall: float, end: float, status: str = "ok") -> CellRecord:
+        return CellRecord(run_id="r", cell_id=cid, engine_key="A", status=status, wall_time_s=wall,
+                          finished_at=_iso(t0 + end))
+
+    phases = [
+        PhaseTimed(job_id="A", phase="engine_start", start=t0, end=t0 + 10, gpus=2),
+        PhaseTimed(job_id="A", phase="cells", start=t0 + 10, end=t0 + 40, gpus=2),  # c1 (10 s), c2 (5 s): 2 to 1
+        PhaseTimed(job_id="A", phase="engine_start", start=t0 + 40, end=t0 + 50, gpus=2),  # restarted
+        PhaseTimed(job_id="A", phase="cells", start=t0 + 50, end=t0 + 60, gpus=2),  # c3
+        PhaseTimed(job_id="tiny--teacher-forcing", phase="teacher_forcing", start=t0 + 60, end=t0 + 70),
+    ]
+    records = [rec("c1", 10, 25), rec("c2", 5, 39), rec("c9", 3, 40, "failed"), rec("c3", 8, 60)]
+    spans = spans_from_phases(phases, records, {"c1": "g1", "c2": "g2", "c3": "g1"},
+                              {"tiny--teacher-forcing": ["g2", "g3"]})
+    class Close:  # a phase the timing model does not name: "other", with its engine
+        job_id, phase, start, end, gpus = "A", "engine_close", t0 + 70, t0 + 72, 0
+
+    assert spans_from_phases([Close()], [], {})[0].model_dump(exclude_none=True) == {
+        "phase": "other", "start": t0 + 70, "end": t0 + 72, "engine": "A"}
+    got = [(s.phase, s.start - t0, s.end - t0, s.groups, s.gpus) for s in spans]
+    assert got == [("engine_start", 0, 10, None, 2), ("cells", 10, 30, ["g1"], 2), ("cells", 30, 40, ["g2"], 2),
+                   ("engine_start", 40, 50, None, 2), ("cells", 50, 60, ["g1"], 2),
+                   ("teacher_forcing", 60, 70, ["g2", "g3"], None)]
+    groups = {g.group_id: g for g in breakdown(spans, 70).groups}
+    assert groups["g1"].cells_s == 30 and groups["g1"].overhead_s == pytest.approx(20 * 30 / 40)
+    assert groups["g3"].engine_s == 5 and groups["g3"].engines == ["tiny--teacher-forcing"]
+
+
 def test_timeline_records_spans_also_when_the_block_raises() -> None:
     tl = Timeline(started=100.0)
     with tl.span("scoring"):
