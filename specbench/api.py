@@ -272,7 +272,8 @@ def _stopped(stop: StopRequested, run_dir: Path, manifest: dict[str, Any]) -> No
 
 def engine_spans_of(phases: list[Any], run_dir: Path, plan: Plan, *, since: float) -> list[Any]:
     """The engine jobs' timed phases as timeline spans: cells split by group (their cells' wall
-    times in ``cells.jsonl``), teacher forcing shared by the sampled groups of its target."""
+    times in ``cells.jsonl``), teacher forcing (its engine's start included) shared by the sampled
+    groups of its target."""
     from specbench.timing import parse_time, spans_from_phases
 
     records = [r for r in store.read_cells(run_dir) if (parse_time(r.finished_at) or 0.0) >= since - 1] \
@@ -285,8 +286,10 @@ def engine_spans_of(phases: list[Any], run_dir: Path, plan: Plan, *, since: floa
             if c.group_id not in sampled[c.target]:
                 sampled[c.target].append(c.group_id)
     keys = {p.job_id for p in phases}
+    teacher_forcing = {k for k in keys if k not in target_of}  # "<target>--teacher-forcing"
     return spans_from_phases(phases, records, {c.cell_id: c.group_id for c in plan.cells},
-                             {k: sampled.get(target_of.get(k, k.removesuffix("--teacher-forcing")), []) for k in keys})
+                             {k: sampled.get(target_of.get(k, k.removesuffix("--teacher-forcing")), []) for k in keys},
+                             teacher_forcing)
 
 
 def record_time_breakdown(run_dir: Path, timeline: Timeline, manifest: dict[str, Any] | None = None) -> None:

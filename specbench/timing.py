@@ -289,6 +289,7 @@ def spans_from_phases(
     cell_records: Iterable[Any],
     group_of: Mapping[str, str],
     groups_of_engine: Mapping[str, list[str]] | None = None,
+    teacher_forcing_jobs: Iterable[str] = (),
 ) -> list[Span]:
     """Spans from the engine jobs' timed phases (:class:`specbench.jobs.PhaseTimed`: ``job_id`` — the
     engine key —, ``phase``, ``start``, ``end``, ``gpus``; 0 GPUs is none).
@@ -298,8 +299,11 @@ def spans_from_phases(
     so the phase's wall and engine-seconds stay whole and each group gets its cells' share;
     ``group_of`` maps a cell id to its group. A ``teacher_forcing`` phase goes to the groups
     ``groups_of_engine`` names for its engine (the sampled groups it scores), in equal shares. A phase
-    that is none of :data:`PHASES` (an engine's close, say) is ``other``, with its engine.
+    that is none of :data:`PHASES` (an engine's close, say) is ``other``, with its engine. The engine
+    start of a job in ``teacher_forcing_jobs`` counts as teacher forcing: starting an engine of its own
+    is the harness's choice (one already up could serve it).
     """
+    tf_jobs = set(teacher_forcing_jobs)
     recs = [r for r in cell_records if r.status == "ok" and r.wall_time_s and parse_time(r.finished_at) is not None]
     used: set[int] = set()
     out: list[Span] = []
@@ -308,6 +312,9 @@ def spans_from_phases(
         if ph.phase != "cells":
             groups = (groups_of_engine or {}).get(ph.job_id) if ph.phase == "teacher_forcing" else None
             phase = ph.phase if ph.phase in PHASES else "other"  # e.g. an engine's close
+            if ph.job_id in tf_jobs:
+                phase = "teacher_forcing"
+                groups = (groups_of_engine or {}).get(ph.job_id)
             out.append(Span(phase=phase, start=ph.start, end=ph.end, engine=ph.job_id, gpus=gpus,
                             groups=list(groups) if groups else None))
             continue

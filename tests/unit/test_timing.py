@@ -121,6 +121,10 @@ def test_spans_from_the_jobs_phases() -> None:
     records = [rec("c1", 10, 25), rec("c2", 5, 39), rec("c9", 3, 40, "failed"), rec("c3", 8, 60)]
     spans = spans_from_phases(phases, records, {"c1": "g1", "c2": "g2", "c3": "g1"},
                               {"tiny--teacher-forcing": ["g2", "g3"]})
+    tf_start = PhaseTimed(job_id="tiny--teacher-forcing", phase="engine_start", start=t0 + 55, end=t0 + 60)
+    tf = spans_from_phases([tf_start], [], {}, {"tiny--teacher-forcing": ["g2"]}, ["tiny--teacher-forcing"])
+    assert [(s.phase, s.groups) for s in tf] == [("teacher_forcing", ["g2"])]  # its own engine start: the harness's
+
     class Close:  # a phase the timing model does not name: "other", with its engine
         job_id, phase, start, end, gpus = "A", "engine_close", t0 + 70, t0 + 72, 0
 
