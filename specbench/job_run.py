@@ -144,8 +144,13 @@ class _Job:
             engine.kill()  # stopping (a signal, a cancelled task): no graceful shutdown
             raise
         finally:
-            engine.close()
-            self.emit(EngineState(job_id=job.job_id, state="closed"))
+            self.close(engine)
+
+    def close(self, engine: Engine) -> None:
+        t0 = wall_now()
+        engine.close()
+        self._phase("engine_close", t0)
+        self.emit(EngineState(job_id=self.job.job_id, state="closed"))
 
     def warmup(self, engine: Engine) -> None:
         """Unrecorded requests in the shape of each load the engine will see (the driver built them)."""
@@ -240,8 +245,7 @@ class _Job:
             engine.kill()
             raise
         finally:
-            engine.close()
-            self.emit(EngineState(job_id=job.job_id, state="closed"))
+            self.close(engine)
 
     def score(self, engine: Engine, items: list[dict[str, Any]]) -> Engine:
         """Teacher-force ``items`` in batches on ``engine`` (restarted once it died); returns the engine in use."""
@@ -291,16 +295,18 @@ def warmup_requests(cells: list[CellRequest]) -> list[CellRequest]:
     """One short unrecorded request batch per (load, sampled?, logprobs) shape the engine
     will see: CPU kernels and the logprobs path are prepared on first use, which would
     otherwise be timed in the first cell. A request-rate cell warms up closed-loop at
-    its cap (1 stream when uncapped)."""
+    its cap (1 stream when uncapped). Two verification steps are enough to prepare a
+    step (2·(K+1) tokens; 4 without speculation)."""
     shapes: dict[tuple[int, bool, int | None], CellRequest] = {}
     for r in cells:
         shapes.setdefault((max(1, r.cell.batch_size), r.cell.temperature > 0, r.sampling.logprobs), r)
     out = []
     for (bs, _, _), r in shapes.items():
+        tokens = 2 * (r.cell.k + 1) if r.cell.k else 4
         out.append(CellRequest(
             run_id=r.run_id,
             cell=r.cell.model_copy(update={"cell_id": f"warmup-b{bs}", "batch_size": bs, "request_rate": None}),
             prompts=r.prompts[:bs],
-            sampling=r.sampling.model_copy(update={"max_tokens": 16, "samples_per_prompt": 1}),
+            sampling=r.sampling.model_copy(update={"max_tokens": tokens, "samples_per_prompt": 1}),
         ))
     return out

@@ -122,7 +122,7 @@ class PhaseTimed(BaseModel):
 
     kind: Literal["phase"] = "phase"
     job_id: str
-    phase: Literal["engine_start", "warmup", "cells", "teacher_forcing"]
+    phase: Literal["engine_start", "warmup", "cells", "teacher_forcing", "engine_close"]
     start: float
     end: float
     gpus: int = 0

@@ -230,7 +230,9 @@ class Runner:
             jobs.append(EngineJob(
                 job_id=cfg.key, run_id=self.run_id, run_dir=str(self.run_dir), platform=self.platform, engine=res,
                 load=self._load() if cfg.target.engine == "vllm-server" else None, cells=works,
-                warmup=warmup_requests([w.request for w in works]) if self.suite.warmup else [],
+                # The reference simulator's time is not a vLLM measurement: nothing to warm up.
+                warmup=warmup_requests([w.request for w in works])
+                if self.suite.warmup and cfg.target.engine != "reference" else [],
                 gpus=engine_gpus(cfg, self.platform),
             ))
         if isinstance(self.executor, LocalExecutor):

@@ -73,7 +73,7 @@ def test_warmups_cover_each_load_and_sampling_shape_once() -> None:
     greedy = SamplingRequest(temperature=0.0, max_tokens=64, logprobs=5)
     reqs = [CellRequest(run_id="r", cell=_cell(f"c{bs}", bs=bs), prompts=prompts, sampling=greedy) for bs in (1, 4, 4)]
     warm = warmup_requests(reqs)
-    assert [(w.cell.batch_size, len(w.prompts), w.sampling.max_tokens) for w in warm] == [(1, 1, 16), (4, 4, 16)]
+    assert [(w.cell.batch_size, len(w.prompts), w.sampling.max_tokens) for w in warm] == [(1, 1, 8), (4, 4, 8)]
 
 
 def test_stopper_blocks_and_what_it_cannot_measure() -> None:
