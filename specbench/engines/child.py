@@ -9,6 +9,7 @@ as it is produced.
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import multiprocessing as mp
 import os
@@ -26,28 +27,26 @@ from specbench.requests import CellOutcome, CellRequest
 from specbench.settings import settings
 
 
-def _child_main(conn: Any, target: str, args: tuple, log_path: str) -> None:
-    _as_worker()  # dies with the run
-    _log_to(log_path)
-    print(f"specbench-engine pid={os.getpid()}", flush=True)
+def _serve(conn: Any, target: str, args: tuple) -> bool:
+    """One engine's life in the host: build, start, cells, close. False when the host must end."""
     module, _, name = target.partition(":")
-    engine = getattr(importlib.import_module(module), name)(*args)
     try:
+        engine = getattr(importlib.import_module(module), name)(*args)
         engine.start()
     except EngineUnavailable as exc:
         conn.send(("start_error", {"reason": exc.reason, "skipped": exc.skipped, "log_tail": exc.log_tail}))
-        return
+        return True
     except BaseException as exc:  # noqa: BLE001 - reported to the parent
         traceback.print_exc()
         conn.send(("start_error", {"reason": f"{type(exc).__name__}: {exc}", "skipped": False, "log_tail": None}))
-        return
+        return True
     conn.send(("ready", engine.describe()))
     while True:
         msg = conn.recv()
         if msg[0] == "close":
             engine.close()
             conn.send(("closed", None))
-            return
+            return True
         request = CellRequest.model_validate(msg[1])
         try:
             outcome = engine.run_cell(request, lambda r: conn.send(("record", r.model_dump(mode="json"))))
@@ -59,6 +58,68 @@ def _child_main(conn: Any, target: str, args: tuple, log_path: str) -> None:
             conn.send(("cell_failed", {"reason": f"{type(exc).__name__}: {exc}", "engine_dead": False, "log_tail": None}))
             continue
         conn.send(("done", {"outcome": outcome.model_dump(mode="json"), "describe": engine.describe()}))
+
+
+def _child_main(conn: Any) -> None:
+    """A host process: serves one engine after another (imports paid once), each logging to its own file."""
+    _as_worker()  # dies with the run
+    while True:
+        msg = conn.recv()
+        if msg[0] != "build":
+            return
+        _, target, args, log_path = msg
+        _log_to(log_path)
+        print(f"specbench-engine pid={os.getpid()}", flush=True)
+        _serve(conn, target, args)
+
+
+class _Hosts:
+    """At most one idle host process per engine class, reused by the next engine of that class;
+    :func:`close_hosts` (the local executor's shutdown, and at exit) ends them."""
+
+    def __init__(self) -> None:
+        self._idle: dict[str, tuple[Any, Any, int | None]] = {}
+
+    def take(self, target: str) -> tuple[Any, Any, int | None] | None:
+        host = self._idle.pop(target, None)
+        if host is not None and host[0].is_alive():
+            return host
+        if host is not None:
+            LIVE.discard(host[2])
+        return None
+
+    def give_back(self, target: str, proc: Any, conn: Any, live: int | None) -> None:
+        old = self._idle.pop(target, None)
+        self._idle[target] = (proc, conn, live)
+        if old is not None:
+            self._end(old)
+
+    def close(self) -> None:
+        idle, self._idle = list(self._idle.values()), {}
+        for host in idle:
+            self._end(host)
+
+    @staticmethod
+    def _end(host: tuple[Any, Any, int | None]) -> None:
+        proc, conn, live = host
+        try:
+            conn.send(("end",))
+        except (OSError, ValueError):
+            pass
+        proc.join(timeout=5)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout=5)
+        LIVE.discard(live)
+
+
+_HOSTS = _Hosts()
+atexit.register(_HOSTS.close)
+
+
+def close_hosts() -> None:
+    """End the idle engine hosts (a run's engines are done)."""
+    _HOSTS.close()
 
 
 class ChildEngine:
@@ -83,19 +144,21 @@ class ChildEngine:
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        ctx = mp.get_context("spawn")
-        parent, child = ctx.Pipe()
-        self._proc = ctx.Process(
-            target=_child_main, args=(child, self._target, self._args, str(self.log_path)),
-            name=f"specbench-engine-{self.config.key}",
-        )
-        self._proc.start()
-        self._live = LIVE.add(f"engine {self.config.key} (pid {self._proc.pid})", self.kill)
-        child.close()
-        self._conn = parent
+        host = _HOSTS.take(self._target)
+        if host is not None:
+            self._proc, self._conn, self._live = host
+        else:
+            ctx = mp.get_context("spawn")
+            parent, child = ctx.Pipe()
+            self._proc = ctx.Process(target=_child_main, args=(child,), name=f"specbench-engine-{self.config.key}")
+            self._proc.start()
+            self._live = LIVE.add(f"engine host (pid {self._proc.pid})", self._proc.kill)
+            child.close()
+            self._conn = parent
+        self._conn.send(("build", self._target, self._args, str(self.log_path)))
         kind, payload = self._recv(settings().engine_start_timeout, starting=True)
         if kind == "start_error":
-            self.kill()
+            self._release()
             raise EngineUnavailable(payload["reason"], skipped=payload["skipped"],
                                     log_tail=payload["log_tail"] or tail(self.log_path))
         self._describe = payload
@@ -152,14 +215,24 @@ class ChildEngine:
         LIVE.discard(self._live)
         self._live = None
 
+    def _release(self) -> None:
+        """The host process goes back to the pool for the next engine of this class."""
+        if self._proc is not None and self._proc.is_alive():
+            _HOSTS.give_back(self._target, self._proc, self._conn, self._live)
+        else:
+            LIVE.discard(self._live)
+        self._proc = None
+        self._live = None
+
     def close(self) -> None:
         if self._proc is None:
             return
         try:
             if self._proc.is_alive():
                 self._conn.send(("close",))
-                self._conn.poll(30)
+                if self._conn.poll(30) and self._conn.recv()[0] == "closed":
+                    self._release()
+                    return
         except (OSError, EOFError, BrokenPipeError):
             pass
-        self._proc.join(timeout=10)
         self.kill()

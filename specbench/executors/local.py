@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from specbench.engines.child import close_hosts
 from specbench.engines.vllm_offline import close_spare
 from specbench.job_run import FollowUp, local_placement, run_job
 from specbench.jobs import EngineJob
@@ -26,3 +27,4 @@ class LocalExecutor:
 
     def shutdown(self) -> None:
         close_spare()
+        close_hosts()

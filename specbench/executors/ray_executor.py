@@ -49,9 +49,12 @@ def _job_task(job_data: dict[str, Any]) -> Iterator[list[dict[str, Any]]]:
     done = object()
 
     def body() -> None:
+        from specbench.engines.child import close_hosts
+
         try:
             run_job(job, lambda e: events.put(e.model_dump(mode="json")), placement)
         finally:
+            close_hosts()  # no idle engine host outlives its task in a reused worker
             events.put(done)
 
     threading.Thread(target=body, name=f"specbench-job-{job.job_id}", daemon=True).start()
