@@ -10,7 +10,6 @@ once.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import re
@@ -114,13 +113,13 @@ def _once(run_dir: Path) -> Counter:
 
 
 def _spans(run_dir: Path) -> list[tuple[float, float]]:
-    """Per engine, from its first cell's start to its last cell's end."""
-    by_engine: dict[str, list[float]] = {}
-    for c in store.read_cells(run_dir):
-        for t in (c.started_at, c.finished_at):
-            if t:
-                by_engine.setdefault(c.engine_key, []).append(dt.datetime.fromisoformat(t).timestamp())
-    return [(min(v), max(v)) for v in by_engine.values()]
+    """Per engine, from the start of its engine to its close (the manifest's timeline, wall clock)."""
+    by_engine: dict[str, tuple[float, float]] = {}
+    for s in store.read_manifest(run_dir).get("timeline") or []:
+        if s.get("engine"):
+            a, b = by_engine.get(s["engine"], (float("inf"), float("-inf")))
+            by_engine[s["engine"]] = (min(a, s["start"]), max(b, s["end"]))
+    return list(by_engine.values())
 
 
 def _max_overlap(spans: list[tuple[float, float]]) -> int:
@@ -153,7 +152,8 @@ def test_ray_runs_the_same_cells_as_local_two_at_a_time(ray_cluster, tmp_path):
         p = e["placement"]
         assert p["executor"] == "ray" and p["node_id"] and p["node_ip"] and len(p["gpu_ids"]) == 1, p
     # Two slots (logical GPUs and --max-parallel-engines 2): engines overlapped, never more than two.
-    assert _max_overlap(_spans(on_ray)) == 2
+    spans = _spans(on_ray)
+    assert len(spans) == 4 and _max_overlap(spans) == 2, spans
 
 
 def _engine_pid(run_dir: Path, key: str) -> int | None:
