@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from specbench.engines.base import CellFailed, EmitRecord, EngineUnavailable
-from specbench.engines.procs import LIVE
+from specbench.engines.procs import LIVE, end_process
 from specbench.engines.vllm_offline import _as_worker, _log_to, tail
 from specbench.plan import EngineConfig
 from specbench.records import RequestRecord
@@ -102,14 +102,7 @@ class _Hosts:
     @staticmethod
     def _end(host: tuple[Any, Any, int | None]) -> None:
         proc, conn, live = host
-        try:
-            conn.send(("end",))
-        except (OSError, ValueError):
-            pass
-        proc.join(timeout=5)
-        if proc.is_alive():
-            proc.kill()
-            proc.join(timeout=5)
+        end_process(proc, conn, ("end",), grace_s=5)
         LIVE.discard(live)
 
 

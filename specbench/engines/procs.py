@@ -188,3 +188,15 @@ def kill_tree(pid: int, sig: int = signal.SIGKILL, also: list[Any] | None = None
             p.send_signal(sig)  # psutil checks the pid was not reused
         except Exception:  # noqa: BLE001 - already gone
             pass
+
+
+def end_process(proc: Any, conn: Any, message: tuple, grace_s: float) -> None:
+    """Ask a waiting worker to leave (``message`` on its pipe), then kill it if it has not after ``grace_s``."""
+    try:
+        conn.send(message)
+    except (OSError, ValueError):
+        pass
+    proc.join(timeout=grace_s)
+    if proc.is_alive():
+        proc.kill()
+        proc.join(timeout=5)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from specbench.engines.base import CellFailed, EmitRecord, EngineUnavailable
-from specbench.engines.procs import LIVE, group_dies_with_parent, kill_tree
+from specbench.engines.procs import LIVE, end_process, group_dies_with_parent, kill_tree
 from specbench.plan import EngineConfig
 from specbench.records import RequestRecord, SpecCounters
 from specbench.requests import CellOutcome, CellRequest, request_seed
@@ -551,14 +551,7 @@ class _SpareWorkers:
     @staticmethod
     def _end(spare: tuple[dict[str, str], Any, Any]) -> None:
         _, proc, conn = spare
-        try:
-            conn.send(("close",))
-        except (OSError, ValueError):
-            pass
-        proc.join(timeout=2)
-        if proc.is_alive():
-            proc.kill()
-            proc.join(timeout=5)
+        end_process(proc, conn, ("close",), grace_s=2)
         conn.close()
 
 
