@@ -18,7 +18,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -164,43 +163,24 @@ def _engine_pid(run_dir: Path, key: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _wait_for(pred, timeout=600.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.1)
-    raise AssertionError("timed out waiting")
-
-
-def _records(run_dir: Path | None, prefix: str = "") -> int:
-    if run_dir is None or not (run_dir / store.RECORDS).exists():
-        return 0
-    return sum(1 for o in store.iter_jsonl(run_dir / store.RECORDS) if o["cell_id"].startswith(prefix))
-
-
-def test_killed_worker_fails_its_cells_killed_driver_resumes_exactly_once(ray_cluster, tmp_path):
+def test_killed_worker_fails_its_cells_killed_driver_resumes_exactly_once(ray_cluster, tmp_path, cli_runs):
     suite = _suite(tmp_path, limit=6, max_tokens=160)
     out = tmp_path / "out"
-    args = ["--executor", "ray", "--ray-address", ray_cluster, "--max-parallel-engines", "2", "--no-report"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "specbench.cli", "run", str(suite), "--out", str(out), *args],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-    )
-    run_dir = _wait_for(lambda: next(iter(sorted((out / "ray-exec").glob("*/"))), None) if out.exists() else None)
+    args = ["--executor", "ray", "--ray-address", ray_cluster, "--max-parallel-engines", "2"]
+    proc = cli_runs.start(suite, out, *args)
+    run_dir = cli_runs.wait_for(lambda: next(iter(cli_runs.run_dirs(out, "ray-exec")), None), 600)
     # Mid-cell in the baseline engine: kill the Ray worker process that runs its job.
-    _wait_for(lambda: _records(run_dir, "tiny/baseline/he/T0/b1") >= 1)
+    cli_runs.wait_for(lambda: cli_runs.n_records(run_dir, "tiny/baseline/he/T0/b1") >= 1, 600)
     engine_pid = _engine_pid(run_dir, "tiny--baseline")
     worker = psutil.Process(engine_pid).parent()
     assert "ray" in " ".join(worker.cmdline()).lower() or worker.name().startswith("ray"), worker.cmdline()
     worker.kill()
-    _wait_for(lambda: not psutil.pid_exists(engine_pid) or psutil.Process(engine_pid).status() == "zombie", 60)
-    failed = _wait_for(lambda: [c for c in store.read_cells(run_dir) if c.engine_key == "tiny--baseline"
+    cli_runs.wait_for(lambda: not psutil.pid_exists(engine_pid) or psutil.Process(engine_pid).status() == "zombie", 60)
+    failed = cli_runs.wait_for(lambda: [c for c in store.read_cells(run_dir) if c.engine_key == "tiny--baseline"
                                 and c.status == "failed"], 120)
     assert "Ray worker" in failed[0].reason, failed[0].reason
     # Then the driver dies mid-run (the whole process group, as a cancelled CI job would).
-    _wait_for(lambda: _records(run_dir) >= _records(run_dir, "tiny/baseline") + 3, 600)
+    cli_runs.wait_for(lambda: cli_runs.n_records(run_dir) >= cli_runs.n_records(run_dir, "tiny/baseline") + 3, 600)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=60)
     latest = latest_cell_records(store.read_cells(run_dir))
@@ -208,7 +188,8 @@ def test_killed_worker_fails_its_cells_killed_driver_resumes_exactly_once(ray_cl
     assert baseline_cells and all(c.status == "failed" for c in baseline_cells.values())
     assert any(c.status == "ok" for c in latest.values() if c.engine_key != "tiny--baseline") or len(latest) < 8
     resumed = subprocess.run(
-        [sys.executable, "-m", "specbench.cli", "run", str(suite), "--out", str(out), "--resume", str(run_dir), *args],
+        [sys.executable, "-m", "specbench.cli", "run", str(suite), "--out", str(out), "--resume", str(run_dir), *args,
+         "--no-report"],
         capture_output=True, text=True, timeout=900,
     )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
