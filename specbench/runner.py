@@ -257,7 +257,8 @@ class Runner:
                 job.engine.engine_kwargs["max_logprobs"] = -1
                 late.append(job)
         self.executor.follow_up = self._follow_up  # type: ignore[attr-defined]
-        return [j for j in jobs if j not in late] + late
+        late_ids = {j.job_id for j in late}
+        return [j for j in jobs if j.job_id not in late_ids] + late
 
     def _follow_up(self, job: EngineJob) -> list[dict[str, Any]]:
         """The target's not-yet-scored sampled outputs (every job of the target has run)."""
@@ -307,7 +308,7 @@ class Runner:
             if self._needs_pairs():
                 first = [j for j in jobs if j.engine.config.method.method == "baseline"]
                 self._execute(first)
-                rest = [j for j in jobs if j not in first]
+                rest = [j for j in jobs if j.engine.config.method.method != "baseline"]
                 self._pair(rest)
                 self._execute(rest)
             else:
