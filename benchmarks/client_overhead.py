@@ -161,7 +161,7 @@ def _get(url: str) -> Any:
 def run_specbench(base: str, conc: int, n_req: int, tokens: int, tag: str) -> dict[str, Any]:
     """Drive the fake with specbench's loadgen; ITLs, chunk lags and client CPU."""
     from specbench.engines.loadgen import LoadProfile, build_item, make_session, run_load
-    from specbench.requests import PreparedPrompt, SamplingRequest
+    from specbench.results.requests import PreparedPrompt, SamplingRequest
 
     sampling = SamplingRequest(temperature=0.0, max_tokens=tokens)
     items = [
@@ -279,7 +279,7 @@ def main() -> None:
     if not a.no_vllm and tokenizer is None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         try:
-            from specbench.assets import ensure_assets
+            from specbench.zoo.assets import ensure_assets
 
             tokenizer = str(ensure_assets(progress=False).target)
         except Exception:  # noqa: BLE001

@@ -24,7 +24,7 @@ from pathlib import Path
 
 
 def main() -> None:
-    from specbench.assets import default_cache_dir
+    from specbench.zoo.assets import default_cache_dir
     from specbench.zoo.block_attention import measure_checkpoint
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])

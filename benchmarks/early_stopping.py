@@ -1,15 +1,15 @@
 """Optional stopping replayed on real per-request records: coverage and prompts saved.
 
 For every group of every run given (``--runs DIR ...``, read with
-:func:`specbench.store.read_requests` / ``read_cells`` and the plan in
+:func:`specbench.results.rundir.read_requests` / ``read_cells`` and the plan in
 ``manifest.json``) and every metric it has — pooled τ, TPOT, speedup over
 the baseline group at the same target, dataset, temperature and load
 (paired by prompt), task accuracy (GSM8k strict, HumanEval pass@1) — the
 prompts are taken as the finite population and the *full-set value* is the
 metric over all of them (the value ``specbench analyze`` reports). Then,
-over ``--replays`` seeded prompt orders (:func:`specbench.sequential.seeded_order`):
+over ``--replays`` seeded prompt orders (:func:`specbench.analysis.sequential.seeded_order`):
 
-* **CS**: the stop rule of :mod:`specbench.sequential` — check at
+* **CS**: the stop rule of :mod:`specbench.analysis.sequential` — check at
   ``min_prompts`` and every ``check_every`` prompts after, stop once the
   confidence sequence's half-width is at most the target — with the target
   half-width = ``--factor`` (3) × the full set's fixed-n 95 % half-width
@@ -57,9 +57,11 @@ from pathlib import Path
 
 import numpy as np
 
-from specbench import metrics, sequential, stats, store
-from specbench.plan import Cell
-from specbench.records import RequestRecord
+from specbench import stats
+from specbench.analysis import metrics, sequential
+from specbench.config.plan import Cell
+from specbench.results import rundir
+from specbench.results.records import RequestRecord
 from specbench.scoring.apply import METRICS_BY_KIND, score_requests
 
 ACCURACY_METRIC = {"gsm8k": "strict", "humaneval": "pass@1"}
@@ -98,8 +100,8 @@ class Result:
 def _scores(run_dir: Path, manifest: dict, cells: list[Cell], reqs: list[RequestRecord]) -> dict:
     """Cached scores (scores.jsonl) plus GSM8k scored in-process; HumanEval only from the cache."""
     cached = {(o["cell_id"], o["prompt_id"], o["sample_index"]): o["score"]
-              for o in store.iter_jsonl(run_dir / store.SCORES)} if (run_dir / store.SCORES).exists() else {}
-    prompts = list(store.iter_jsonl(run_dir / store.PROMPTS)) if (run_dir / store.PROMPTS).exists() else []
+              for o in rundir.iter_jsonl(run_dir / rundir.SCORES)} if (run_dir / rundir.SCORES).exists() else {}
+    prompts = list(rundir.iter_jsonl(run_dir / rundir.PROMPTS)) if (run_dir / rundir.PROMPTS).exists() else []
     datasets = manifest["suite"].get("datasets") or []
     if not any(d["kind"] in METRICS_BY_KIND for d in datasets):
         return cached
@@ -122,10 +124,10 @@ def _proxy_accuracy(run: str, gid: str, tau_units: dict[str, np.ndarray]) -> Cas
 
 
 def cases_of_run(run_dir: Path, group_filter: re.Pattern[str] | None, proxy_accuracy: bool = True) -> list[Case]:
-    manifest = store.read_manifest(run_dir)
+    manifest = rundir.read_manifest(run_dir)
     cells = [Cell.model_validate(c) for c in (manifest.get("plan") or {}).get("cells") or []]
-    latest = metrics.latest_cell_records(store.read_cells(run_dir))
-    reqs = metrics.unique_requests(store.read_requests(run_dir))
+    latest = metrics.latest_cell_records(rundir.read_cells(run_dir))
+    reqs = metrics.unique_requests(rundir.read_requests(run_dir))
     by_group = metrics.requests_by_group(cells, latest, reqs)
     scores = _scores(run_dir, manifest, cells, reqs)
     kinds = {d["name"]: d["kind"] for d in manifest["suite"].get("datasets") or []}

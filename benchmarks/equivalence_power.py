@@ -17,8 +17,8 @@ Section ``numpy`` (``--numpy-only``) is a pure simulation, no engine:
   ``top_p=0.90``;
 * every sampled token is scored under the cell's processed target as top-20
   logprobs plus a tail bucket, exactly as a teacher-forced vLLM scorer would
-  record it, and tested with :func:`specbench.equivalence.uniformity_test`
-  (one sample) and :func:`specbench.equivalence.distribution_verdict`
+  record it, and tested with :func:`specbench.analysis.lossless.uniformity_test`
+  (one sample) and :func:`specbench.analysis.lossless.distribution_verdict`
   (against a baseline cell's own samples of the same size).
 
 It prints the rejection rate of each sampler at each number of tokens, the
@@ -32,7 +32,7 @@ the tiny zoo target (trained by default) on vLLM CPU: a plain engine
 1.1 T), top-p mismatch (sampled with top_p=0.9) — and two speculative
 engines sample at T: the target drafting for itself (``draft_model``) and
 the zoo's EAGLE-3. Every sequence is teacher-forced and scored at T,
-top_p=1.0, exactly as :mod:`specbench.equivalence_run` does in a run.
+top_p=1.0, exactly as :mod:`specbench.execution.teacher_forcing` does in a run.
 T is ``--vllm-temperature`` (default 1.0; the tiny target is nearly flat
 there, so greedy drafts are mostly rejected — 0.5 makes it peaked and the
 self-draft's drafts mostly accepted). Runs are disjoint chunks of whole sequences of each pool, so
@@ -54,7 +54,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specbench.equivalence import (
+from specbench.analysis.lossless import (
     coarsen_topk,
     distribution_verdict,
     false_alarm_pvalue,
@@ -474,15 +474,15 @@ def _vllm_pools(args: argparse.Namespace) -> tuple[dict[str, list[np.ndarray]], 
     from pathlib import Path
 
     from specbench import datasets
-    from specbench.assets import ensure_assets
+    from specbench.config.methods import get_method
+    from specbench.config.plan import Cell, EngineConfig
+    from specbench.config.suite import DatasetSpec, MethodSpec, TargetSpec
     from specbench.engines.factory import resolve_engine
     from specbench.engines.vllm_offline import VllmOfflineEngine
-    from specbench.equivalence_run import score_items_for
-    from specbench.methods import get_method
-    from specbench.plan import Cell, EngineConfig
-    from specbench.records import RequestRecord
-    from specbench.requests import CellRequest, SamplingRequest
-    from specbench.suite import DatasetSpec, MethodSpec, TargetSpec
+    from specbench.execution.teacher_forcing import score_items_for
+    from specbench.results.records import RequestRecord
+    from specbench.results.requests import CellRequest, SamplingRequest
+    from specbench.zoo.assets import ensure_assets
 
     assets = ensure_assets(train=args.vllm_assets != "untrained", quick=args.vllm_assets == "quick")
     tmp = Path(tempfile.mkdtemp(prefix="specbench-eqpower-"))

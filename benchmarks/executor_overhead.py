@@ -62,11 +62,11 @@ def timed_run(suite_path: Path, out: Path, executor: str, slots: int | None) -> 
     task scheduling, worker start, imports and event streaming, not engine work.
     """
     from specbench import api
-    from specbench.executors import make_executor
-    from specbench.jobs import EngineState, JobEnded
-    from specbench.plan import expand
-    from specbench.runner import Runner
-    from specbench.store import new_run_id
+    from specbench.config.plan import expand
+    from specbench.execution.driver import Runner
+    from specbench.execution.executors import make_executor
+    from specbench.execution.jobs import EngineState, JobEnded
+    from specbench.results.rundir import new_run_id
 
     suite = api.load_suite(suite_path)
     plan = expand(suite)
@@ -88,7 +88,7 @@ def timed_run(suite_path: Path, out: Path, executor: str, slots: int | None) -> 
     marks.append(("end", t0))  # the run's start counts as the end of a job 0
     runner.run()
     wall = time.perf_counter() - t0
-    failed = [c for c in api.store.read_cells(run_dir) if c.status != "ok"]
+    failed = [c for c in api.rundir.read_cells(run_dir) if c.status != "ok"]
     if failed:
         raise SystemExit(f"{executor}×{slots}: {len(failed)} cells not ok: {failed[0].reason}")
     gaps = [b[1] - a[1] for a, b in zip(marks, marks[1:], strict=False) if a[0] == "end" and b[0] == "start"]

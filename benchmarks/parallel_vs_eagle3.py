@@ -10,7 +10,7 @@ per-stream output tok/s of a method over EAGLE-3's, paired by prompt — and:
   BABA…), so machine drift (other jobs, clocks, thermal) hits both arms alike;
 * pools every round's requests, pairing each prompt's requests within a round
   (a round is a repeat) and bootstrapping over prompts (all rounds of a prompt
-  move together), with :func:`specbench.metrics.paired_speedup`, the same
+  move together), with :func:`specbench.analysis.metrics.paired_speedup`, the same
   function the headline uses;
 * prints, per method, the ratio with its interval, each round's own ratio, and
   the number of prompts a run of this kind needs for the interval to exclude 1
@@ -29,7 +29,9 @@ from pathlib import Path
 
 import yaml
 
-from specbench import api, metrics, store
+from specbench import api
+from specbench.analysis import metrics
+from specbench.results import rundir
 
 METHODS = {"eagle3": "tiny:eagle3", "p-eagle": "tiny:p-eagle", "dflash": "tiny:dflash"}
 
@@ -68,7 +70,7 @@ def main() -> None:
             s = api.load_summary(run_dir)
             for row in s.headline:
                 per_round[row.method].append(f"{row.speedup_ratio.fmt()} ({'→'.join(order)})")
-            for r in metrics.unique_requests(store.read_requests(run_dir)):
+            for r in metrics.unique_requests(rundir.read_requests(run_dir)):
                 method = r.cell_id.split("/")[1]
                 pooled[method].append(r.model_copy(update={"repeat": rnd}))
     print(f"\n{args.dtype}, K={args.k}, batch 1, {args.prompts} HumanEval prompts × {args.rounds} rounds "

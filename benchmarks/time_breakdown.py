@@ -2,7 +2,7 @@
 
 A run with a ``time_breakdown`` in its ``manifest.json`` (recorded by ``specbench run``) prints it;
 one without (made before issue 16) gets one estimated from its files
-(:func:`specbench.timing_estimate.run_spans`: ``cells.jsonl``, the engine logs, the files' times),
+(:func:`specbench.analysis.timing_estimate.run_spans`: ``cells.jsonl``, the engine logs, the files' times),
 with the engines' start/warmup split and the teacher forcing's own engine start spelled out.
 
 Run: ``python benchmarks/time_breakdown.py RUN_DIR [--reports DIR] [--estimate] [--json]``
@@ -18,13 +18,13 @@ import json
 import sys
 from pathlib import Path
 
-from specbench import store
+from specbench.analysis.timing import breakdown, fmt_duration
+from specbench.analysis.timing_estimate import engine_spans, ready_times, run_spans
 from specbench.api import reports_dir_for
 from specbench.report.markdown import _md_blocks, time_section
 from specbench.report.terminal import time_line
-from specbench.schema import TimeBreakdown
-from specbench.timing import breakdown, fmt_duration
-from specbench.timing_estimate import engine_spans, ready_times, run_spans
+from specbench.results import rundir
+from specbench.results.manifest import TimeBreakdown
 
 
 def estimate(run_dir: Path, reports: Path | None) -> TimeBreakdown:
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--estimate", action="store_true", help="estimate from the files even when recorded")
     ap.add_argument("--json", action="store_true", help="print the breakdown as JSON")
     args = ap.parse_args(argv)
-    manifest = store.read_manifest(args.run_dir)
+    manifest = rundir.read_manifest(args.run_dir)
     recorded = manifest.get("time_breakdown")
     bd = (TimeBreakdown.model_validate(recorded) if recorded and not args.estimate
           else estimate(args.run_dir, args.reports))

@@ -49,7 +49,7 @@ def engine_level() -> None:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ["HF_HUB_OFFLINE"] = "1"
-    from specbench.assets import ensure_assets
+    from specbench.zoo.assets import ensure_assets
 
     target = str(ensure_assets().target)
     from vllm import LLM, SamplingParams

@@ -16,19 +16,21 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from specbench import datasets, metrics, store
+from specbench import datasets
+from specbench.analysis import metrics
+from specbench.analysis.timing import Timeline
+from specbench.config.plan import Cell, Plan, cell_summary, expand, vllm_serve_command
+from specbench.config.suite import EquivalenceSpec, Suite, SuiteError, load_suite
 from specbench.engines.factory import resolve_engine
 from specbench.engines.vllm_patches import PATCHES as ENGINE_PATCHES
-from specbench.executors import make_executor
-from specbench.interrupt import StopRequested, stop_on_signals
-from specbench.plan import Cell, Plan, cell_summary, expand, vllm_serve_command
-from specbench.runner import Progress, Runner, detect_platform
-from specbench.runner import RunRefused as RunRefused  # the CLI reports it as bad input
-from specbench.schema import MANIFEST_SCHEMA_VERSION, hardware_class
+from specbench.execution.driver import Progress, Runner, detect_platform
+from specbench.execution.driver import RunRefused as RunRefused  # the CLI reports it as bad input
+from specbench.execution.executors import make_executor
+from specbench.execution.interrupt import StopRequested, stop_on_signals
+from specbench.results import rundir
+from specbench.results.migrations import MANIFEST_SCHEMA_VERSION, hardware_class
+from specbench.results.summary import RunSummary
 from specbench.settings import settings
-from specbench.suite import EquivalenceSpec, Suite, SuiteError, load_suite
-from specbench.summary import RunSummary
-from specbench.timing import Timeline
 
 
 def validate(paths: list[Path]) -> list[str]:
@@ -47,8 +49,8 @@ def with_ks(suite: Suite, ks: list[int] | None) -> Suite:
     raises :class:`SuiteError` when a K is beyond a method's limit."""
     if not ks:
         return suite
-    from specbench.plan import with_ks as replace_ks
-    from specbench.suite import check_semantics
+    from specbench.config.plan import with_ks as replace_ks
+    from specbench.config.suite import check_semantics
 
     out = replace_ks(suite, ks)
     out.source_path = suite.source_path
@@ -92,7 +94,7 @@ def dry_run(suite: Suite, platform: str | None = None, assets_factory: Any = Non
 
 def equivalence_plan(suite: Suite) -> list[str]:
     """What the suite's lossless checks will do, in words (for --dry-run)."""
-    from specbench.equivalence import TIE_TOLERANCE_BY_DTYPE, min_tokens_for_tv
+    from specbench.analysis.lossless import TIE_TOLERANCE_BY_DTYPE, min_tokens_for_tv
 
     eq = suite.equivalence
     lines = []
@@ -121,7 +123,7 @@ def reports_dir_for(run_dir: Path) -> Path:
 
 def _manifest(suite: Suite, plan: Plan, run_id: str, platform: str, limit: int | None) -> dict[str, Any]:
     src = Path(suite.source_path) if suite.source_path else None
-    hw, versions = store.hardware(), store.package_versions()
+    hw, versions = rundir.hardware(), rundir.package_versions()
     return {
         "schema_version": MANIFEST_SCHEMA_VERSION,
         "run_id": run_id,
@@ -133,7 +135,7 @@ def _manifest(suite: Suite, plan: Plan, run_id: str, platform: str, limit: int |
         "seed": suite.sampling.seed,
         "platform": platform,
         "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "git_commit": store.git_commit(src.parent if src else None),
+        "git_commit": rundir.git_commit(src.parent if src else None),
         "versions": versions,
         "hardware": hw,
         "hardware_class": hardware_class(hw),
@@ -167,14 +169,14 @@ def run(
 
     ``executor`` (local | ray), ``ray_address`` and ``max_parallel_engines``
     override the suite's ``executor:`` section. ``timeline`` records where the
-    time goes (:mod:`specbench.timing`; a new one, started now, when None); its
+    time goes (:mod:`specbench.analysis.timing`; a new one, started now, when None); its
     breakdown goes into the manifest's ``time_breakdown``. Pass the same one to
     :func:`report` to add the reports to it. Returns the run directory.
 
     SIGINT or SIGTERM (in the main thread) stops the run: every engine
     process is ended, the records so far are kept, the manifest says
     ``"status": "interrupted"`` with the signal, and
-    :class:`~specbench.interrupt.StopRequested` (with ``run_dir`` and the
+    :class:`~specbench.execution.interrupt.StopRequested` (with ``run_dir`` and the
     number of requests recorded) leaves this function; ``resume=run_dir``
     continues.
     """
@@ -203,7 +205,7 @@ def _run(
     platform = platform or detect_platform()
     if resume is not None:
         run_dir = Path(resume)
-        manifest = store.read_manifest(run_dir)
+        manifest = rundir.read_manifest(run_dir)
         suite = load_suite(manifest.get("suite_path") or suite_path)
         plan = Plan.model_validate(manifest["plan"])
         run_id = manifest["run_id"]
@@ -212,7 +214,7 @@ def _run(
     else:
         suite = with_ks(load_suite(suite_path), num_speculative_tokens)
         plan = expand(suite)
-        run_id = store.new_run_id()
+        run_id = rundir.new_run_id()
         run_dir = results_root(out) / suite.name / run_id
         manifest = _manifest(suite, plan, run_id, platform, limit)
     spec = suite.executor
@@ -226,7 +228,7 @@ def _run(
     manifest.setdefault("executors", []).append(kind)
     manifest["status"] = "running"
     manifest.pop("interrupted_by", None)
-    store.write_json(run_dir / store.MANIFEST, manifest)
+    rundir.write_json(run_dir / rundir.MANIFEST, manifest)
     runner = Runner(suite, plan, run_dir, run_id, limit=limit, progress=progress, platform=platform, executor=runs_on)
     try:
         runner.run()
@@ -242,12 +244,12 @@ def _run(
             for k, v in runner.engine_status.items()
         ]
         manifest["finished_at"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-        store.write_json(run_dir / store.MANIFEST, manifest)
+        rundir.write_json(run_dir / rundir.MANIFEST, manifest)
     timeline.extend(engine_spans_of(runner.phases, run_dir, plan, since=timeline.started))
     try:
         analyze(run_dir, allow_code_exec=allow_code_exec, timeline=timeline)
     except StopRequested as stop:  # every cell ran: a resume only analyzes
-        stop.run_dir, stop.requests = run_dir, len(store.read_requests(run_dir))
+        stop.run_dir, stop.requests = run_dir, len(rundir.read_requests(run_dir))
         raise
     record_time_breakdown(run_dir, timeline, manifest)
     return run_dir
@@ -267,17 +269,17 @@ def _stopped(stop: StopRequested, run_dir: Path, manifest: dict[str, Any]) -> No
     manifest["status"] = "interrupted"
     manifest["interrupted_by"] = stop.signame
     stop.run_dir = run_dir
-    stop.requests = len(store.read_requests(run_dir))
+    stop.requests = len(rundir.read_requests(run_dir))
 
 
 def engine_spans_of(phases: list[Any], run_dir: Path, plan: Plan, *, since: float) -> list[Any]:
     """The engine jobs' timed phases as timeline spans: cells split by group (their cells' wall
     times in ``cells.jsonl``), teacher forcing (its engine's start included) shared by the sampled
     groups of its target."""
-    from specbench.timing import parse_time, spans_from_phases
+    from specbench.analysis.timing import parse_time, spans_from_phases
 
-    records = [r for r in store.read_cells(run_dir) if (parse_time(r.finished_at) or 0.0) >= since - 1] \
-        if (run_dir / store.CELLS).exists() else []
+    records = [r for r in rundir.read_cells(run_dir) if (parse_time(r.finished_at) or 0.0) >= since - 1] \
+        if (run_dir / rundir.CELLS).exists() else []
     target_of = {e.key: e.target.name for e in plan.engines}
     sampled: dict[str, list[str]] = {}
     for c in plan.cells:
@@ -296,10 +298,10 @@ def record_time_breakdown(run_dir: Path, timeline: Timeline, manifest: dict[str,
     """Write the timeline's breakdown (wall: from its start to now) into ``manifest.json``.
 
     Engine starts, warmups, cells and teacher forcing the runner did not record are estimated from
-    this session's files (:func:`specbench.timing_estimate.engine_spans`)."""
-    from specbench.timing_estimate import engine_spans
+    this session's files (:func:`specbench.analysis.timing_estimate.engine_spans`)."""
+    from specbench.analysis.timing_estimate import engine_spans
 
-    manifest = manifest if manifest is not None else store.read_manifest(run_dir)
+    manifest = manifest if manifest is not None else rundir.read_manifest(run_dir)
     notes = []
     if not timeline.has("cells"):
         timeline.extend(engine_spans(run_dir, since=timeline.started))
@@ -308,7 +310,7 @@ def record_time_breakdown(run_dir: Path, timeline: Timeline, manifest: dict[str,
         notes.append("a resumed run: the last session only")
     manifest["timeline"] = timeline.to_json()
     manifest["time_breakdown"] = timeline.breakdown(notes=notes).model_dump(mode="json")
-    store.write_json(Path(run_dir) / store.MANIFEST, manifest)
+    rundir.write_json(Path(run_dir) / rundir.MANIFEST, manifest)
 
 
 def analyze(run_dir: Path, *, allow_code_exec: bool | None = None, timeline: Timeline | None = None) -> RunSummary:
@@ -324,11 +326,11 @@ def analyze(run_dir: Path, *, allow_code_exec: bool | None = None, timeline: Tim
 
 
 def _analyze(run_dir: Path, allow_code_exec: bool | None, timeline: Timeline) -> RunSummary:
-    manifest = store.read_manifest(run_dir)
+    manifest = rundir.read_manifest(run_dir)
     cells = [Cell.model_validate(c) for c in manifest["plan"]["cells"]]
     torn: list[str] = []  # torn last lines of interrupted writes, "file:line: …"
-    requests = store.read_requests(run_dir, torn)
-    cell_records = store.read_cells(run_dir, torn)
+    requests = rundir.read_requests(run_dir, torn)
+    cell_records = rundir.read_cells(run_dir, torn)
     with timeline.span("scoring"):
         scores, notes = _scores(run_dir, manifest, cells, requests, allow_code_exec, torn)
     summary = metrics.summarize(
@@ -360,22 +362,22 @@ def _analyze(run_dir: Path, allow_code_exec: bool | None, timeline: Timeline) ->
         for g in summary.groups:
             if any("HumanEval" in n for n in notes) and _dataset_kind(manifest, g.dataset) == "humaneval":
                 g.scoring_note = next(n for n in notes if "HumanEval" in n)
-    store.write_json(run_dir / store.SUMMARY, summary.model_dump(mode="json"))
+    rundir.write_json(run_dir / rundir.SUMMARY, summary.model_dump(mode="json"))
     return summary
 
 
 def _stopped_intervals(summary: RunSummary, run_dir: Path, cells: list[Cell], requests: list) -> None:
     """A cell that stopped early reports its metric with the confidence sequence it stopped on
     (a bootstrap interval re-checked after every block would cover less than it claims)."""
-    from specbench.stopping import SUMMARY_FIELD, stopped_interval
+    from specbench.analysis.early_stopping import SUMMARY_FIELD, stopped_interval
 
     by_id = {c.cell_id: c for c in cells}
     recs: dict[str, list] = {}
     for r in metrics.unique_requests(requests):
         recs.setdefault(r.cell_id, []).append(r)
     baseline_of = {(c.baseline_group_key, c.repeat): c.cell_id for c in cells if c.method_kind == "baseline"}
-    refs = {str(o.get("prompt_id")): o.get("reference") for o in store.iter_jsonl(run_dir / store.PROMPTS)} \
-        if (run_dir / store.PROMPTS).exists() else {}
+    refs = {str(o.get("prompt_id")): o.get("reference") for o in rundir.iter_jsonl(run_dir / rundir.PROMPTS)} \
+        if (run_dir / rundir.PROMPTS).exists() else {}
     for g in summary.groups:
         stopped = [line for line in g.cells if line.stop is not None and line.status == "ok"]
         if len(stopped) != 1 or len(g.cells) != 1:
@@ -401,8 +403,8 @@ def _compare_methods(
     summary: RunSummary, manifest: dict[str, Any], cells: list[Cell], cell_records: list, requests: list
 ) -> None:
     """The headline (methods vs each target's reference method) and the K sweeps, from the records."""
-    from specbench.comparison import headline, k_sweeps
-    from specbench.suite import reference_method
+    from specbench.analysis.method_comparison import headline, k_sweeps
+    from specbench.config.suite import reference_method
 
     suite = Suite.model_validate(manifest["suite"])
     reference_of = {t.name: ref for t in suite.targets if (ref := reference_method(suite, t)) is not None}
@@ -420,7 +422,7 @@ def _draft_attention(manifest: dict[str, Any], cells: list[Cell]) -> dict[tuple[
 
 def _serving(manifest: dict[str, Any], cells: list[Cell], requests: list, cell_records: list) -> list[dict]:
     """Per-cell latency percentiles and speedup vs load (concurrency or request rate) for server targets."""
-    from specbench.serving_metrics import group_records, speedups_vs_load, summarize_cell
+    from specbench.analysis.serving_metrics import group_records, speedups_vs_load, summarize_cell
 
     server_targets = {t["name"] for t in manifest["suite"]["targets"] if t.get("engine") == "vllm-server"}
     if not server_targets:
@@ -451,7 +453,7 @@ def _serving(manifest: dict[str, Any], cells: list[Cell], requests: list, cell_r
 def _equivalence(
     run_dir: Path, manifest: dict[str, Any], cells: list[Cell], requests: list, torn: list[str] | None = None
 ) -> dict[str, dict[str, Any]]:
-    from specbench.equivalence_run import equivalence_summaries
+    from specbench.execution.teacher_forcing import equivalence_summaries
 
     try:
         spec = EquivalenceSpec.model_validate(manifest["suite"].get("equivalence") or {})
@@ -487,13 +489,13 @@ def _scores(
 ) -> tuple[dict, list[str]]:
     from specbench.scoring.apply import score_requests
 
-    prompts = list(store.iter_jsonl(run_dir / store.PROMPTS, torn))
+    prompts = list(rundir.iter_jsonl(run_dir / rundir.PROMPTS, torn))
     if not prompts:
         return {}, []
     scoring = manifest["suite"].get("scoring") or {}
     allow = scoring.get("allow_code_exec", False) if allow_code_exec is None else allow_code_exec
     cached = {(o["cell_id"], o["prompt_id"], o["sample_index"]): o["score"]
-              for o in store.iter_jsonl(run_dir / store.SCORES, torn)}
+              for o in rundir.iter_jsonl(run_dir / rundir.SCORES, torn)}
     scores, notes = score_requests(
         requests,
         {c.cell_id: c.dataset for c in cells},
@@ -506,7 +508,7 @@ def _scores(
     )
     new = {k: v for k, v in scores.items() if k not in cached}
     if new:
-        out = store.JsonlAppender(run_dir / store.SCORES)
+        out = rundir.JsonlAppender(run_dir / rundir.SCORES)
         for (cid, pid, si), sc in new.items():
             out.append({"cell_id": cid, "prompt_id": pid, "sample_index": si, "score": sc})
         out.close()
@@ -514,7 +516,7 @@ def _scores(
 
 
 def load_summary(run_dir: Path) -> RunSummary:
-    p = Path(run_dir) / store.SUMMARY
+    p = Path(run_dir) / rundir.SUMMARY
     if not p.exists():
         return analyze(Path(run_dir))
     return RunSummary.load(json.loads(p.read_text()))
@@ -533,9 +535,9 @@ def report(run_dir: Path, out_dir: Path | None = None, *, timeline: Timeline | N
         return write_reports(run_dir, out_dir or reports_dir_for(run_dir))
     with timeline.span("reports"):
         paths = write_reports(run_dir, out_dir or reports_dir_for(run_dir))
-    manifest = store.read_manifest(run_dir)
+    manifest = rundir.read_manifest(run_dir)
     manifest["timeline"] = timeline.to_json()
     manifest["time_breakdown"] = timeline.breakdown(notes=(manifest.get("time_breakdown") or {}).get("notes")).model_dump(
         mode="json")
-    store.write_json(run_dir / store.MANIFEST, manifest)
+    rundir.write_json(run_dir / rundir.MANIFEST, manifest)
     return paths

@@ -21,10 +21,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from specbench import api
+from specbench.config.methods import METHODS
+from specbench.config.suite import SuiteError
 from specbench.datasets import DatasetError
-from specbench.interrupt import SIGNALS, StopRequested
-from specbench.methods import METHODS
-from specbench.suite import SuiteError
+from specbench.execution.interrupt import SIGNALS, StopRequested
 
 app = typer.Typer(
     help="specbench: benchmark speculative decoding on vLLM.",
@@ -164,8 +164,8 @@ def run(
                 console.print("env: " + " ".join(f"{k}={v}" for k, v in e["env"].items()), highlight=False)
             console.print(e["server_command"], highlight=False, soft_wrap=True)
         return
-    from specbench.plan import expand
-    from specbench.timing import Timeline
+    from specbench.analysis.timing import Timeline
+    from specbench.config.plan import expand
 
     timeline = Timeline()  # where the time goes (issue 16): the manifest's time_breakdown, the closing line
     total = len(expand(suite_obj).cells)  # with --num-speculative-tokens applied
@@ -182,7 +182,7 @@ def run(
                 )
             except (SuiteError, api.RunRefused) as exc:
                 _bad_input(exc.messages)
-            except (api.store.StoreError, DatasetError) as exc:
+            except (api.rundir.StoreError, DatasetError) as exc:
                 _bad_input([str(exc)])
     except StopRequested as stop:  # the progress display has stopped: this is the last line
         _interrupted(stop, suite)
@@ -198,7 +198,7 @@ def _print_time(run_dir: Path) -> None:
     """One line: where the run's wall went (the manifest's ``time_breakdown``)."""
     from specbench.report.terminal import time_line
 
-    line = time_line(api.store.read_manifest(run_dir).get("time_breakdown"))
+    line = time_line(api.rundir.read_manifest(run_dir).get("time_breakdown"))
     if line:
         console.print(f"time: {line}", highlight=False, soft_wrap=True)
 
@@ -255,7 +255,7 @@ def analyze(
     """Rebuild summary.json from the raw records (no engine needed)."""
     try:
         summary = api.analyze(run_dir, allow_code_exec=allow_code_exec or None)
-    except api.store.StoreError as exc:
+    except api.rundir.StoreError as exc:
         _bad_input([str(exc)])
     _print_summary(run_dir)
     torn = summary.extra.get("torn_lines") or []
@@ -273,7 +273,7 @@ def report_cmd(
     """Write the markdown and HTML reports of a run."""
     try:
         paths = api.report(run_dir, out)
-    except api.store.StoreError as exc:
+    except api.rundir.StoreError as exc:
         _bad_input([str(exc)])
     for kind, path in paths.items():
         console.print(f"{kind} report: {path}")
@@ -307,11 +307,11 @@ def compare(
     step_summary: StepSummary = True,
 ) -> None:
     """Match the two runs' cells and show each metric's change, with intervals."""
-    from specbench.compare import compare_runs, render_comparison_markdown
+    from specbench.regression.run_diff import compare_runs, render_comparison_markdown
 
     try:
         base, new = api.load_summary(base_run), api.load_summary(new_run)
-    except api.store.StoreError as exc:
+    except api.rundir.StoreError as exc:
         _bad_input([str(exc)])
     text = render_comparison_markdown(compare_runs(base, new, speed_noise_floor_pct=speed_noise_floor_pct))
     typer.echo(text)  # raw Markdown: no wrapping
@@ -329,9 +329,15 @@ def gate(
     step_summary: StepSummary = True,
 ) -> None:
     """CI regression gate. Exit 0 pass, 1 regression, 2 bad input/config, 3 nothing measured / run errors."""
-    from specbench.gate import GateConfigError, evaluate_gate, load_baseline, load_rules, render_gate
-    from specbench.gate_history import evaluate_history_gate, history_window
-    from specbench.history import History, HistoryError
+    from specbench.regression.gate import (
+        GateConfigError,
+        evaluate_gate,
+        load_baseline,
+        load_rules,
+        render_gate,
+    )
+    from specbench.regression.gate_history import evaluate_history_gate, history_window
+    from specbench.regression.history import History, HistoryError
 
     window = history_window(baseline)
     try:
@@ -341,8 +347,8 @@ def gate(
             result = evaluate_gate(new, load_baseline(Path(baseline)), rule_set)
         else:
             with History(db) as hist:
-                result = evaluate_history_gate(new, api.store.load_manifest(new_run), hist, window, rule_set)
-    except (GateConfigError, HistoryError, api.store.StoreError, FileNotFoundError, ValueError) as exc:
+                result = evaluate_history_gate(new, api.rundir.load_manifest(new_run), hist, window, rule_set)
+    except (GateConfigError, HistoryError, api.rundir.StoreError, FileNotFoundError, ValueError) as exc:
         _bad_input([str(exc)])
     text = render_gate(result)
     typer.echo(text)  # raw Markdown: no wrapping
@@ -361,18 +367,18 @@ def history_add(
     db: DbOption = None,
 ) -> None:
     """Store runs' metrics and context (analyzing a run without summary.json); a stored run is left unchanged."""
-    from specbench.history import History, HistoryError
+    from specbench.regression.history import History, HistoryError
 
     try:
         with History(db) as hist:
             for d in run_dirs:
-                if not (Path(d) / api.store.SUMMARY).exists():
+                if not (Path(d) / api.rundir.SUMMARY).exists():
                     api.analyze(d)  # a run without its summary yet: rebuild it from the records
                 r = hist.add_run(d)
                 console.print(f"{'added' if r.added else 'already stored'} {r.run_id}"
                               + (f" ({r.n_groups} groups, {r.n_metrics} metrics)" if r.added else ""),
                               highlight=False)
-    except (HistoryError, api.store.StoreError, ValueError) as exc:
+    except (HistoryError, api.rundir.StoreError, ValueError) as exc:
         _bad_input([str(exc)])
 
 
@@ -380,7 +386,7 @@ def history_add(
 def history_list(suite: Annotated[str | None, typer.Option(help="only this suite")] = None,
                  db: DbOption = None) -> None:
     """The stored runs, oldest first."""
-    from specbench.history import History, HistoryError
+    from specbench.regression.history import History, HistoryError
 
     try:
         with History(db) as hist:
@@ -400,7 +406,7 @@ def trend(
     db: DbOption = None,
 ) -> None:
     """Every metric of every group over the stored runs: Markdown and HTML with figures, per suite."""
-    from specbench.history import History, HistoryError
+    from specbench.regression.history import History, HistoryError
     from specbench.report.trend import write_trend
 
     try:
@@ -421,7 +427,7 @@ def assets(
     cache_dir: Annotated[Path | None, typer.Option(help="cache directory")] = None,
 ) -> None:
     """Build (or find in the cache) the tiny local target and speculators."""
-    from specbench.assets import ensure_assets
+    from specbench.zoo.assets import ensure_assets
 
     a = ensure_assets(cache_dir, train=train or quick, quick=quick)
     console.print(f"target: {a.target}")

@@ -21,8 +21,10 @@ from typing import Any
 
 import pandas as pd
 
-from specbench import api, metrics, store
-from specbench.summary import RunSummary
+from specbench import api
+from specbench.analysis import metrics
+from specbench.results import rundir
+from specbench.results.summary import RunSummary
 
 CELL_COLUMNS = ("target", "method", "method_kind", "k", "dataset", "temperature", "batch_size", "request_rate")
 ESTIMATES = ("tau", "tau_per_request", "draft_acceptance_rate", "output_tps", "throughput_tps", "latency_s",
@@ -99,11 +101,11 @@ def load(run_dir: str | Path) -> RunFrames:
     Reads ``summary.json`` when present, else rebuilds it (``specbench analyze``).
     """
     run_dir = Path(run_dir)
-    manifest = store.read_manifest(run_dir)
+    manifest = rundir.read_manifest(run_dir)
     return RunFrames(
         run_dir=run_dir,
         manifest=manifest,
-        requests=requests_frame(manifest, store.read_requests(run_dir)),
-        cells=cells_frame(manifest, store.read_cells(run_dir)),
+        requests=requests_frame(manifest, rundir.read_requests(run_dir)),
+        cells=cells_frame(manifest, rundir.read_cells(run_dir)),
         groups=groups_frame(api.load_summary(run_dir)),
     )

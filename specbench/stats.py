@@ -8,6 +8,7 @@ records always give the same interval.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 
@@ -214,3 +215,73 @@ def significant_change(base: Estimate, new: Estimate) -> bool:
     assert base.ci_low is not None and base.ci_high is not None
     assert new.ci_low is not None and new.ci_high is not None
     return new.ci_low > base.ci_high or new.ci_high < base.ci_low
+
+
+# --------------------------------------------------------------------------
+# power of the PIT uniformity test (the sampled lossless check; the suite checks its token budget)
+
+
+def _ks_critical(n: int, level: float) -> float:
+    return float(sps.kstwo.isf(level, n))
+
+
+@functools.lru_cache(maxsize=4096)
+def min_detectable_tv(n: int, alpha: float = 0.01, power: float = 0.95, n_tests: int = 2) -> float:
+    """Smallest per-token TV error the PIT test detects with ``power`` at ``n``.
+
+    Derivation. Let ``P_i`` be the scorer's (coarsened: top-k + tail)
+    distribution at position ``i`` and ``Q_i`` the law the method actually
+    sampled from, coarsened the same way, and ``G_i(t) = P(u_i <= t)``. For
+    any t, ``{u_i <= t}`` is one event of (token, V), so
+    ``|G_i(t) - t| <= TV(P_i, Q_i) <= TV`` of the uncoarsened laws. The
+    bound is attained when the error moves mass from categories early in
+    the canonical order to later ones (e.g. from likely to unlikely tokens,
+    as a too-high temperature does), with ``t`` at the boundary.
+
+    Assume that aligned case with the same direction and size ``delta`` at
+    every position (the pooled CDF then deviates by ``delta`` at some
+    ``t*``). The KS statistic ``D_n >= |G_n(t*) - t*|`` and, by
+    Azuma–Hoeffding on the martingale differences ``1{u_i <= t*} - G_i(t*)``
+    (valid for dependent positions), ``G_n(t*)`` stays within
+    ``eps = sqrt(ln(1/beta) / (2n))`` of its mean with probability
+    ``>= 1 - beta``. The test rejects when ``D_n`` exceeds the exact KS
+    critical value ``c`` at level ``alpha / n_tests`` (the Bonferroni share
+    the KS gets in :func:`specbench.analysis.lossless.uniformity_test`). So ``delta >= c + eps`` is
+    detected with probability ``>= power = 1 - beta``:
+
+        min_detectable_tv(n) = c_{alpha/n_tests}(n) + sqrt(ln(1/(1-power)) / (2n))
+
+    which behaves like ``(1.73 + 1.22) / sqrt(n)`` at the defaults
+    (0.093 at n=1000, 0.047 at n=4000).
+
+    Assumptions and reading: this is the detectable *aligned* error. An
+    error that moves mass inconsistently (in opposite directions at
+    different positions, or within the tail bucket) shifts the PIT CDF by
+    less than its TV — possibly by nothing — and may go undetected at any
+    ``n``. Conversely the bound is sufficient, not necessary (Hoeffding is
+    loose), so the simulated power is usually better. Returns ``inf`` for
+    ``n < 1``; values above 1 mean nothing is detectable.
+    """
+    if not 0 < alpha < 1 or not 0 < power < 1:
+        raise ValueError("alpha and power must be in (0, 1)")
+    if n < 1:
+        return math.inf
+    c = _ks_critical(int(n), alpha / max(1, n_tests))
+    return c + math.sqrt(math.log(1.0 / (1.0 - power)) / (2.0 * n))
+
+
+@functools.lru_cache(maxsize=256)
+def min_tokens_for_tv(tv: float, alpha: float = 0.01, power: float = 0.95, n_tests: int = 2) -> int:
+    """Smallest ``n`` with :func:`min_detectable_tv` ``(n) <= tv``."""
+    if not 0 < tv <= 1:
+        raise ValueError("tv must be in (0, 1]")
+    lo, hi = 1, 2
+    while min_detectable_tv(hi, alpha, power, n_tests) > tv:
+        lo, hi = hi, hi * 2
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if min_detectable_tv(mid, alpha, power, n_tests) <= tv:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo

@@ -19,9 +19,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from specbench.requests import PreparedPrompt
-from specbench.store import StoreError, iter_jsonl
-from specbench.suite import DatasetSpec, resolve_path
+from specbench.config.suite import DatasetSpec, resolve_path
+from specbench.results.requests import PreparedPrompt
+from specbench.results.rundir import StoreError, iter_jsonl
 
 GSM8K_TEMPLATE = "Solve the problem step by step. End with '#### <answer>'.\n\n{question}"
 SPEC_BENCH_TEMPLATE = "{question}"
@@ -49,7 +49,7 @@ class DatasetError(ValueError):
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """Rows of a jsonl file (gzip-compressed when the name ends in ``.gz``), read by
-    :func:`specbench.store.iter_jsonl`; any invalid line, the last included, is an error."""
+    :func:`specbench.results.rundir.iter_jsonl`; any invalid line, the last included, is an error."""
     if not Path(path).is_file():
         raise FileNotFoundError(f"{path}: no such dataset file")
     try:

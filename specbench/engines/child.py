@@ -18,12 +18,12 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from specbench.engines.base import CellFailed, EmitRecord, EngineUnavailable
+from specbench.config.plan import EngineConfig
 from specbench.engines.procs import LIVE, end_process
+from specbench.engines.protocol import CellFailed, EmitRecord, EngineUnavailable
 from specbench.engines.vllm_offline import _as_worker, _log_to, tail
-from specbench.plan import EngineConfig
-from specbench.records import RequestRecord
-from specbench.requests import CellOutcome, CellRequest
+from specbench.results.records import RequestRecord
+from specbench.results.requests import CellOutcome, CellRequest
 from specbench.settings import settings
 
 

@@ -12,12 +12,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from specbench.engines.base import Engine
+from specbench.config.methods import get_method
+from specbench.config.plan import EngineConfig
 from specbench.engines.loadgen import LoadProfile
+from specbench.engines.protocol import Engine
 from specbench.engines.vllm_offline import VllmOfflineEngine, build_engine_kwargs
 from specbench.engines.vllm_patches import patch_env
-from specbench.methods import get_method
-from specbench.plan import EngineConfig
 
 
 class ResolvedEngine(BaseModel):
@@ -44,7 +44,7 @@ def uses_zoo(cfg: EngineConfig) -> bool:
 def resolve_engine(cfg: EngineConfig, platform: str, assets_factory: Callable[[], Any] | None = None) -> ResolvedEngine:
     """Turn ``tiny`` / ``tiny:<kind>`` / ``target`` references into paths and
     build the engine's vLLM arguments (with CPU defaults on CPU)."""
-    from specbench.assets import ensure_assets_for, resolve_speculator
+    from specbench.zoo.assets import ensure_assets_for, resolve_speculator
 
     model = cfg.target.model
     spec_ref = cfg.method.speculator

@@ -53,9 +53,9 @@ from typing import Any, Literal
 import aiohttp
 from pydantic import BaseModel, ConfigDict, Field
 
-from specbench.plan import Cell
-from specbench.records import RequestRecord, SpecCounters
-from specbench.requests import PreparedPrompt, SamplingRequest, request_seed
+from specbench.config.plan import Cell
+from specbench.results.records import RequestRecord, SpecCounters
+from specbench.results.requests import PreparedPrompt, SamplingRequest, request_seed
 
 try:  # msgspec ships with vLLM and decodes ~2x faster than json
     import msgspec.json as _msgspec_json

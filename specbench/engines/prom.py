@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from specbench.records import SpecCounters
+from specbench.results.records import SpecCounters
 
 SPEC = "vllm:spec_decode_"
 DRAFTS = SPEC + "num_drafts"

@@ -30,10 +30,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from specbench.engines.base import CellFailed, EmitRecord, EngineUnavailable
-from specbench.plan import EngineConfig
-from specbench.records import RequestRecord, SpecCounters
-from specbench.requests import CellOutcome, CellRequest, PreparedPrompt
+from specbench.config.plan import EngineConfig
+from specbench.engines.protocol import CellFailed, EmitRecord, EngineUnavailable
+from specbench.results.records import RequestRecord, SpecCounters
+from specbench.results.requests import CellOutcome, CellRequest, PreparedPrompt
 
 SIMULATED = ("baseline", "eagle3", "p-eagle", "dflash", "dspark", "draft_model")
 

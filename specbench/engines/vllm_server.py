@@ -50,7 +50,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TypeVar
 
-from specbench.engines.base import CellFailed, EmitRecord, EngineUnavailable
+from specbench.config.plan import EngineConfig, server_argv
 from specbench.engines.loadgen import (
     LoadProfile,
     LoadReport,
@@ -64,9 +64,9 @@ from specbench.engines.loadgen import (
 )
 from specbench.engines.procs import LIVE, descendants, kill_tree, pdeathsig_preexec
 from specbench.engines.prom import CounterReset, PromSnapshot, scrape_settled, served_mismatch
+from specbench.engines.protocol import CellFailed, EmitRecord, EngineUnavailable
 from specbench.engines.vllm_offline import tail
-from specbench.plan import EngineConfig, server_argv
-from specbench.requests import CellOutcome, CellRequest
+from specbench.results.requests import CellOutcome, CellRequest
 from specbench.settings import settings
 
 HOST = "127.0.0.1"

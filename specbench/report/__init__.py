@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specbench.report.fmt import (
+from specbench.results.fmt import (
     as_estimate,
     auto_digits,
     fmt_est,
@@ -20,7 +20,7 @@ from specbench.report.fmt import (
 )
 
 # The formatters are re-exported for callers outside the package; modules
-# inside it import :mod:`specbench.report.fmt` directly (this package's lazy
+# inside it import :mod:`specbench.results.fmt` directly (this package's lazy
 # ``__getattr__`` imports the renderers, which must not import it back).
 __all__ = [
     "render_markdown", "render_html", "write_reports", "make_figures",

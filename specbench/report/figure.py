@@ -1,7 +1,7 @@
 """Figure primitives shared by every figure module: the palette, the titles, a
 panelled matplotlib figure on the Agg canvas and its PNG bytes.
 
-:mod:`specbench.report.plots`, :mod:`specbench.report.plots_compare` and
+:mod:`specbench.report.plots`, :mod:`specbench.report.plots_methods` and
 :mod:`specbench.report.trend` draw on these; this module imports none of them.
 """
 

@@ -23,7 +23,7 @@ from specbench.report.document import Block, Details, Para, Pre, Raw, Section, T
 from specbench.report.figure import TITLES
 from specbench.report.markdown import build_report, render_markdown
 from specbench.report.plots import make_figures
-from specbench.summary import RunSummary
+from specbench.results.summary import RunSummary
 
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("specbench.report", "templates"),
@@ -151,7 +151,7 @@ def write_reports(run_dir: Path, out_dir: Path | None = None) -> dict[str, Path]
     md.write_text(render_markdown(summary, manifest), encoding="utf-8")
     html.write_text(render_html(summary, manifest), encoding="utf-8")
     out = {"markdown": md, "html": html}
-    from specbench.report.comparison import serving_csv
+    from specbench.report.method_comparison import serving_csv
 
     raw = serving_csv(summary)
     if raw is not None:  # the serving table's every column, in seconds, beside the report

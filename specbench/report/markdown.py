@@ -12,7 +12,7 @@ Optional inputs, rendered only when present:
 * ``GroupSummary.equivalence``: either one verdict, ``{"verdict": ...,
   "reason": ..., <numbers>}``, or several, ``{"greedy": {...},
   "distribution": {...}}`` (keys name the test);
-* ``RunSummary.extra.serving``: typed rows (:mod:`specbench.schema`): a
+* ``RunSummary.extra.serving``: typed rows (:mod:`specbench.results.migrations`): a
   cell's latency percentiles, or a method's speedup at one load (pivoted by
   load);
 * ``RunSummary.extra.cross_check``: typed rows (reference τ, vLLM τ, flag, note).
@@ -30,14 +30,15 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from specbench.report.comparison import (
+from specbench.report.document import Block, Details, Para, Pre, Raw, Refs, Section, Table
+from specbench.report.early_stopping import stopping_section
+from specbench.report.method_comparison import (
     headline_section,
     k_sweep_section,
     serving_table,
     verification_section,
 )
-from specbench.report.document import Block, Details, Para, Pre, Raw, Refs, Section, Table
-from specbench.report.fmt import (
+from specbench.results.fmt import (
     as_estimate,
     fmt_est,
     fmt_generic,
@@ -47,9 +48,8 @@ from specbench.report.fmt import (
     fmt_tps,
     n_note,
 )
-from specbench.report.stopping import stopping_section
+from specbench.results.summary import GroupSummary, RunSummary
 from specbench.stats import Estimate
-from specbench.summary import GroupSummary, RunSummary
 
 # --------------------------------------------------------------------------
 # helpers
@@ -591,9 +591,9 @@ def _not_run(summary: RunSummary) -> Section:
 
 
 def time_section(manifest: dict[str, Any]) -> Section | None:
-    """"Where the time went": the manifest's ``time_breakdown`` (see :mod:`specbench.timing`)."""
-    from specbench.schema import TimeBreakdown
-    from specbench.timing import PHASE_LABELS, fmt_duration, fmt_share
+    """"Where the time went": the manifest's ``time_breakdown`` (see :mod:`specbench.analysis.timing`)."""
+    from specbench.analysis.timing import PHASE_LABELS, fmt_duration, fmt_share
+    from specbench.results.manifest import TimeBreakdown
 
     raw = manifest.get("time_breakdown")
     if not raw:

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from matplotlib.axes import Axes
 from matplotlib.ticker import MaxNLocator, NullLocator
 
-from specbench.report import plots_compare
+from specbench.report import plots_methods
 from specbench.report.figure import (
     BORDER,
     FACE,
@@ -38,10 +38,10 @@ from specbench.report.figure import (
     new_figure,
     to_png,
 )
-from specbench.report.fmt import as_estimate
 from specbench.report.markdown import serving_rows
+from specbench.results.fmt import as_estimate
+from specbench.results.summary import GroupSummary, RunSummary
 from specbench.stats import Estimate
-from specbench.summary import GroupSummary, RunSummary
 
 # --------------------------------------------------------------------------
 # helpers
@@ -317,7 +317,7 @@ def make_figures(summary: RunSummary) -> dict[str, bytes]:
     families = {(g.family, g.method_kind) for g in summary.groups if g.family}
     colors = method_colors({*((g.method, g.method_kind) for g in summary.groups), *extra, *families})
     out: dict[str, bytes] = {}
-    for name, fn in [("headline", plots_compare.headline), ("step_time_vs_k", plots_compare.step_time_vs_k),
+    for name, fn in [("headline", plots_methods.headline), ("step_time_vs_k", plots_methods.step_time_vs_k),
                      ("tau", _tau), ("per_position", _per_position), ("speedup_vs_load", _speedup_vs_load),
                      ("latency_vs_throughput", _latency_vs_throughput), ("serving_speedup", _serving_speedup),
                      ("accuracy_speedup", _accuracy_speedup)]:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from specbench.summary import GroupSummary, RunSummary
-from specbench.timing import TimeBreakdown, fmt_duration, fmt_share, harness_parts
+from specbench.analysis.timing import TimeBreakdown, fmt_duration, fmt_share, harness_parts
+from specbench.results.summary import GroupSummary, RunSummary
 
 HEADER = ("dataset", "method", "T·load", "τ [95% CI]", "speedup [95% CI]", "verdict")
 #: Width every column may take; the widest row is under 100 characters with the separators.
@@ -53,7 +53,7 @@ def closing_rows(summary: RunSummary) -> dict[str, list[tuple[str, ...]]]:
 
 def time_line(breakdown: TimeBreakdown | dict[str, Any] | None) -> str | None:
     """'wall 5m55s: engine starts 2m10s (37 %), cells 1m06s (19 %), harness 2m39s (45 %): warmups 40s, …'
-    (the harness: everything but engine starts and measured cells; see :mod:`specbench.timing`)."""
+    (the harness: everything but engine starts and measured cells; see :mod:`specbench.analysis.timing`)."""
     if not breakdown:
         return None
     bd = breakdown if isinstance(breakdown, TimeBreakdown) else TimeBreakdown.model_validate(breakdown)

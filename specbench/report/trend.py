@@ -15,11 +15,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specbench.compare import HIGHER_IS_BETTER, metric_family
-from specbench.history import History, Point, RunInfo
-from specbench.report.fmt import auto_digits, fmt_est
+from specbench.regression.changepoints import Step, detect_steps
+from specbench.regression.history import History, Point, RunInfo
+from specbench.regression.run_diff import HIGHER_IS_BETTER, metric_family
+from specbench.results.fmt import auto_digits, fmt_est
 from specbench.stats import Estimate
-from specbench.stepdetect import Step, detect_steps
 
 #: Metrics drawn, in this order, when a group has them (all metrics are in the tables).
 FIGURE_METRICS = ("tau", "speedup", "output_tps", "accuracy.", "ttft_s", "serving.ttft_p50_s",
@@ -136,7 +136,7 @@ def _esc(x: str) -> str:
 def render_markdown(page: TrendPage) -> str:
     lines = [f"# specbench trend: {page.suite}", "",
              f"Hardware class: {page.hardware_class}. {len(page.runs)} runs, oldest first. Values are shown "
-             "with their 95% intervals; steps are detected over each metric's runs (specbench.stepdetect).", "",
+             "with their 95% intervals; steps are detected over each metric's runs (specbench.regression.changepoints).", "",
              "## Runs", "", "| # | Run | Date | Commit | specbench | vLLM |", "|---:|---|---|---|---|---|"]
     for i, r in enumerate(page.runs, 1):
         lines.append(f"| {i} | {r.run_id} | {r.created_at} | {r.git_commit or '–'} | {r.specbench_version or '–'} "

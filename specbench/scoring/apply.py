@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specbench.records import RequestRecord
+from specbench.results.records import RequestRecord
 from specbench.scoring.gsm8k import reference_answer, score_gsm8k
 
 ScoreKey = tuple[str, str, int]  # cell_id, prompt_id, sample_index

@@ -1,6 +1,6 @@
 """The CPU zoo: the tiny target and its drafters, trained locally (no hub).
 
-:func:`specbench.assets.ensure_assets` with ``train=True`` calls
+:func:`specbench.zoo.assets.ensure_assets` with ``train=True`` calls
 :func:`train_target` and then :func:`train_drafters`; their budgets come from
 :func:`train_config` and are part of the asset cache key.
 """

@@ -3,7 +3,7 @@
 speculators trains DFlash with *non-causal* attention inside each draft
 block; vLLM serves causal blocks when the checkpoint's
 ``sliding_window_non_causal`` flag is false (see
-:mod:`specbench.engines.draft_attention`).
+:mod:`specbench.zoo.draft_attention`).
 Whether that mismatch costs acceptance depends on the trained weights: in a
 one-layer drafter the later slots hold only mask tokens, so they carry no
 information about the context, and a drafter may or may not have learned to

@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     root = a.root
     if root is None:
-        from specbench.assets import ensure_assets
+        from specbench.zoo.assets import ensure_assets
 
         root = ensure_assets(train=a.train, quick=a.quick, seed=a.seed).root
     res = evaluate(

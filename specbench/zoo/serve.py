@@ -3,7 +3,7 @@
 speculators trains DFlash blocks with *non-causal* attention in full-attention
 layers but saves ``"sliding_window_non_causal": false`` by default, which vLLM
 serves as causal blocks in every layer (the rule is in
-:mod:`specbench.engines.draft_attention`; a probe saw τ 1.80 instead of 2.12).
+:mod:`specbench.zoo.draft_attention`; a probe saw τ 1.80 instead of 2.12).
 Our drafters have no sliding-window layers, so setting the flag to ``true``
 changes nothing in speculators and makes vLLM serve non-causal blocks, as
 trained. vLLM's DSpark model is always non-causal within a block, so DSpark
@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from specbench.engines.draft_attention import FLAG, block_attention, checkpoint_block_attention
+from specbench.zoo.draft_attention import FLAG, block_attention, checkpoint_block_attention
 
 
 def serve_config_fixes(cfg: dict[str, Any]) -> dict[str, Any]:

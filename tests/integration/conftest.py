@@ -55,11 +55,11 @@ class CliRuns:
 
     @staticmethod
     def n_records(run_dir: Path | None, cell_prefix: str = "") -> int:
-        from specbench import store
+        from specbench.results import rundir
 
-        if run_dir is None or not (run_dir / store.RECORDS).exists():
+        if run_dir is None or not (run_dir / rundir.RECORDS).exists():
             return 0
-        return sum(1 for o in store.iter_jsonl(run_dir / store.RECORDS) if o["cell_id"].startswith(cell_prefix))
+        return sum(1 for o in rundir.iter_jsonl(run_dir / rundir.RECORDS) if o["cell_id"].startswith(cell_prefix))
 
 
 @pytest.fixture

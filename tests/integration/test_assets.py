@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specbench.assets import (
+from specbench.zoo.assets import (
     ASSET_MODES,
     DRAFTER_KINDS,
     SPECIAL_TOKENS,
@@ -114,7 +114,7 @@ def test_seeded_weights_are_deterministic(built, tmp_path):
 
 
 def test_failed_build_leaves_no_cache(tmp_path, monkeypatch):
-    import specbench.assets as assets
+    import specbench.zoo.assets as assets
 
     def boom(*a, **k):
         raise RuntimeError("interrupted")
@@ -152,7 +152,7 @@ targets:
 
 
 def _suite(tmp_path: Path, *, model: str = "tiny", assets: str | None = None, extra: str = ""):
-    from specbench.suite import load_suite
+    from specbench.config.suite import load_suite
 
     p = tmp_path / "s.yaml"
     p.write_text(SUITE.format(model=model, assets=f"    assets: {assets}\n" if assets else "", extra=extra))
@@ -160,7 +160,7 @@ def _suite(tmp_path: Path, *, model: str = "tiny", assets: str | None = None, ex
 
 
 def test_suite_assets_default_and_validation(tmp_path):
-    from specbench.suite import SuiteError
+    from specbench.config.suite import SuiteError
 
     eagle = "      - method: eagle3\n        speculator: tiny:eagle3\n        num_speculative_tokens: 3\n"
     assert _suite(tmp_path).targets[0].assets == "untrained"  # target only: no training needed
@@ -174,8 +174,8 @@ def test_suite_assets_default_and_validation(tmp_path):
 
 
 def test_cpu_smoke_uses_the_trained_zoo_and_a_greedy_reference_target():
-    from specbench.plan import expand
-    from specbench.suite import load_suite
+    from specbench.config.plan import expand
+    from specbench.config.suite import load_suite
 
     s = load_suite(Path(__file__).resolve().parents[2] / "suites" / "cpu-smoke.yaml")
     assert {t.name: t.assets for t in s.targets} == {"tiny": "trained", "tiny-ref": "trained"}

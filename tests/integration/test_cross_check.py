@@ -23,7 +23,7 @@ import json
 import pytest
 
 from specbench import api
-from specbench.assets import ensure_assets
+from specbench.zoo.assets import ensure_assets
 from specbench.zoo.block_attention import measure_checkpoint
 from specbench.zoo.serve import dflash_served_causal, flip_dflash_attention
 

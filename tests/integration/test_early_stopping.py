@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from specbench import sequential, store
-from specbench.metrics import latest_cell_records
+from specbench.analysis import sequential
+from specbench.analysis.metrics import latest_cell_records
+from specbench.results import rundir
 
 SUITE = """
 name: stops
@@ -62,11 +63,11 @@ def run_dir(tmp_path_factory) -> Path:
 
 
 def test_stopped_cells_run_a_seeded_prefix_and_say_why(run_dir: Path) -> None:
-    cells = latest_cell_records(store.read_cells(run_dir))
+    cells = latest_cell_records(rundir.read_cells(run_dir))
     by_cell: dict[str, list[str]] = defaultdict(list)
-    for r in store.read_requests(run_dir):
+    for r in rundir.read_requests(run_dir):
         by_cell[r.cell_id].append(r.prompt_id)
-    prompts = [json.loads(line)["prompt_id"] for line in (run_dir / store.PROMPTS).read_text().splitlines()]
+    prompts = [json.loads(line)["prompt_id"] for line in (run_dir / rundir.PROMPTS).read_text().splitlines()]
     order = sequential.seeded_order(prompts, 0)
 
     base = cells["tiny/baseline/sb/T0/b1/r0"].stop
@@ -85,9 +86,9 @@ def test_stopped_cells_run_a_seeded_prefix_and_say_why(run_dir: Path) -> None:
 
 
 def test_summary_and_report_use_the_stopped_interval(run_dir: Path) -> None:
-    summary = json.loads((run_dir / store.SUMMARY).read_text())
+    summary = json.loads((run_dir / rundir.SUMMARY).read_text())
     groups = {g["group_id"]: g for g in summary["groups"]}
-    cells = latest_cell_records(store.read_cells(run_dir))
+    cells = latest_cell_records(rundir.read_cells(run_dir))
     for gid, field, cell in (("tiny/eagle3/sb/T0/b1", "tau", "tiny/eagle3/sb/T0/b1/r0"),
                              ("tiny/ngram/sb/T0/b1", "speedup", "tiny/ngram/sb/T0/b1/r0")):
         est, stop = groups[gid][field], cells[cell].stop

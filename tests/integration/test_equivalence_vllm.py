@@ -1,6 +1,6 @@
 """Equivalence on real vLLM (issue 4): greedy identity and the teacher-forced PIT test.
 
-The first block tests the glue in :mod:`specbench.equivalence_run` on
+The first block tests the glue in :mod:`specbench.execution.teacher_forcing` on
 hand-built records (no engine). The rest runs vLLM CPU on the tiny target.
 """
 
@@ -12,7 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specbench.equivalence_run import (
+from specbench.analysis.pit import pit_parts, process_logprobs
+from specbench.config.plan import Cell
+from specbench.execution.teacher_forcing import (
     EQUIVALENCE,
     equivalence_summaries,
     greedy_equivalence,
@@ -20,9 +22,7 @@ from specbench.equivalence_run import (
     score_items_for,
     score_rows,
 )
-from specbench.pit import pit_parts, process_logprobs
-from specbench.plan import Cell
-from specbench.records import RequestRecord
+from specbench.results.records import RequestRecord
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -221,11 +221,11 @@ def test_self_draft_greedy_equivalent(eq_run):
 
 def test_teacher_forcing_scores_every_sampled_token(eq_run):
     run_dir, s = eq_run
-    from specbench import store
+    from specbench.results import rundir
 
     rows = [json.loads(x) for x in (run_dir / EQUIVALENCE).read_text().splitlines()]
     assert rows and all("f_minus" in r for r in rows), [r.get("error") for r in rows][:3]
-    recs = {(r.cell_id, r.prompt_id, r.sample_index): r for r in store.read_requests(run_dir)}
+    recs = {(r.cell_id, r.prompt_id, r.sample_index): r for r in rundir.read_requests(run_dir)}
     for row in rows:
         rec = recs[(row["cell_id"], row["prompt_id"], row["sample_index"])]
         assert len(row["f_minus"]) == len(row["p"]) == len(rec.output_token_ids)
@@ -265,11 +265,11 @@ def test_lossy_top_p_is_divergent(tmp_path):
     nearly flat at T=1 on these prompts, sum p^2 ~ 3e-4, so a 10% temperature
     change moves almost no mass; measured p=1 over 4096 tokens.)"""
     from specbench import datasets
+    from specbench.config.plan import expand
+    from specbench.config.suite import load_suite
     from specbench.engines.factory import resolve_engine
     from specbench.engines.vllm_offline import VllmOfflineEngine
-    from specbench.plan import expand
-    from specbench.requests import CellRequest, SamplingRequest
-    from specbench.suite import load_suite
+    from specbench.results.requests import CellRequest, SamplingRequest
 
     (tmp_path / "suite.yaml").write_text(SUITE)
     suite = load_suite(tmp_path / "suite.yaml")

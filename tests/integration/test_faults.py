@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from specbench import store
-from specbench.metrics import latest_cell_records
+from specbench.analysis.metrics import latest_cell_records
+from specbench.results import rundir
 
 SUITE = """
 name: faults
@@ -58,7 +58,7 @@ def test_killing_an_engine_fails_only_its_cell(suite, tmp_path, cli_runs):
     os.kill(pid, signal.SIGKILL)
     output, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, output
-    latest = latest_cell_records(store.read_cells(run_dir))
+    latest = latest_cell_records(rundir.read_cells(run_dir))
     assert latest["tiny/baseline/he/T0/b1/r0"].status == "failed"
     assert "died" in latest["tiny/baseline/he/T0/b1/r0"].reason
     # The engine was restarted for its next cell; the other engine never noticed.
@@ -81,9 +81,9 @@ def test_resume_records_every_request_exactly_once(suite, tmp_path, cli_runs):
     resumed = cli_runs.start(suite, out, "--resume", str(run_dir))
     output, _ = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, output
-    recs = store.read_requests(run_dir)
+    recs = rundir.read_requests(run_dir)
     keys = Counter((r.cell_id, r.prompt_id, r.sample_index) for r in recs)
     assert len(keys) == 4 * 6 and set(keys.values()) == {1}, keys.most_common(3)
-    latest = latest_cell_records(store.read_cells(run_dir))
+    latest = latest_cell_records(rundir.read_cells(run_dir))
     assert len(latest) == 4 and all(c.status == "ok" for c in latest.values())
     assert len(cli_runs.run_dirs(out, "faults")) == 1  # resumed in place, no new run directory

@@ -5,13 +5,14 @@ from __future__ import annotations
 import math
 
 import specbench
-from specbench import metrics, store
+from specbench.analysis import metrics
+from specbench.results import rundir
 
 
 def test_load_gives_requests_cells_and_groups(smoke_run):
     run_dir, s = smoke_run
     run = specbench.load(run_dir)
-    records = metrics.unique_requests(store.read_requests(run_dir))
+    records = metrics.unique_requests(rundir.read_requests(run_dir))
     assert len(run.requests) == len(records) > 0
     assert set(run.cells.cell_id) == {c["cell_id"] for c in run.manifest["plan"]["cells"]}
     assert list(run.groups.group_id) == [g.group_id for g in s.groups]

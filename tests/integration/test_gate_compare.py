@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from specbench import api
 from specbench.cli import app
-from specbench.compare import compare_runs
+from specbench.regression.run_diff import compare_runs
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -85,10 +85,10 @@ def test_compare_two_seeds_reports_no_significant_change(two_seeds):
     sampled = [c for g in comp.groups if "/T1/" in g.group_id for c in g.changes if c.metric == "tau"]
     assert sampled, "the sampled groups' τ must be compared"
     # The seed changed the sampled tokens (so the runs really differ), yet nothing changed significantly.
-    from specbench import store
+    from specbench.results import rundir
 
     outs = [
-        {(r.cell_id, r.prompt_id, r.sample_index): r.output_token_ids for r in store.read_requests(run)
+        {(r.cell_id, r.prompt_id, r.sample_index): r.output_token_ids for r in rundir.read_requests(run)
          if "/T1/" in r.cell_id}
         for run in two_seeds
     ]

@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 
 from specbench import api
 from specbench.cli import app
-from specbench.history import History, metrics_t, runs_t
+from specbench.regression.history import History, metrics_t, runs_t
 from specbench.report import auto_digits, fmt_est
 
 SUITE = """
@@ -132,8 +132,8 @@ def test_five_runs_into_sqlite_and_postgres_give_the_same_trend(five_runs, pg_ur
     for s in summaries:
         assert [g.status for g in s.groups] == ["ok", "ok"], [(g.group_id, g.reasons) for g in s.groups]
     # the seed reached the sampled cells: the runs really differ
-    from specbench import store
-    sampled = [{(r.prompt_id, r.sample_index): r.output_token_ids for r in store.read_requests(run) if "/T1/" in r.cell_id}
+    from specbench.results import rundir
+    sampled = [{(r.prompt_id, r.sample_index): r.output_token_ids for r in rundir.read_requests(run) if "/T1/" in r.cell_id}
                for run in five_runs]
     assert any(sampled[0][k] != sampled[1][k] for k in sampled[0])
 

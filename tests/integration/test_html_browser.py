@@ -199,7 +199,7 @@ def test_html_report_in_chromium(source: str, tmp_path: Path) -> None:
 
 def _fixture_history(tmp_path: Path) -> str:
     """A history of six copies of the fixture run, τ of one group 10% lower in the last two (a step)."""
-    from specbench.history import History
+    from specbench.regression.history import History
 
     db = f"sqlite:///{tmp_path / 'history.sqlite'}"
     with History(db) as hist:
@@ -227,7 +227,7 @@ def trend_sources() -> list[str]:
 @pytest.mark.parametrize("source", trend_sources())
 def test_trend_page_in_chromium(source: str, tmp_path: Path) -> None:
     """``specbench trend``'s HTML: no console errors, nothing external, no script, every figure decoded."""
-    from specbench.history import History
+    from specbench.regression.history import History
     from specbench.report.trend import write_trend
 
     db = _fixture_history(tmp_path) if source == "fixture" else os.environ["SPECBENCH_HISTORY_DB"]

@@ -24,8 +24,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from specbench import store
-from specbench.metrics import latest_cell_records
+from specbench.analysis.metrics import latest_cell_records
+from specbench.results import rundir
 
 SUITE = """
 name: ray-exec
@@ -103,18 +103,18 @@ def _run(suite: Path, out: Path, *extra: str, timeout: float = 900) -> Path:
 
 
 def _taus(run_dir: Path) -> dict[str, float]:
-    summary = json.loads((run_dir / store.SUMMARY).read_text())
+    summary = json.loads((run_dir / rundir.SUMMARY).read_text())
     return {g["group_id"]: (g.get("tau") or {}).get("value") for g in summary["groups"]}
 
 
 def _once(run_dir: Path) -> Counter:
-    return Counter((r.cell_id, r.prompt_id, r.sample_index) for r in store.read_requests(run_dir))
+    return Counter((r.cell_id, r.prompt_id, r.sample_index) for r in rundir.read_requests(run_dir))
 
 
 def _spans(run_dir: Path) -> list[tuple[float, float]]:
     """Per engine, from the start of its engine to its close (the manifest's timeline, wall clock)."""
     by_engine: dict[str, tuple[float, float]] = {}
-    for s in store.read_manifest(run_dir).get("timeline") or []:
+    for s in rundir.read_manifest(run_dir).get("timeline") or []:
         if s.get("engine"):
             a, b = by_engine.get(s["engine"], (float("inf"), float("-inf")))
             by_engine[s["engine"]] = (min(a, s["start"]), max(b, s["end"]))
@@ -135,15 +135,15 @@ def test_ray_runs_the_same_cells_as_local_two_at_a_time(ray_cluster, tmp_path):
     local = _run(suite, tmp_path / "local")
     on_ray = _run(suite, tmp_path / "ray", "--executor", "ray", "--ray-address", ray_cluster,
                   "--max-parallel-engines", "2")
-    cells_local = latest_cell_records(store.read_cells(local))
-    cells_ray = latest_cell_records(store.read_cells(on_ray))
+    cells_local = latest_cell_records(rundir.read_cells(local))
+    cells_ray = latest_cell_records(rundir.read_cells(on_ray))
     assert set(cells_ray) == set(cells_local) and len(cells_ray) == 8
     assert all(c.status == "ok" for c in cells_ray.values()), {k: c.reason for k, c in cells_ray.items()}
     once = _once(on_ray)
     assert set(once.values()) == {1} and set(once) == set(_once(local))
     taus_local, taus_ray = _taus(local), _taus(on_ray)
     assert taus_ray == taus_local and any(v and v > 1.5 for v in taus_ray.values())
-    manifest = store.read_manifest(on_ray)
+    manifest = rundir.read_manifest(on_ray)
     assert manifest["executors"] == ["ray"]
     engines = {e["key"]: e for e in manifest["engines"]}
     assert set(engines) == set(ENGINES)
@@ -176,14 +176,14 @@ def test_killed_worker_fails_its_cells_killed_driver_resumes_exactly_once(ray_cl
     assert "ray" in " ".join(worker.cmdline()).lower() or worker.name().startswith("ray"), worker.cmdline()
     worker.kill()
     cli_runs.wait_for(lambda: not psutil.pid_exists(engine_pid) or psutil.Process(engine_pid).status() == "zombie", 60)
-    failed = cli_runs.wait_for(lambda: [c for c in store.read_cells(run_dir) if c.engine_key == "tiny--baseline"
+    failed = cli_runs.wait_for(lambda: [c for c in rundir.read_cells(run_dir) if c.engine_key == "tiny--baseline"
                                 and c.status == "failed"], 120)
     assert "Ray worker" in failed[0].reason, failed[0].reason
     # Then the driver dies mid-run (the whole process group, as a cancelled CI job would).
     cli_runs.wait_for(lambda: cli_runs.n_records(run_dir) >= cli_runs.n_records(run_dir, "tiny/baseline") + 3, 600)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=60)
-    latest = latest_cell_records(store.read_cells(run_dir))
+    latest = latest_cell_records(rundir.read_cells(run_dir))
     baseline_cells = {k: c for k, c in latest.items() if c.engine_key == "tiny--baseline"}
     assert baseline_cells and all(c.status == "failed" for c in baseline_cells.values())
     assert any(c.status == "ok" for c in latest.values() if c.engine_key != "tiny--baseline") or len(latest) < 8
@@ -195,5 +195,5 @@ def test_killed_worker_fails_its_cells_killed_driver_resumes_exactly_once(ray_cl
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     once = _once(run_dir)
     assert len(once) == 8 * 6 and set(once.values()) == {1}, once.most_common(3)
-    final = latest_cell_records(store.read_cells(run_dir))
+    final = latest_cell_records(rundir.read_cells(run_dir))
     assert len(final) == 8 and all(c.status == "ok" for c in final.values())

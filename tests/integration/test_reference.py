@@ -6,13 +6,13 @@ import os
 
 import pytest
 
-from specbench.assets import ensure_assets
-from specbench.engines.base import CellFailed
+from specbench.config.methods import get_method
+from specbench.config.plan import Cell, EngineConfig
+from specbench.config.suite import MethodSpec, TargetSpec
+from specbench.engines.protocol import CellFailed
 from specbench.engines.reference import ReferenceEngine
-from specbench.methods import get_method
-from specbench.plan import Cell, EngineConfig
-from specbench.requests import CellRequest, PreparedPrompt, SamplingRequest
-from specbench.suite import MethodSpec, TargetSpec
+from specbench.results.requests import CellRequest, PreparedPrompt, SamplingRequest
+from specbench.zoo.assets import ensure_assets
 
 K = 3
 

@@ -17,16 +17,16 @@ from typing import Any
 
 import pytest
 
-from specbench.engines.base import CellFailed, EngineUnavailable
+from specbench.analysis.serving_metrics import summarize_cell
+from specbench.config.plan import Cell, EngineConfig
+from specbench.config.suite import MethodSpec, TargetSpec
 from specbench.engines.loadgen import LoadProfile
 from specbench.engines.prom import tau
+from specbench.engines.protocol import CellFailed, EngineUnavailable
 from specbench.engines.vllm_offline import build_engine_kwargs
 from specbench.engines.vllm_server import VllmServerEngine
-from specbench.plan import Cell, EngineConfig
-from specbench.records import RequestRecord, SpecCounters
-from specbench.requests import CellRequest, PreparedPrompt, SamplingRequest
-from specbench.serving_metrics import summarize_cell
-from specbench.suite import MethodSpec, TargetSpec
+from specbench.results.records import RequestRecord, SpecCounters
+from specbench.results.requests import CellRequest, PreparedPrompt, SamplingRequest
 
 K = 3
 ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -34,7 +34,7 @@ ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLI
 
 def _assets() -> Any:
     try:
-        from specbench.assets import ensure_assets
+        from specbench.zoo.assets import ensure_assets
 
         return ensure_assets(progress=False)
     except ImportError:  # pragma: no cover - before assets.py existed
@@ -202,8 +202,9 @@ def test_attach_checks_what_the_server_serves(
 ) -> None:
     """Attach mode against the module's server (draft_model, K=3): claims of another K, of no speculation or of
     another model are reported with their reason; the right claim passes. Engine level, then a whole suite."""
-    from specbench import api, store
+    from specbench import api
     from specbench.report.markdown import render_markdown
+    from specbench.results import rundir
 
     target = str(assets.target)
 
@@ -272,11 +273,11 @@ sampling:
   max_tokens: 16
 """)
     run_dir = api.run(suite, out=tmp_path / "results", platform="cpu")
-    status = {c.cell_id.split("/")[1]: (c.status, c.reason or "") for c in store.read_cells(run_dir)}
+    status = {c.cell_id.split("/")[1]: (c.status, c.reason or "") for c in rundir.read_cells(run_dir)}
     assert status["draft_model"][0] == "ok", status
     assert status["baseline"][0] == "failed" and "no speculation (baseline)" in status["baseline"][1], status
     assert status["dm-k2"][0] == "failed" and "claims K=2" in status["dm-k2"][1], status
-    manifest = store.read_manifest(run_dir)
+    manifest = rundir.read_manifest(run_dir)
     checks = {e["key"]: e["describe"]["served"]["metrics_check"] for e in manifest["engines"]}
     assert checks["tiny--draft_model"] == "ok" and checks["tiny--dm-k2"].startswith("mismatch"), checks
     report = render_markdown(api.load_summary(run_dir), manifest)
@@ -343,8 +344,9 @@ def test_server_killed_mid_cell_then_restart(engine: VllmServerEngine, assets: A
 def test_request_rate_cell_end_to_end(assets: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A suite with one Poisson load (8 req/s, 12 requests), baseline and the target drafting for itself,
     through plan → runner → launched servers → records → summary → report. Starts its own two servers."""
-    from specbench import api, store
+    from specbench import api
     from specbench.engines.loadgen import poisson_offsets
+    from specbench.results import rundir
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
@@ -380,11 +382,11 @@ load:
     run_dir = api.run(suite, out=tmp_path / "results", platform="cpu")
     print(f"rate suite: {time.monotonic() - t0:.1f} s")
 
-    plan_cells = [Cell.model_validate(c) for c in store.read_manifest(run_dir)["plan"]["cells"]]
+    plan_cells = [Cell.model_validate(c) for c in rundir.read_manifest(run_dir)["plan"]["cells"]]
     assert sorted(c.cell_id for c in plan_cells) == ["tiny/baseline/d/T0/rate8/r0", "tiny/draft_model/d/T0/rate8/r0"]
-    cells = store.read_cells(run_dir)
+    cells = rundir.read_cells(run_dir)
     assert sorted((c.cell_id, c.status) for c in cells) == [(c.cell_id, "ok") for c in sorted(plan_cells, key=lambda c: c.cell_id)]
-    recs = store.read_requests(run_dir)
+    recs = rundir.read_requests(run_dir)
     prompt_order = [r["id"] for r in rows][:n]
     # The schedule every cell's sends must follow (sampling.seed 0, repeat 0).
     gen = poisson_offsets(rate, 0)

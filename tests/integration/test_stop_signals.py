@@ -21,8 +21,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from specbench import store
-from specbench.metrics import latest_cell_records
+from specbench.analysis.metrics import latest_cell_records
+from specbench.results import rundir
 
 SUITE = """
 name: stops
@@ -99,7 +99,7 @@ def _stop_mid_cell(cli_runs, proc: subprocess.Popen, run_dir: Path, cell: str, s
     assert last.startswith(f"interrupted by {sig.name} after ") and f"--resume {run_dir}" in last, output
     time.sleep(3)
     assert _alive(started) == [], f"left running after {sig.name}: {_alive(started)}"
-    manifest = json.loads((run_dir / store.MANIFEST).read_text())
+    manifest = json.loads((run_dir / rundir.MANIFEST).read_text())
     assert manifest["status"] == "interrupted" and manifest["interrupted_by"] == sig.name
 
 
@@ -114,13 +114,13 @@ def test_sigterm_then_sigint_stop_the_run_and_resume_completes_it(suite, tmp_pat
 
     resumed = cli_runs.start(suite, out, "--resume", str(run_dir))
     _stop_mid_cell(cli_runs, resumed, run_dir, "tiny/ngram/he/T0/b1", signal.SIGINT)
-    assert latest_cell_records(store.read_cells(run_dir))["tiny/baseline/he/T0/b1/r0"].status == "ok"
+    assert latest_cell_records(rundir.read_cells(run_dir))["tiny/baseline/he/T0/b1/r0"].status == "ok"
 
     resumed = cli_runs.start(suite, out, "--resume", str(run_dir))
     output, _ = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, output
-    keys = Counter((r.cell_id, r.prompt_id, r.sample_index) for r in store.read_requests(run_dir))
+    keys = Counter((r.cell_id, r.prompt_id, r.sample_index) for r in rundir.read_requests(run_dir))
     assert len(keys) == 2 * 6 and set(keys.values()) == {1}, keys.most_common(3)
-    latest = latest_cell_records(store.read_cells(run_dir))
+    latest = latest_cell_records(rundir.read_cells(run_dir))
     assert len(latest) == 2 and all(c.status == "ok" for c in latest.values()), latest
-    assert json.loads((run_dir / store.MANIFEST).read_text())["status"] == "complete"
+    assert json.loads((run_dir / rundir.MANIFEST).read_text())["status"] == "complete"

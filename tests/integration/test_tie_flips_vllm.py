@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import pytest
 
-from specbench.equivalence import DEFAULT_TIE_TOLERANCE, TIE_TOLERANCE_BY_DTYPE
-from specbench.equivalence_run import greedy_equivalence
+from specbench.analysis.lossless import DEFAULT_TIE_TOLERANCE, TIE_TOLERANCE_BY_DTYPE
+from specbench.execution.teacher_forcing import greedy_equivalence
 
 SUITE = """
 name: tie-flips
@@ -34,12 +34,12 @@ equivalence: {greedy: true, logprobs: 20}
 def flips(tmp_path_factory):
     """Records of both engines (the method's engine switched to bfloat16) and their reported dtypes."""
     from specbench import datasets
+    from specbench.config.plan import expand
+    from specbench.config.suite import load_suite
     from specbench.engines.factory import resolve_engine
     from specbench.engines.vllm_offline import VllmOfflineEngine
-    from specbench.plan import expand
-    from specbench.requests import CellRequest
-    from specbench.runner import sampling_for
-    from specbench.suite import load_suite
+    from specbench.execution.driver import sampling_for
+    from specbench.results.requests import CellRequest
 
     d = tmp_path_factory.mktemp("tie-flips")
     (d / "suite.yaml").write_text(SUITE)

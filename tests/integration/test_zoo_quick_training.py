@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import os
 
-from specbench.assets import ensure_assets
 from specbench.zoo import QUICK_DRAFTER_STEPS
+from specbench.zoo.assets import ensure_assets
 
 
 def test_quick_zoo_trains_and_caches(tmp_path):

@@ -9,12 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from specbench.compare import bonferroni_widen, compare_runs, metric_change, render_comparison_markdown
-from specbench.metrics import summarize
-from specbench.plan import Cell
-from specbench.records import CellRecord, RequestRecord, SpecCounters
+from specbench.analysis.metrics import summarize
+from specbench.config.plan import Cell
+from specbench.regression.run_diff import (
+    bonferroni_widen,
+    compare_runs,
+    metric_change,
+    render_comparison_markdown,
+)
+from specbench.results.records import CellRecord, RequestRecord, SpecCounters
+from specbench.results.summary import RunSummary
 from specbench.stats import Estimate
-from specbench.summary import RunSummary
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specbench import comparison, metrics, steps
-from specbench.gate import GateRules, evaluate_gate
-from specbench.plan import Cell
-from specbench.records import CellRecord, RequestRecord, SpecCounters
+from specbench.analysis import method_comparison as comparison
+from specbench.analysis import metrics, step_time
+from specbench.config.plan import Cell
+from specbench.regression.gate import GateRules, evaluate_gate
+from specbench.results.records import CellRecord, RequestRecord, SpecCounters
 
 PROMPTS = [f"p{i}" for i in range(8)]
 
@@ -128,7 +129,7 @@ def test_step_time_is_decode_time_over_verification_steps(run):
     assert base.step_time_s.value == pytest.approx(
         sum(r.latency_s - r.ttft_s for r in breqs) / sum(r.num_output_tokens - 1 for r in breqs))
     assert base.tpot_s.value == pytest.approx(base.step_time_s.value)
-    assert steps.decode_time(reqs[0].model_copy(update={"ttft_s": None})) is None
+    assert step_time.decode_time(reqs[0].model_copy(update={"ttft_s": None})) is None
 
 
 def test_step_time_slope_separates_autoregressive_from_parallel(run):
@@ -178,7 +179,7 @@ def test_gate_ratio_rule(run):
 
 
 def test_compare_shows_ratios(run):
-    from specbench.compare import compare_runs, render_comparison_markdown
+    from specbench.regression.run_diff import compare_runs, render_comparison_markdown
 
     summary, _ = run
     comp = compare_runs(summary, summary)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from specbench.engines.draft_attention import FLAG, block_attention, checkpoint_block_attention
+from specbench.zoo.draft_attention import FLAG, block_attention, checkpoint_block_attention
 
 
 def cfg(algo: str, flag: bool | None, layer_types: list[str] | None = None) -> dict:

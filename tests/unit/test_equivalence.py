@@ -1,4 +1,4 @@
-"""Unit tests for specbench.equivalence on hand-built distributions with known answers."""
+"""Unit tests for specbench.analysis.lossless on hand-built distributions with known answers."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from specbench.equivalence import (
+from specbench.analysis.lossless import (
     DEFAULT_TIE_TOLERANCE,
     GreedyComparison,
     coarsen_topk,

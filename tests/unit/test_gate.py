@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from specbench.gate import (
+from specbench.regression.gate import (
     ExpectedValues,
     GateConfigError,
     GateRules,
@@ -17,8 +17,8 @@ from specbench.gate import (
     load_rules,
     render_gate,
 )
+from specbench.results.summary import RunSummary
 from specbench.stats import Estimate
-from specbench.summary import RunSummary
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"

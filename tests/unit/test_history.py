@@ -14,18 +14,18 @@ import sqlalchemy as sa
 from typer.testing import CliRunner
 
 from specbench.cli import app
-from specbench.gate import load_rules
-from specbench.gate_history import evaluate_history_gate, history_window, window_baseline
-from specbench.history import History, groups_t, metrics_t, runs_t
-from specbench.schema import (
+from specbench.regression.gate import load_rules
+from specbench.regression.gate_history import evaluate_history_gate, history_window, window_baseline
+from specbench.regression.history import History, groups_t, metrics_t, runs_t
+from specbench.results.manifest import load_manifest_dict
+from specbench.results.migrations import (
     MANIFEST_SCHEMA_VERSION,
     SUMMARY_SCHEMA_VERSION,
     SchemaError,
-    load_manifest_dict,
     upgrade_summary,
 )
-from specbench.store import load_manifest
-from specbench.summary import RunSummary
+from specbench.results.rundir import load_manifest
+from specbench.results.summary import RunSummary
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 GROUP = "llama-3.1-8b/eagle3/gsm8k/T0/b1"
@@ -125,7 +125,7 @@ def test_history_window_spec() -> None:
 
 
 def test_window_baseline_is_the_median_with_spread() -> None:
-    from specbench.history import Point, RunInfo
+    from specbench.regression.history import Point, RunInfo
     from specbench.stats import Estimate
 
     run = RunInfo(run_id="r", suite="s", created_at="2026", hardware_class="cpu")

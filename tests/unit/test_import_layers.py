@@ -1,10 +1,10 @@
-"""Imports inside specbench point one way only (issue 12).
+"""Imports inside specbench point down the stages' rank table (issue 21).
 
-Layers, low to high: types (records, plan, suite, requests, schema) →
-statistics (stats, metrics, equivalence, pit, …) → engines → orchestration
-(runner, api, equivalence_run) → reports / CLI. The test parses every module
-under ``specbench/`` with :mod:`ast` (nothing is imported) and builds the graph
-of its ``specbench.*`` imports:
+Ranks, low to high (``RANKS``): settings, stats < config < results < datasets,
+scoring, zoo < analysis < engines, regression < execution < report < api,
+frames, cli. A package imports only packages of a lower rank. The test parses
+every module under ``specbench/`` with :mod:`ast` (nothing is imported) and
+builds the graph of its ``specbench.*`` imports:
 
 * every import statement counts, function-local ones included: a cycle hidden
   in a function body still ties the two modules together (and is the pattern
@@ -17,8 +17,8 @@ of its ``specbench.*`` imports:
   ``import specbench.x.y`` counts as importing ``specbench.x.y`` only.
 
 It fails on (a) any import cycle, printing one cycle per strongly connected
-component, and (b) any path from a module of ``specbench/engines/`` to
-run-level code (:data:`RUN_LEVEL`), printing the path.
+component, and (b) any import that climbs the rank table, printing it; a
+planted import shows (b) failing as it should.
 """
 
 from __future__ import annotations
@@ -29,10 +29,21 @@ from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parents[2] / "specbench"
 
-#: Run-level modules (a name matches itself and its submodules; a trailing ``*`` any name it begins).
-RUN_LEVEL = ("specbench.runner", "specbench.api", "specbench.cli", "specbench.equivalence_run",
-             "specbench.executors*", "specbench.jobs", "specbench.job_run", "specbench.report*",
-             "specbench.interrupt")
+#: Each stage's rank, low to high: a package imports only packages of a lower rank (within
+#: a package anything goes, cycles aside). Top-level modules count as packages of their own.
+#: The facade (api, frames, cli and the package itself) may import one another.
+RANKS: dict[str, int] = {
+    "settings": 0, "stats": 0, "_lazy": 0,
+    "config": 1,
+    "results": 2,
+    "datasets": 3, "scoring": 3, "zoo": 3,
+    "analysis": 4,
+    "engines": 5, "regression": 5,
+    "execution": 6,
+    "report": 7,
+    "api": 8, "frames": 8, "cli": 8, "": 8,
+}
+FACADE_RANK = 8
 
 Graph = Mapping[str, Iterable[str]]
 
@@ -200,25 +211,30 @@ def shortest_path(graph: Graph, start: str, goals: set[str]) -> list[str] | None
     return None
 
 
-def is_run_level(name: str) -> bool:
-    for pattern in RUN_LEVEL:
-        if pattern.endswith("*"):
-            if name.startswith(pattern[:-1]):
-                return True
-        elif name == pattern or name.startswith(pattern + "."):
-            return True
-    return False
+def stage_of(name: str, package: str = "specbench") -> str:
+    """The stage (subpackage or top-level module) a module belongs to; ``""`` for the package itself."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == package else ""
 
 
-def engine_violations(graph: Graph) -> list[list[str]]:
-    """Import paths from a module of ``specbench.engines`` to run-level code, one (shortest) per engine module."""
-    run_level = {n for n in {*graph, *(m for ts in graph.values() for m in ts)} if is_run_level(n)}
+def rank_violations(graph: Graph, ranks: Mapping[str, int] = RANKS, package: str = "specbench") -> list[str]:
+    """``"a → b (stage x rank i imports stage y rank j)"`` for every import that climbs the rank table.
+
+    A stage missing from the table is a violation of its own: every new subpackage gets a rank.
+    """
     out = []
     for name in sorted(graph):
-        if name == "specbench.engines" or name.startswith("specbench.engines."):
-            path = shortest_path(graph, name, run_level)
-            if path is not None:
-                out.append(path)
+        s = stage_of(name, package)
+        if s not in ranks:
+            out.append(f"{name}: stage {s!r} has no rank in RANKS")
+            continue
+        for dep in sorted(graph[name]):
+            d = stage_of(dep, package)
+            if d == s or d not in ranks:
+                continue
+            if ranks[d] < ranks[s] or (ranks[d] == ranks[s] == FACADE_RANK):
+                continue
+            out.append(f"{name} → {dep} ({s or package} rank {ranks[s]} imports {d or package} rank {ranks[d]})")
     return out
 
 
@@ -233,9 +249,21 @@ def test_no_import_cycles() -> None:
     assert not comps, "import cycles in specbench:\n" + "\n".join(lines)
 
 
-def test_engines_do_not_import_run_level_code() -> None:
-    paths = engine_violations(import_graph())
-    assert not paths, "engines reach run-level code:\n" + "\n".join(" → ".join(p) for p in paths)
+def test_imports_point_down_the_rank_table() -> None:
+    bad = rank_violations(import_graph())
+    assert not bad, "imports that climb the rank table:\n" + "\n".join(bad)
+
+
+def test_a_planted_higher_rank_import_fails(tmp_path: Path) -> None:
+    """Copy the real package, plant one function-local import of a higher stage, and see it caught."""
+    import shutil
+    pkg = tmp_path / "specbench"
+    shutil.copytree(PACKAGE_DIR, pkg, ignore=shutil.ignore_patterns("__pycache__", "data", "templates"))
+    assert rank_violations(import_graph(pkg)) == []
+    target = pkg / "results" / "records.py"
+    target.write_text(target.read_text() + "\n\ndef _planted():\n    from specbench.report import markdown\n    return markdown\n")
+    bad = rank_violations(import_graph(pkg))
+    assert bad == ["specbench.results.records → specbench.report.markdown (results rank 2 imports report rank 7)"]
 
 
 def test_find_cycles_on_a_hand_built_graph() -> None:
@@ -251,12 +279,17 @@ def test_find_cycles_on_a_hand_built_graph() -> None:
     assert len(find_cycles(chain)) == 1
 
 
-def test_engine_violations_on_a_hand_built_graph() -> None:
-    graph = {"specbench.engines.x": {"specbench.stats"}, "specbench.stats": {"specbench.records"},
-             "specbench.engines.y": {"specbench.metrics"}, "specbench.metrics": {"specbench.report.fmt"}}
-    assert engine_violations(graph) == [["specbench.engines.y", "specbench.metrics", "specbench.report.fmt"]]
-    assert is_run_level("specbench.executors_ray") and is_run_level("specbench.report")
-    assert not is_run_level("specbench.runner_utils") and not is_run_level("specbench.records")
+def test_rank_violations_on_a_hand_built_graph() -> None:
+    graph = {"specbench.results.a": {"specbench.stats", "specbench.results.b"},
+             "specbench.results.b": {"specbench.analysis.x"},  # climbs
+             "specbench.engines.e": {"specbench.regression.r"},  # same rank, another stage
+             "specbench.cli": {"specbench.api"},  # the facade may
+             "specbench.newstage.m": set()}
+    assert rank_violations(graph) == [
+        "specbench.engines.e → specbench.regression.r (engines rank 5 imports regression rank 5)",
+        "specbench.newstage.m: stage 'newstage' has no rank in RANKS",
+        "specbench.results.b → specbench.analysis.x (results rank 2 imports analysis rank 4)",
+    ]
 
 
 def test_graph_reads_every_kind_of_import(tmp_path: Path) -> None:

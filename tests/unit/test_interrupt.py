@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from specbench.interrupt import StopRequested, stop_on_signals
+from specbench.execution.interrupt import StopRequested, stop_on_signals
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from specbench.analysis.early_stopping import CellStopper, measurable
+from specbench.analysis.sequential import seeded_order
+from specbench.config.plan import Cell, EngineConfig
+from specbench.config.stop_rule import StopRule
+from specbench.config.suite import MethodSpec, TargetSpec
 from specbench.engines.factory import ResolvedEngine, engine_gpus
-from specbench.job_run import warmup_requests
-from specbench.jobs import (
+from specbench.execution.jobs import (
     CellDone,
     CellStarted,
     EngineJob,
@@ -18,13 +22,9 @@ from specbench.jobs import (
     ScoresDone,
     parse_event,
 )
-from specbench.plan import Cell, EngineConfig
-from specbench.records import CellRecord, RequestRecord, SpecCounters
-from specbench.requests import CellRequest, PreparedPrompt, SamplingRequest
-from specbench.sequential import seeded_order
-from specbench.stopping import CellStopper, measurable
-from specbench.stoprule import StopRule
-from specbench.suite import MethodSpec, TargetSpec
+from specbench.execution.worker import warmup_requests
+from specbench.results.records import CellRecord, RequestRecord, SpecCounters
+from specbench.results.requests import CellRequest, PreparedPrompt, SamplingRequest
 
 
 def _cell(cell_id: str = "t/eagle3/d/T0/b1/r0", k: int | None = 3, bs: int = 1, temp: float = 0.0) -> Cell:
@@ -60,7 +60,7 @@ def test_engine_gpus_and_the_mp_backend_for_tp_on_ray() -> None:
     cfg = EngineConfig(key="t--baseline", target=target, method=MethodSpec(method="baseline"), vllm_method=None,
                        speculative_config=None)
     assert engine_gpus(cfg, "cuda") == 2 and engine_gpus(cfg, "cpu") == 0
-    from specbench.executors.ray_executor import RayExecutor
+    from specbench.execution.executors.ray_executor import RayExecutor
 
     job = EngineJob(job_id="j", run_id="r", run_dir="/tmp", platform="cuda", gpus=2,
                     engine=ResolvedEngine(config=cfg, model_path="m", speculator_path=None, engine_kwargs={}))

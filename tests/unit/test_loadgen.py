@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from specbench.engines.base import CellFailed
+from specbench.config.plan import Cell, EngineConfig, server_cli_args
+from specbench.config.suite import MethodSpec, TargetSpec
 from specbench.engines.loadgen import (
     LoadProfile,
     RequestItem,
@@ -37,11 +38,10 @@ from specbench.engines.loadgen import (
     token_timing,
 )
 from specbench.engines.prom import parse_metrics
+from specbench.engines.protocol import CellFailed
 from specbench.engines.vllm_server import VllmServerEngine, start_failure
-from specbench.plan import Cell, EngineConfig, server_cli_args
-from specbench.records import RequestRecord, SpecCounters
-from specbench.requests import CellRequest, PreparedPrompt, SamplingRequest, request_seed
-from specbench.suite import MethodSpec, TargetSpec
+from specbench.results.records import RequestRecord, SpecCounters
+from specbench.results.requests import CellRequest, PreparedPrompt, SamplingRequest, request_seed
 
 K = 3
 
@@ -541,7 +541,7 @@ def test_engine_attach_all_failed_fails_the_cell(server: FakeServer, tmp_path: P
 
 
 def test_engine_attach_unreachable(tmp_path: Path) -> None:
-    from specbench.engines.base import EngineUnavailable
+    from specbench.engines.protocol import EngineUnavailable
     from specbench.engines.vllm_server import free_port
 
     eng = VllmServerEngine(
@@ -579,7 +579,7 @@ def test_poisson_offsets_are_seeded_increasing_at_the_rate() -> None:
 
 
 def test_profile_for_cell_from_the_suite_load() -> None:
-    from specbench.suite import LoadSpec
+    from specbench.config.suite import LoadSpec
 
     spec = LoadSpec(request_rates=[2.0], max_concurrency=3, num_requests=12, duration_s=5.0, warmup_requests=2)
     p = LoadProfile.for_cell(_rate_cell(2.0, cap=3, repeat=1), spec, seed=5)
@@ -817,7 +817,7 @@ def test_launch_close_stops_the_whole_process_group(tmp_path: Path) -> None:
 
 
 def test_launch_unsupported_is_skipped(tmp_path: Path) -> None:
-    from specbench.engines.base import EngineUnavailable
+    from specbench.engines.protocol import EngineUnavailable
 
     eng = _launch(tmp_path, "unsupported")
     with pytest.raises(EngineUnavailable) as ei:
@@ -861,7 +861,7 @@ def test_launch_sigterm_mid_cell_stops_within_moments(tmp_path: Path) -> None:
     """A run's stop (StopRequested from SIGTERM) reaches the caller while uvloop runs the load;
     completed requests are recorded, those cut short are not; close ends the process group."""
     from specbench.engines import procs
-    from specbench.interrupt import StopRequested, stop_on_signals
+    from specbench.execution.interrupt import StopRequested, stop_on_signals
 
     eng = _launch(tmp_path)
     eng.start()

@@ -1,8 +1,8 @@
 """Metrics on hand-built records with known answers."""
 
-from specbench.metrics import acceptance, counter_checks, greedy_match, paired_speedup, summarize
-from specbench.plan import Cell
-from specbench.records import CellRecord, RequestRecord, SpecCounters
+from specbench.analysis.metrics import acceptance, counter_checks, greedy_match, paired_speedup, summarize
+from specbench.config.plan import Cell
+from specbench.results.records import CellRecord, RequestRecord, SpecCounters
 
 
 def req(cell, pid, toks, lat, spec=None, sample=0, repeat=0):
@@ -91,8 +91,8 @@ def test_counter_checks_catch_inconsistency():
 
 
 def test_cross_check_flags_non_overlapping_tau():
-    from specbench.metrics import cross_check
-    from specbench.summary import RunSummary
+    from specbench.analysis.metrics import cross_check
+    from specbench.results.summary import RunSummary
 
     def grp(target, lo, hi):
         return tau_group(target, "eagle3", (lo + hi) / 2, kind="eagle3", half=(hi - lo) / 2)
@@ -105,7 +105,7 @@ def test_cross_check_flags_non_overlapping_tau():
 
 
 def test_unique_requests_prefers_a_successful_retry():
-    from specbench.metrics import unique_requests
+    from specbench.analysis.metrics import unique_requests
 
     failed = req("c", "a", [1], 1.0).model_copy(update={"error": "timeout: no answer"})
     retry = req("c", "a", [1, 2], 1.0)
@@ -116,8 +116,8 @@ def test_unique_requests_prefers_a_successful_retry():
 
 def tau_group(target: str, method: str, v: float, kind: str = "dflash", half: float = 0.1):
     """A greedy K=3 group with τ = v ± half (for cross-check tests)."""
+    from specbench.results.summary import GroupSummary
     from specbench.stats import Estimate
-    from specbench.summary import GroupSummary
 
     return GroupSummary(group_id=f"{target}/{method}/d/T0/b1", target=target, method=method, method_kind=kind,
                         k=3, dataset="d", temperature=0.0, batch_size=1, status="ok",
@@ -125,8 +125,8 @@ def tau_group(target: str, method: str, v: float, kind: str = "dflash", half: fl
 
 
 def test_cross_check_pairs_by_checkpoint_and_assets():
-    from specbench.metrics import cross_check
-    from specbench.summary import RunSummary
+    from specbench.analysis.metrics import cross_check
+    from specbench.results.summary import RunSummary
 
     grp = tau_group
 
@@ -146,8 +146,8 @@ def test_cross_check_pairs_by_checkpoint_and_assets():
 
 def test_cross_check_reports_a_served_attention_mismatch_beside_the_tau_test():
     """The config fact is reported whether or not τ shows it; ``flag`` stays the τ test."""
-    from specbench.metrics import cross_check
-    from specbench.summary import RunSummary
+    from specbench.analysis.metrics import cross_check
+    from specbench.results.summary import RunSummary
 
     grp = tau_group
     methods = [{"name": "same", "method": "dflash", "speculator": "/ckpt/causal"},

@@ -9,8 +9,8 @@ import pytest
 import tomllib
 
 from specbench import datasets
+from specbench.config.suite import DatasetSpec, SuiteError, load_suite
 from specbench.settings import Settings, settings
-from specbench.suite import DatasetSpec, SuiteError, load_suite
 
 REPO = Path(__file__).resolve().parents[2]
 # The workspace's data folder beside the repository, which users never have (spelled in parts so that

@@ -12,7 +12,7 @@ from matplotlib.image import imread
 
 from specbench.report.figure import KNOWN_COLORS, PALETTE, method_colors
 from specbench.report.plots import make_figures
-from specbench.summary import RunSummary
+from specbench.results.summary import RunSummary
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

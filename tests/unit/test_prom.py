@@ -14,7 +14,7 @@ from specbench.engines.prom import (
     spec_delta,
     tau,
 )
-from specbench.records import SpecCounters
+from specbench.results.records import SpecCounters
 
 EXPOSITION = """\
 # HELP python_gc_objects_collected_total Objects collected during gc

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from specbench.report.markdown import render_markdown
+from specbench.results.summary import RunSummary
 from specbench.stats import Estimate
-from specbench.summary import RunSummary
 
 TESTS = Path(__file__).resolve().parents[1]
 FIXTURES = TESTS / "fixtures"
@@ -77,7 +77,7 @@ def test_minimal_report_omits_optional_sections() -> None:
 
 
 def test_speedup_rows_are_pivoted_by_load() -> None:
-    serving_metrics = pytest.importorskip("specbench.serving_metrics")
+    serving_metrics = pytest.importorskip("specbench.analysis.serving_metrics")
     summary, manifest = load("minimal")
     est = Estimate(value=1.5, ci_low=1.4, ci_high=1.6, n=32, method="bootstrap")
     speedups = [{**serving_metrics.Speedup(method="ngram", concurrency=c, metric=m, estimate=est, n_method=32,

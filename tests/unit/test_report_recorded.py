@@ -13,7 +13,7 @@ from pathlib import Path
 
 from specbench import api
 from specbench.report.markdown import render_markdown
-from specbench.schema import SUMMARY_SCHEMA_VERSION
+from specbench.results.migrations import SUMMARY_SCHEMA_VERSION
 
 TESTS = Path(__file__).resolve().parents[1]
 RECORDED = TESTS / "fixtures" / "recorded"

@@ -1,4 +1,4 @@
-"""Confidence sequences and the stop rule (specbench.sequential), on hand-built data."""
+"""Confidence sequences and the stop rule (specbench.analysis.sequential), on hand-built data."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from specbench import sequential as sq
-from specbench.records import RequestRecord, SpecCounters
+from specbench.analysis import sequential as sq
+from specbench.results.records import RequestRecord, SpecCounters
 
 
 def _rec(cell: str, pid: str, toks: int, lat: float, ttft: float = 0.01, acc: int = 0, drafts: int = 0,
@@ -36,7 +36,7 @@ def test_estimates_replicate_the_full_set_definitions() -> None:
 
 
 def test_speedup_units_match_metrics_paired_speedup() -> None:
-    from specbench.metrics import paired_speedup
+    from specbench.analysis.metrics import paired_speedup
 
     rng = np.random.default_rng(3)
     method, base = [], []
@@ -52,8 +52,8 @@ def test_speedup_units_match_metrics_paired_speedup() -> None:
 
 
 def test_tau_and_tpot_units_match_metrics() -> None:
-    from specbench.metrics import acceptance, sum_counters
-    from specbench.steps import tpot
+    from specbench.analysis.metrics import acceptance, sum_counters
+    from specbench.analysis.step_time import tpot
 
     rng = np.random.default_rng(4)
     recs = []

@@ -5,9 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specbench.plan import Cell
-from specbench.records import RequestRecord, SpecCounters
-from specbench.serving_metrics import (
+from specbench.analysis.serving_metrics import (
     SLO,
     Rate,
     dist,
@@ -20,6 +18,8 @@ from specbench.serving_metrics import (
     speedups_vs_load,
     summarize_cell,
 )
+from specbench.config.plan import Cell
+from specbench.results.records import RequestRecord, SpecCounters
 
 
 def rec(
@@ -239,10 +239,10 @@ def test_speedup_vs_request_rate_table() -> None:
 def test_rate_rows_reach_the_summary_and_the_report(tmp_path) -> None:
     """api._serving on hand-built records: cell rows carry the rate, the report shows a rate table."""
     from specbench.api import _serving
-    from specbench.records import CellRecord
     from specbench.report.document import Table
     from specbench.report.markdown import build_report, render_markdown
-    from specbench.summary import RunSummary
+    from specbench.results.records import CellRecord
+    from specbench.results.summary import RunSummary
 
     cells = [_rate_cell(m, r, cap=4) for m in ("baseline", "eagle3") for r in (1.0, 8.0)]
     cells += [_cell(m, 2) for m in ("baseline", "eagle3")]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specbench.stepdetect import current_step, detect_steps, noise_sigma
+from specbench.regression.changepoints import current_step, detect_steps, noise_sigma
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -4,12 +4,12 @@ import sys
 
 import pytest
 
-from specbench import store
+from specbench.config.methods import METHODS
+from specbench.config.plan import expand, vllm_serve_command
+from specbench.config.suite import load_suite
 from specbench.engines.vllm_offline import counters_from_request_metrics
-from specbench.methods import METHODS
-from specbench.plan import expand, vllm_serve_command
-from specbench.records import RequestRecord, SpecCounters
-from specbench.suite import load_suite
+from specbench.results import rundir
+from specbench.results.records import RequestRecord, SpecCounters
 
 SUITE = """
 name: t
@@ -84,13 +84,13 @@ def test_appender_survives_torn_line(tmp_path):
     path = tmp_path / "records.jsonl"
     rec = RequestRecord(run_id="r", cell_id="c", engine_key="e", prompt_id="p", prompt_tokens=1,
                         output_token_ids=[1], output_text="x")
-    w = store.JsonlAppender(path)
+    w = rundir.JsonlAppender(path)
     w.append(rec)
     w.close()
     with open(path, "a") as fh:
         fh.write('{"run_id": "r", "cell_')  # interrupted mid-write
-    assert len(list(store.iter_jsonl(path))) == 1  # the torn tail is ignored on read
-    w = store.JsonlAppender(path)  # … and cut before appending again
+    assert len(list(rundir.iter_jsonl(path))) == 1  # the torn tail is ignored on read
+    w = rundir.JsonlAppender(path)  # … and cut before appending again
     w.append(rec)
     w.close()
     lines = path.read_text().splitlines()
@@ -100,8 +100,8 @@ def test_appender_survives_torn_line(tmp_path):
 def test_corrupt_middle_line_is_an_error(tmp_path):
     path = tmp_path / "records.jsonl"
     path.write_text('{"a": 1}\nnot json\n{"a": 2}\n')
-    with pytest.raises(store.StoreError, match="records.jsonl:2"):
-        list(store.iter_jsonl(path))
+    with pytest.raises(rundir.StoreError, match="records.jsonl:2"):
+        list(rundir.iter_jsonl(path))
 
 
 class _SD:
@@ -177,7 +177,7 @@ def test_rates_alone_add_no_default_batch_size_cell(tmp_path):
 
 
 def test_old_manifest_cells_without_request_rate_still_validate():
-    from specbench.plan import Cell, Plan
+    from specbench.config.plan import Cell, Plan
 
     old = {"cell_id": "a/ngram/h/T0/b4/r0", "engine_key": "a--ngram", "target": "a", "method": "ngram",
            "method_kind": "ngram", "k": 3, "dataset": "h", "temperature": 0.0, "batch_size": 4, "repeat": 0}
@@ -193,8 +193,8 @@ def _rec(cell, pid, latency, n=10):
 
 
 def test_speedup_pairs_with_the_baseline_at_the_same_rate(tmp_path):
-    from specbench.metrics import summarize
-    from specbench.records import CellRecord
+    from specbench.analysis.metrics import summarize
+    from specbench.results.records import CellRecord
 
     text = RATES.replace("repeats: 2", "repeats: 1").replace("  concurrency: [1, 4]\n", "")
     plan = _plan(tmp_path, text)
@@ -221,20 +221,20 @@ def _hand_made_run(tmp_path):
     plan = expand(suite)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    store.write_json(run_dir / store.MANIFEST, {"run_id": "r", "suite_name": suite.name,
+    rundir.write_json(run_dir / rundir.MANIFEST, {"run_id": "r", "suite_name": suite.name,
                                                  "suite": suite.model_dump(mode="json"),
                                                  "plan": plan.model_dump(mode="json")})
     cell = plan.cells[0]
-    recs = store.JsonlAppender(run_dir / store.RECORDS)
+    recs = rundir.JsonlAppender(run_dir / rundir.RECORDS)
     for i in range(3):
         recs.append(RequestRecord(run_id="r", cell_id=cell.cell_id, engine_key=cell.engine_key, prompt_id=f"p{i}",
                                   prompt_tokens=4, output_token_ids=[1, 2, 3], output_text="abc", latency_s=0.1))
     recs.close()
-    cells = store.JsonlAppender(run_dir / store.CELLS)
+    cells = rundir.JsonlAppender(run_dir / rundir.CELLS)
     cells.append({"run_id": "r", "cell_id": cell.cell_id, "engine_key": cell.engine_key, "status": "ok",
                   "num_requests": 4, "wall_time_s": 1.0})
     cells.close()
-    with open(run_dir / store.RECORDS, "a") as fh:
+    with open(run_dir / rundir.RECORDS, "a") as fh:
         fh.write('{"run_id": "r", "cell_id": "' + cell.cell_id + '", "prompt_')  # killed mid-write
     return run_dir
 
@@ -247,9 +247,9 @@ def test_analyze_says_a_torn_last_line_was_dropped(tmp_path):
     from specbench.report.markdown import render_markdown
 
     run_dir = _hand_made_run(tmp_path)
-    size = len((run_dir / store.RECORDS).read_bytes().rsplit(b"\n", 1)[1])
+    size = len((run_dir / rundir.RECORDS).read_bytes().rsplit(b"\n", 1)[1])
     torn: list[str] = []
-    assert len(store.read_requests(run_dir, torn)) == 3
+    assert len(rundir.read_requests(run_dir, torn)) == 3
     assert torn == [f"records.jsonl:4: torn last line ({size} bytes, an interrupted write) ignored"]
     summary = api.analyze(run_dir)
     assert summary.extra["torn_lines"] == torn
@@ -260,7 +260,7 @@ def test_analyze_says_a_torn_last_line_was_dropped(tmp_path):
     assert result.exit_code == 0, result.output
     assert note in " ".join(result.output.split())
     # Resuming cuts the torn line; the next analyze has nothing to say.
-    store.JsonlAppender(run_dir / store.RECORDS).close()
+    rundir.JsonlAppender(run_dir / rundir.RECORDS).close()
     assert "torn_lines" not in api.analyze(run_dir).extra
 
 
@@ -268,19 +268,19 @@ def test_whole_last_line_without_newline_is_kept_by_reader_and_appender(tmp_path
     path = tmp_path / "cells.jsonl"
     path.write_text('{"a": 1}\n{"a": 2}')
     torn: list[str] = []
-    assert [o["a"] for o in store.iter_jsonl(path, torn)] == [1, 2] and torn == []
-    w = store.JsonlAppender(path)
+    assert [o["a"] for o in rundir.iter_jsonl(path, torn)] == [1, 2] and torn == []
+    w = rundir.JsonlAppender(path)
     w.append({"a": 3})
     w.close()
-    assert [o["a"] for o in store.iter_jsonl(path)] == [1, 2, 3]
+    assert [o["a"] for o in rundir.iter_jsonl(path)] == [1, 2, 3]
 
 
 def test_other_jsonl_files_go_through_the_one_reader(tmp_path):
-    """Datasets (strict, gzip) and equivalence.jsonl (torn tail said, repaired on append) use store.iter_jsonl."""
+    """Datasets (strict, gzip) and equivalence.jsonl (torn tail said, repaired on append) use rundir.iter_jsonl."""
     import gzip
 
-    from specbench import equivalence_run
     from specbench.datasets import DatasetError, read_jsonl
+    from specbench.execution import teacher_forcing as equivalence_run
 
     data = tmp_path / "d.jsonl.gz"
     with gzip.open(data, "wt") as fh:
@@ -305,7 +305,7 @@ def test_other_jsonl_files_go_through_the_one_reader(tmp_path):
 
 
 def _append_rows(path, rows):
-    from specbench.store import JsonlAppender
+    from specbench.results.rundir import JsonlAppender
 
     out = JsonlAppender(path)
     for row in rows:

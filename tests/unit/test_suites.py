@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from specbench.api import dry_run
 from specbench.cli import app
-from specbench.methods import METHODS
-from specbench.suite import SuiteError, load_suite
+from specbench.config.methods import METHODS
+from specbench.config.suite import SuiteError, load_suite
 
 SUITES_DIR = Path(__file__).resolve().parents[2] / "suites"
 SUITE_FILES = sorted(SUITES_DIR.glob("*.yaml"))
@@ -513,14 +513,14 @@ def test_sampled_subset_cannot_cut_the_suites_own_cells(tmp_path: Path):
 
 
 def test_sampled_cells_at_one_load_with_a_prompt_subset(tmp_path: Path):
-    from specbench.plan import expand, sampled_prompt_limit
+    from specbench.config.plan import expand, sampled_prompt_limit
 
     text = EQ.replace("    samples_per_prompt: 8", "    samples_per_prompt: 8\n    prompts: 2\n    batch_size: 2")
     suite = load_suite(_write(tmp_path, text.replace("limit: 2", "limit: 4") + "load:\n  batch_sizes: [1, 4]\n"))
     cells = expand(suite).cells
     assert {(c.temperature, c.batch_size) for c in cells} == {(0.0, 1), (0.0, 4), (1.0, 2)}
     assert sampled_prompt_limit(suite, 1.0) == 2 and sampled_prompt_limit(suite, 0.0) is None
-    from specbench.runner import sampling_for
+    from specbench.execution.driver import sampling_for
 
     t1 = next(c for c in cells if c.temperature == 1.0)
     assert sampling_for(suite, t1).samples_per_prompt == 8
@@ -565,7 +565,7 @@ def test_gpu_smoke_dry_runs_every_method_inside_vllm_and_the_reference():
     """gpu-smoke on cuda: EAGLE-3, P-EAGLE, DFlash and DSpark in vLLM (DSpark on model runner V2),
     each beside a reference-engine twin for the cross-check. Resolved against the untrained zoo
     (cached in seconds) so the test never trains."""
-    from specbench.assets import ensure_assets_for
+    from specbench.zoo.assets import ensure_assets_for
 
     suite = load_suite(SUITES_DIR / "gpu-smoke.yaml")
     engines = {e["engine"]: e for e in dry_run(suite, platform="cuda", assets_factory=lambda: ensure_assets_for("untrained"))}
@@ -597,7 +597,7 @@ def test_gpu_smoke_script_installs_the_gpu_build_and_runs_the_suite():
 
 def test_stop_and_executor_sections(tmp_path: Path):
     """``stop:`` (suite and method) and ``executor:`` are typed: mistakes are file:line errors."""
-    from specbench.plan import expand
+    from specbench.config.plan import expand
 
     ok = GOOD + "stop: {metric: tau, rel_half_width: 0.05}\nexecutor: ray\n"
     ok = ok.replace("        num_speculative_tokens: 3",

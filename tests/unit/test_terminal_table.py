@@ -9,7 +9,7 @@ from rich.console import Console
 
 from specbench.cli import closing_tables
 from specbench.report.terminal import closing_rows, verdict
-from specbench.summary import RunSummary
+from specbench.results.summary import RunSummary
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

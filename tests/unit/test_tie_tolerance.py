@@ -11,12 +11,12 @@ import json
 
 import pytest
 
+from specbench.analysis.lossless import TIE_TOLERANCE_BY_DTYPE, canonical_dtype, tie_tolerance_for
 from specbench.api import engine_dtypes
-from specbench.equivalence import TIE_TOLERANCE_BY_DTYPE, canonical_dtype, tie_tolerance_for
-from specbench.equivalence_run import equivalence_summaries, greedy_equivalence
-from specbench.plan import Cell
-from specbench.records import RequestRecord
-from specbench.suite import EquivalenceSpec
+from specbench.config.plan import Cell
+from specbench.config.suite import EquivalenceSpec
+from specbench.execution.teacher_forcing import equivalence_summaries, greedy_equivalence
+from specbench.results.records import RequestRecord
 
 
 def _cell(method: str, kind: str) -> Cell:

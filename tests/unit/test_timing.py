@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from specbench.analysis.timing import Span, Timeline, breakdown, fmt_duration
 from specbench.report.terminal import time_line
-from specbench.timing import Span, Timeline, breakdown, fmt_duration
 
 
 def sp(phase: str, start: float, end: float, engine: str | None = None, groups: list[str] | None = None,
@@ -101,9 +101,9 @@ def test_empty() -> None:
 def test_spans_from_the_jobs_phases() -> None:
     """Cells phases split by their cells' wall times (a restart: two cells phases of one job), teacher
     forcing shared by its groups, 0 GPUs is none."""
-    from specbench.jobs import PhaseTimed
-    from specbench.records import CellRecord
-    from specbench.timing import spans_from_phases
+    from specbench.analysis.timing import spans_from_phases
+    from specbench.execution.jobs import PhaseTimed
+    from specbench.results.records import CellRecord
 
     t0 = 1_780_000_000.0
 
@@ -156,7 +156,7 @@ def test_timeline_records_spans_also_when_the_block_raises() -> None:
 
 
 def test_breakdown_round_trips_through_the_manifest() -> None:
-    from specbench.schema import load_manifest_dict
+    from specbench.results.manifest import load_manifest_dict
 
     bd = breakdown(sequential(), 70.0)
     m = load_manifest_dict({"schema_version": 2, "run_id": "r", "suite_name": "s",
@@ -199,8 +199,8 @@ def fake_run(tmp_path, t0: float = 1_780_000_000.0):  # type: ignore[no-untyped-
     cell +80..+90; teacher forcing's engine up at +100, equivalence.jsonl at +120; summary at +130, reports +133."""
     import os
 
-    from specbench import store
-    from specbench.records import CellRecord
+    from specbench.results import rundir
+    from specbench.results.records import CellRecord
 
     run = tmp_path / "run"
     (run / "engines").mkdir(parents=True)
@@ -208,9 +208,9 @@ def fake_run(tmp_path, t0: float = 1_780_000_000.0):  # type: ignore[no-untyped-
     plan = {"engines": [{"key": k, "target": {"name": "tiny"}} for k in ("A", "B")],
             "cells": [{"cell_id": cid, "target": "tiny", "method": cid.split("/")[1], "dataset": "d",
                        "temperature": 0.5 if "T0.5" in cid else 0.0, "batch_size": 1} for _, cid, _, _ in cells]}
-    store.write_json(run / store.MANIFEST, {"schema_version": 2, "run_id": "r 1", "suite_name": "s", "platform": "cpu",
+    rundir.write_json(run / rundir.MANIFEST, {"schema_version": 2, "run_id": "r 1", "suite_name": "s", "platform": "cpu",
                                             "created_at": _iso(t0), "finished_at": _iso(t0 + 121), "plan": plan})
-    with open(run / store.CELLS, "w") as fh:
+    with open(run / rundir.CELLS, "w") as fh:
         for key, cid, a, z in cells:
             fh.write(CellRecord(run_id="r", cell_id=cid, engine_key=key, status="ok", wall_time_s=z - a,
                                 started_at=_iso(t0 + a), finished_at=_iso(t0 + z)).model_dump_json() + "\n")
@@ -219,7 +219,7 @@ def fake_run(tmp_path, t0: float = 1_780_000_000.0):  # type: ignore[no-untyped-
     (run / "engines" / "tiny--teacher-forcing.log").write_text(_log_line("spare", t0 + 100))
     reports = tmp_path / "reports"
     reports.mkdir()
-    for path, at in [(run / store.PROMPTS, 5), (run / "equivalence.jsonl", 120), (run / store.SUMMARY, 130),
+    for path, at in [(run / rundir.PROMPTS, 5), (run / "equivalence.jsonl", 120), (run / rundir.SUMMARY, 130),
                      (reports / "r_1.md", 133), (reports / "r_1.html", 132)]:
         path.write_text("{}\n")
         os.utime(path, (t0 + at, t0 + at))
@@ -227,7 +227,7 @@ def fake_run(tmp_path, t0: float = 1_780_000_000.0):  # type: ignore[no-untyped-
 
 
 def test_estimate_from_a_runs_files(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from specbench.timing_estimate import run_spans
+    from specbench.analysis.timing_estimate import run_spans
 
     run, reports = fake_run(tmp_path)
     spans, wall, notes = run_spans(run, reports)
@@ -247,7 +247,7 @@ def test_estimate_from_a_runs_files(tmp_path) -> None:  # type: ignore[no-untype
 
 
 def test_estimate_since_keeps_this_sessions_cells(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from specbench.timing_estimate import engine_spans
+    from specbench.analysis.timing_estimate import engine_spans
 
     run, _ = fake_run(tmp_path)
     spans = engine_spans(run, since=1_780_000_000.0 + 60)
@@ -264,10 +264,10 @@ def test_api_records_the_breakdown_and_the_reports_show_it(tmp_path) -> None:  #
     from pathlib import Path
 
     from specbench import api
+    from specbench.analysis.timing import parse_time
     from specbench.report.html import render_html
     from specbench.report.markdown import render_markdown
-    from specbench.summary import RunSummary
-    from specbench.timing import parse_time
+    from specbench.results.summary import RunSummary
 
     recorded = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"
     run = tmp_path / "results" / "recorded" / "run"

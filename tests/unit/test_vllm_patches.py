@@ -43,7 +43,7 @@ def test_patch_env_prepends_the_site_dir_and_rejects_unknown_names():
 
 
 def test_suite_names_an_unknown_patch_with_its_line(tmp_path: Path):
-    from specbench.suite import SuiteError, load_suite
+    from specbench.config.suite import SuiteError, load_suite
 
     (tmp_path / "s.yaml").write_text(
         "name: s\ntargets:\n  - name: t\n    model: m\n    engine_patches: [vllm-cpu-expand-flaot]\n"
@@ -53,3 +53,11 @@ def test_suite_names_an_unknown_patch_with_its_line(tmp_path: Path):
         load_suite(tmp_path / "s.yaml")
     msg = str(e.value)
     assert "s.yaml:5" in msg and "did you mean 'vllm-cpu-expand-float'" in msg, msg
+
+
+def test_the_suite_knows_exactly_the_patches_the_engines_implement() -> None:
+    from specbench.config.methods import ENGINE_PATCHES
+    from specbench.engines.vllm_patches import PATCHES
+
+    assert set(ENGINE_PATCHES) == set(PATCHES)
+    assert all(PATCHES[n].summary == ENGINE_PATCHES[n] for n in PATCHES)

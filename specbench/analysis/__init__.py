@@ -1,0 +1,16 @@
+"""Records → numbers (pure: no engine, no I/O beyond reading a run's files through
+``results.rundir``): ``metrics`` (per-group τ, acceptance, speedup, latency),
+``method_comparison`` (headline ratios, K sweeps), ``step_time``,
+``serving_metrics``, ``lossless`` (greedy identity and the sampled test) with
+``pit``, ``sequential`` and ``early_stopping`` (confidence sequences and stop
+rules), ``timing`` (where a run's wall went).
+"""
+
+from specbench._lazy import exports
+
+__getattr__, __dir__ = exports(__name__, {
+    "summarize": "metrics",
+    "Timeline": "timing",
+    "breakdown": "timing",
+})
+__all__ = sorted(__dir__())

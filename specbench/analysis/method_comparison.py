@@ -1,0 +1,240 @@
+"""Methods against each other (pure): the headline table and the K sweeps.
+
+The headline compares every method of a target with the target's reference
+method (``compare_to``; default its EAGLE-3) at each dataset, temperature
+and load, each arm at its best K there:
+
+* ``speedup_ratio`` = (Σ tokens / Σ latency of the method) / (the same of the
+  reference), over the requests both arms measured (same prompt, sample,
+  repeat), bootstrapped over those prompts — :func:`metrics.paired_speedup`
+  with the reference in the baseline's place;
+* ``tau_ratio`` = pooled τ of the method / pooled τ of the reference over the
+  same shared prompts, from the per-request counters, bootstrapped over prompts;
+* verdict: *faster* / *slower* when the speedup ratio's 95% interval lies
+  above / below 1, else *not distinguishable*.
+
+A K sweep (a method run at several K) gets, per load, its points, the best K
+(highest per-stream output tok/s, with a bootstrap interval over prompts) and
+the slope of the time per decoding step over K (:mod:`specbench.analysis.step_time`),
+bootstrapped over the prompts measured at every K.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+import numpy as np
+
+from specbench import stats
+from specbench.analysis import step_time
+from specbench.analysis.metrics import paired_speedup
+from specbench.results.parts import HeadlineRow, KPoint, KSweep, PublishedClaim, Verdict
+from specbench.results.records import RequestRecord
+from specbench.results.summary import GroupSummary, RunSummary
+from specbench.stats import Estimate
+
+RATIO_METRICS = ("tau_ratio", "speedup_ratio")
+
+
+def family(g: GroupSummary) -> str:
+    return g.family or g.method
+
+
+def _load(g: GroupSummary) -> tuple[str, str, float, int, float | None]:
+    return (g.target, g.dataset, g.temperature, g.batch_size, g.request_rate)
+
+
+def _usable(g: GroupSummary) -> bool:
+    return g.status in ("ok", "partial") and g.method_kind != "baseline" and g.n_requests > 0
+
+
+def _rate(g: GroupSummary) -> float:
+    v = g.output_tps.value if g.output_tps is not None else None
+    return -np.inf if v is None else v
+
+
+def best_group(groups: Sequence[GroupSummary]) -> GroupSummary:
+    """The group with the highest per-stream output tok/s (the smaller K on a tie); without timings
+    (the reference engine) the one with the highest τ."""
+    def tau(g: GroupSummary) -> float:
+        return g.tau.value if g.tau is not None and g.tau.value is not None else -np.inf
+
+    return max(groups, key=lambda g: (_rate(g), tau(g), -(g.k or 0)))
+
+
+def verdict(ratio: Estimate) -> Verdict:
+    if ratio.value is None:
+        return "no data"
+    if ratio.ci_low is not None and ratio.ci_low > 1:
+        return "faster"
+    if ratio.ci_high is not None and ratio.ci_high < 1:
+        return "slower"
+    return "not distinguishable"
+
+
+def paired_tau_ratio(method: Sequence[RequestRecord], reference: Sequence[RequestRecord]) -> Estimate:
+    """τ_method / τ_reference over the prompts both measured (all samples and repeats of a prompt
+    move together), from each request's counters; bootstrap over those prompts."""
+    rows: dict[str, list[float]] = {}
+    for col, reqs in ((0, method), (2, reference)):
+        for r in reqs:
+            if r.error is None and r.spec is not None:
+                row = rows.setdefault(r.prompt_id, [0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+                row[col] += r.spec.num_accepted_tokens
+                row[col + 1] += r.spec.num_drafts
+                row[4 + col // 2] = 1.0
+    shared = [v[:4] for _, v in sorted(rows.items()) if v[4] and v[5]]
+    if not shared:
+        return Estimate(value=None, n=0)
+
+    def ratio(a: np.ndarray) -> float:
+        s = a.sum(axis=0)
+        if s[1] <= 0 or s[3] <= 0:
+            return float("nan")
+        return float((1 + s[0] / s[1]) / (1 + s[2] / s[3]))
+
+    arr = np.array(shared, float)
+    if not np.isfinite(ratio(arr)):  # an arm drafted nothing on these prompts (e.g. ngram on sampled text)
+        return Estimate(value=None, n=len(shared))
+    return stats.bootstrap(arr, ratio)
+
+
+def _claims(published: Sequence[dict], target: str, method: str, dataset: str) -> list[PublishedClaim]:
+    return [
+        PublishedClaim(metric=p["metric"], value=float(p["value"]), high=p.get("high"), source=str(p["source"]))
+        for p in published
+        if p.get("metric") in RATIO_METRICS and p.get("target") == target and p.get("method") == method
+        and p.get("dataset") in (None, dataset)
+    ]
+
+
+def headline(
+    summary: RunSummary,
+    group_requests: dict[str, list[RequestRecord]],
+    reference_of: dict[str, str],
+    published: Sequence[dict] = (),
+) -> list[HeadlineRow]:
+    """One row per (target, dataset, temperature, load, method other than the reference)."""
+    buckets: dict[tuple, dict[str, list[GroupSummary]]] = defaultdict(lambda: defaultdict(list))
+    for g in summary.groups:
+        if _usable(g):
+            buckets[_load(g)][family(g)].append(g)
+    out: list[HeadlineRow] = []
+    for key, fams in buckets.items():
+        target = key[0]
+        ref_name = reference_of.get(target)
+        if ref_name not in fams:
+            continue
+        ref = best_group(fams[ref_name])
+        for name, groups in fams.items():
+            if name == ref_name:
+                continue
+            g = best_group(groups)
+            m_reqs, r_reqs = group_requests.get(g.group_id, []), group_requests.get(ref.group_id, [])
+            sp = paired_speedup(m_reqs, r_reqs)
+            tau = paired_tau_ratio(m_reqs, r_reqs)
+            out.append(
+                HeadlineRow(
+                    target=target, dataset=g.dataset, temperature=g.temperature, batch_size=g.batch_size,
+                    request_rate=g.request_rate, method=name, method_kind=g.method_kind, method_group=g.group_id,
+                    method_k=g.k, reference=ref_name, reference_group=ref.group_id, reference_k=ref.k,
+                    n_prompts=max(sp.n, tau.n), tau_ratio=tau, speedup_ratio=sp, method_speedup=g.speedup,
+                    reference_speedup=ref.speedup, verdict=verdict(sp),
+                    published=_claims(published, target, name, g.dataset),
+                )
+            )
+    return out
+
+
+def _per_prompt(points: Sequence[GroupSummary], group_requests: dict[str, list[RequestRecord]],
+                cols) -> np.ndarray:
+    """Rows per prompt measured at every point: ``cols(requests of one prompt at one point)`` side by side."""
+    per: list[dict[str, list[RequestRecord]]] = []
+    for g in points:
+        d: dict[str, list[RequestRecord]] = defaultdict(list)
+        for r in group_requests.get(g.group_id, []):
+            if r.error is None:
+                d[r.prompt_id].append(r)
+        per.append(d)
+    rows = []
+    for pid in sorted(set.intersection(*(set(d) for d in per)) if per else set()):
+        row: list[float] = []
+        for d in per:
+            vals = cols(d[pid])
+            if vals is None:
+                break
+            row += vals
+        else:
+            rows.append(row)
+    return np.array(rows, float)
+
+
+def _rate_cols(reqs: list[RequestRecord]) -> list[float] | None:
+    ok = [r for r in reqs if r.latency_s]
+    return [float(sum(r.num_output_tokens for r in ok)), float(sum(r.latency_s or 0 for r in ok))] if ok else None
+
+
+def _step_cols(reqs: list[RequestRecord]) -> list[float] | None:
+    rows = step_time.step_rows(reqs, speculative=True)
+    return [float(sum(d for _, d, _ in rows)), float(sum(s for _, _, s in rows))] if rows else None
+
+
+def best_k(points: Sequence[GroupSummary], group_requests: dict[str, list[RequestRecord]]) -> Estimate:
+    """The K with the highest Σ tokens / Σ latency; its interval: the percentile interval of that
+    argmax over prompts resampled (prompts measured at every K)."""
+    ks = np.array([g.k or 0 for g in points], float)
+    arr = _per_prompt(points, group_requests, _rate_cols)
+    if arr.size == 0:
+        return Estimate(value=float(best_group(points).k or 0), n=0)
+
+    def argmax_k(a: np.ndarray) -> float:
+        s = a.sum(axis=0)
+        rates = np.where(s[1::2] > 0, s[0::2] / np.where(s[1::2] > 0, s[1::2], 1), -np.inf)
+        return float(ks[int(np.argmax(rates))])
+
+    return stats.bootstrap(arr, argmax_k)
+
+
+def step_time_slope(points: Sequence[GroupSummary], group_requests: dict[str, list[RequestRecord]]) -> Estimate:
+    """Least-squares slope of the pooled time per decoding step over K (seconds per extra K)."""
+    ks = np.array([g.k or 0 for g in points], float)
+    arr = _per_prompt(points, group_requests, _step_cols)
+    if arr.size == 0 or len(set(ks)) < 2:
+        return Estimate(value=None, n=0)
+
+    def slope(a: np.ndarray) -> float:
+        s = a.sum(axis=0)
+        if np.any(s[1::2] <= 0):
+            return float("nan")
+        return float(np.polyfit(ks, s[0::2] / s[1::2], 1)[0])
+
+    return stats.bootstrap(arr, slope)
+
+
+def k_sweeps(summary: RunSummary, group_requests: dict[str, list[RequestRecord]]) -> list[KSweep]:
+    """A :class:`KSweep` per method run at several K, per (target, dataset, temperature, load)."""
+    buckets: dict[tuple, list[GroupSummary]] = defaultdict(list)
+    for g in summary.groups:
+        if _usable(g) and g.family is not None and g.k is not None:
+            buckets[(*_load(g), g.family)].append(g)
+    out: list[KSweep] = []
+    for key, groups in buckets.items():
+        if len(groups) < 2:
+            continue
+        points = sorted(groups, key=lambda g: g.k or 0)
+        g0 = points[0]
+        out.append(
+            KSweep(
+                target=g0.target, method=key[-1], method_kind=g0.method_kind, dataset=g0.dataset,
+                temperature=g0.temperature, batch_size=g0.batch_size, request_rate=g0.request_rate,
+                points=[
+                    KPoint(k=g.k or 0, group_id=g.group_id, n=g.n_requests, tau=g.tau, speedup=g.speedup,
+                           output_tps=g.output_tps, tpot_s=g.tpot_s, step_time_s=g.step_time_s)
+                    for g in points
+                ],
+                best_k=best_k(points, group_requests),
+                step_time_slope_s=step_time_slope(points, group_requests),
+            )
+        )
+    return out

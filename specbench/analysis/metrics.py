@@ -1,0 +1,436 @@
+"""Acceptance, speed and agreement metrics over raw records (pure).
+
+Definitions (see DESIGN.md):
+
+* τ (mean acceptance length) = 1 + accepted / drafts, counting the bonus
+  token, so 1 ≤ τ ≤ K+1. *Pooled* τ uses the engine's counters summed over
+  the group (long completions weigh more); *per-request* τ is the mean of
+  each request's own τ.
+* per-position rate i = accepted_i / drafts.
+* draft acceptance rate = accepted / draft tokens.
+* output tokens/s = Σ output tokens / Σ request latency (the rate one
+  stream sees); throughput = Σ output tokens / Σ cell wall time.
+* speedup = a method's output tokens/s over the baseline group's with the
+  same target, dataset, temperature and load, bootstrapped over prompts
+  paired across the two groups.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from specbench import stats
+from specbench.analysis import step_time
+from specbench.config.plan import Cell
+from specbench.results.parts import CounterCheck
+from specbench.results.records import CellRecord, RequestRecord, SpecCounters
+from specbench.results.summary import CellStatusLine, GroupSummary, RunSummary
+from specbench.stats import Estimate
+
+PairKey = tuple[str, int, int]  # prompt_id, sample_index, repeat
+
+
+def latest_cell_records(cell_records: Iterable[CellRecord]) -> dict[str, CellRecord]:
+    """The last attempt of each cell (records are append-only)."""
+    out: dict[str, CellRecord] = {}
+    for c in cell_records:
+        out[c.cell_id] = c
+    return out
+
+
+def unique_requests(records: Iterable[RequestRecord]) -> list[RequestRecord]:
+    """One record per (cell, prompt, sample): the first successful attempt, else
+    the first failed one (a request that errored is retried on resume)."""
+    chosen: dict[tuple[str, str, int], RequestRecord] = {}
+    for r in records:
+        key = (r.cell_id, r.prompt_id, r.sample_index)
+        prev = chosen.get(key)
+        if prev is None or (prev.error is not None and r.error is None):
+            chosen[key] = r
+    return list(chosen.values())
+
+
+def sum_counters(items: Iterable[SpecCounters | None]) -> SpecCounters | None:
+    total: SpecCounters | None = None
+    for c in items:
+        if c is None:
+            continue
+        total = c if total is None else total + c
+    return total
+
+
+def tau_value(c: SpecCounters) -> float | None:
+    return 1.0 + c.num_accepted_tokens / c.num_drafts if c.num_drafts > 0 else None
+
+
+def acceptance(counters: SpecCounters, requests: Sequence[RequestRecord], k: int | None) -> dict:
+    """τ (pooled and per request), per-position rates and draft acceptance rate.
+
+    Values come from the engine's pooled ``counters``; intervals from a
+    bootstrap over the requests' own counters when every request has them.
+    """
+    per_req = [r.spec for r in requests if r.error is None]
+    have = bool(per_req) and all(s is not None for s in per_req)
+    specs: list[SpecCounters] = [s for s in per_req if s is not None] if have else []
+    width = max(k or 0, len(counters.accepted_per_pos))
+    n = len(specs)
+
+    def with_value(est: Estimate, value: float | None) -> Estimate:
+        return est.model_copy(update={"value": value})
+
+    if counters.num_drafts == 0:
+        return {
+            "tau": Estimate(value=None, n=n),
+            "tau_per_request": Estimate(value=None, n=n),
+            "per_position": [Estimate(value=None, n=n) for _ in range(width)],
+            "draft_acceptance_rate": Estimate(value=None, n=n),
+        }
+    tau = 1.0 + counters.num_accepted_tokens / counters.num_drafts
+    acc = np.array([s.num_accepted_tokens for s in specs], float)
+    drafts = np.array([s.num_drafts for s in specs], float)
+    dtoks = np.array([s.num_draft_tokens for s in specs], float)
+    if have:
+        tau_est = with_value(stats.ratio_ci(acc, drafts), None)
+        if tau_est.ci_low is not None and tau_est.ci_high is not None:
+            tau_est = tau_est.model_copy(update={"ci_low": 1 + tau_est.ci_low, "ci_high": 1 + tau_est.ci_high})
+        tau_est = with_value(tau_est, tau)
+        mask = drafts > 0
+        tau_req = stats.mean_ci(list(1.0 + acc[mask] / drafts[mask]))
+        rate = with_value(stats.ratio_ci(acc, dtoks), counters.num_accepted_tokens / max(1, counters.num_draft_tokens))
+        pos = []
+        for i in range(width):
+            ai = np.array([s.accepted_per_pos[i] if i < len(s.accepted_per_pos) else 0 for s in specs], float)
+            total_i = counters.accepted_per_pos[i] if i < len(counters.accepted_per_pos) else 0
+            pos.append(with_value(stats.ratio_ci(ai, drafts), total_i / counters.num_drafts))
+    else:
+        tau_est = Estimate(value=tau, n=len(requests))
+        tau_req = Estimate(value=None, n=0)
+        rate = Estimate(value=counters.num_accepted_tokens / max(1, counters.num_draft_tokens), n=len(requests))
+        pos = [
+            Estimate(
+                value=(counters.accepted_per_pos[i] if i < len(counters.accepted_per_pos) else 0) / counters.num_drafts,
+                n=len(requests),
+            )
+            for i in range(width)
+        ]
+    return {"tau": tau_est, "tau_per_request": tau_req, "per_position": pos, "draft_acceptance_rate": rate}
+
+
+def speed(requests: Sequence[RequestRecord]) -> dict:
+    ok = [r for r in requests if r.error is None and r.latency_s]
+    toks = [r.num_output_tokens for r in ok]
+    lats = [float(r.latency_s or 0.0) for r in ok]
+    ttfts = [r.ttft_s for r in ok if r.ttft_s is not None]
+    return {
+        "output_tps": stats.ratio_ci(toks, lats),
+        "latency_s": stats.mean_ci(lats),
+        "latency_p50_s": stats.percentile(lats, 50),
+        "latency_p90_s": stats.percentile(lats, 90),
+        "latency_p99_s": stats.percentile(lats, 99),
+        "ttft_s": stats.mean_ci([float(t) for t in ttfts]),
+    }
+
+
+def _pair_map(requests: Sequence[RequestRecord]) -> dict[PairKey, RequestRecord]:
+    return {(r.prompt_id, r.sample_index, r.repeat): r for r in requests if r.error is None}
+
+
+def paired_speedup(method: Sequence[RequestRecord], baseline: Sequence[RequestRecord]) -> Estimate:
+    """(Σ tok_m / Σ lat_m) / (Σ tok_b / Σ lat_b) over prompts present in both.
+
+    Bootstrap over prompt ids (all samples and repeats of a prompt move
+    together), so prompt difficulty is paired out.
+    """
+    m, b = _pair_map(method), _pair_map(baseline)
+    by_prompt: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
+    for key in m.keys() & b.keys():
+        rm, rb = m[key], b[key]
+        if not rm.latency_s or not rb.latency_s:
+            continue
+        row = by_prompt[key[0]]
+        row[0] += rm.num_output_tokens
+        row[1] += rm.latency_s
+        row[2] += rb.num_output_tokens
+        row[3] += rb.latency_s
+    if not by_prompt:
+        return Estimate(value=None, n=0)
+    arr = np.array([by_prompt[p] for p in sorted(by_prompt)], float)
+
+    def ratio(a: np.ndarray) -> float:
+        s = a.sum(axis=0)
+        if s[1] <= 0 or s[2] <= 0 or s[3] <= 0:
+            return float("nan")
+        return float((s[0] / s[1]) / (s[2] / s[3]))
+
+    return stats.bootstrap(arr, ratio)
+
+
+def greedy_match(method: Sequence[RequestRecord], baseline: Sequence[RequestRecord]) -> Estimate:
+    """Share of paired requests whose token ids equal the baseline's."""
+    m, b = _pair_map(method), _pair_map(baseline)
+    keys = sorted(m.keys() & b.keys())
+    same = sum(1 for k in keys if m[k].output_token_ids == b[k].output_token_ids)
+    return stats.wilson(same, len(keys))
+
+
+def _scores_by_metric(requests: Sequence[RequestRecord], scores: dict) -> dict[str, dict[str, list[bool]]]:
+    out: dict[str, dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
+    for r in requests:
+        for metric, ok in scores.get((r.cell_id, r.prompt_id, r.sample_index), {}).items():
+            if isinstance(ok, bool):
+                out[metric][r.prompt_id].append(ok)
+    return out
+
+
+def group_accuracy(requests: Sequence[RequestRecord], scores: dict) -> dict[str, Estimate]:
+    from specbench.scoring.accuracy import accuracy
+
+    return {m: accuracy(per_prompt) for m, per_prompt in _scores_by_metric(requests, scores).items() if per_prompt}
+
+
+def accuracy_delta(method: Sequence[RequestRecord], baseline: Sequence[RequestRecord], scores: dict) -> dict[str, Estimate]:
+    """Method accuracy minus baseline accuracy on the same prompts (paired)."""
+    from specbench.scoring.accuracy import paired_delta
+
+    m, b = _scores_by_metric(method, scores), _scores_by_metric(baseline, scores)
+    out: dict[str, Estimate] = {}
+    for metric in m.keys() & b.keys():
+        if set(m[metric]) & set(b[metric]):
+            out[metric] = paired_delta(m[metric], b[metric])
+    return out
+
+
+def requests_by_group(
+    cells: Sequence[Cell], latest: dict[str, CellRecord], reqs: Sequence[RequestRecord]
+) -> dict[str, list[RequestRecord]]:
+    """Each group's requests from its ok cells (``latest``: :func:`latest_cell_records`; ``reqs``:
+    :func:`unique_requests`)."""
+    by_cell: dict[str, list[RequestRecord]] = defaultdict(list)
+    for r in reqs:
+        by_cell[r.cell_id].append(r)
+    out: dict[str, list[RequestRecord]] = defaultdict(list)
+    for c in cells:
+        out[c.group_id]  # every group has an entry, ok or not
+        cr = latest.get(c.cell_id)
+        if cr is not None and cr.status == "ok":
+            out[c.group_id] += by_cell.get(c.cell_id, [])
+    return dict(out)
+
+
+def _group_status(statuses: Sequence[str]) -> str:
+    if not statuses:
+        return "pending"
+    if all(s == "ok" for s in statuses):
+        return "ok"
+    if all(s == "skipped" for s in statuses):
+        return "skipped"
+    if all(s == "failed" for s in statuses):
+        return "failed"
+    return "partial"
+
+
+def summarize(
+    run_id: str,
+    suite_name: str,
+    cells: Sequence[Cell],
+    cell_records: Iterable[CellRecord],
+    requests: Iterable[RequestRecord],
+    references: Sequence[dict] = (),
+    scores: dict[tuple[str, str, int], dict] | None = None,
+) -> RunSummary:
+    """Every group's metrics, from the plan's cells and the raw records.
+
+    ``scores`` (from :mod:`specbench.scoring.apply`) adds task accuracy per
+    group and its paired difference from the baseline group.
+    """
+    scores = scores or {}
+    latest = latest_cell_records(cell_records)
+    reqs = unique_requests(requests)
+    by_cell: dict[str, list[RequestRecord]] = defaultdict(list)
+    for r in reqs:
+        by_cell[r.cell_id].append(r)
+    groups: dict[str, list[Cell]] = defaultdict(list)
+    for c in cells:
+        groups[c.group_id].append(c)
+
+    summaries: dict[str, GroupSummary] = {}
+    group_requests = requests_by_group(cells, latest, reqs)
+    for gid, gcells in groups.items():
+        c0 = gcells[0]
+        lines = []
+        statuses: list[str] = []
+        for c in gcells:
+            cr = latest.get(c.cell_id)
+            st = cr.status if cr else "pending"
+            statuses.append(st)
+            lines.append(
+                CellStatusLine(
+                    cell_id=c.cell_id,
+                    status=st,
+                    reason=cr.reason if cr else None,
+                    engine_log_tail=cr.engine_log_tail if cr else None,
+                    stop=cr.stop if cr else None,
+                )
+            )
+        ok_cells = [c for c in gcells if (latest.get(c.cell_id) and latest[c.cell_id].status == "ok")]
+        greqs = group_requests[gid]
+        g = GroupSummary(
+            group_id=gid,
+            target=c0.target,
+            method=c0.method,
+            method_kind=c0.method_kind,
+            k=c0.k,
+            family=c0.family,
+            dataset=c0.dataset,
+            temperature=c0.temperature,
+            batch_size=c0.batch_size,
+            request_rate=c0.request_rate,
+            status=_group_status(statuses),
+            reasons=sorted({ln.reason for ln in lines if ln.reason and ln.status != "ok"}),
+            cells=lines,
+            n_requests=len(greqs),
+            n_errors=sum(1 for r in greqs if r.error is not None),
+            output_tokens=sum(r.num_output_tokens for r in greqs if r.error is None),
+        )
+        counters = sum_counters(latest[c.cell_id].counters for c in ok_cells)
+        if counters is not None and c0.method_kind != "baseline":
+            g.counters = counters
+            acc = acceptance(counters, greqs, c0.k)
+            g.tau = acc["tau"]
+            g.tau_per_request = acc["tau_per_request"]
+            g.per_position = acc["per_position"]
+            g.draft_acceptance_rate = acc["draft_acceptance_rate"]
+            g.verification = step_time.verification_spent(counters, greqs)
+        if greqs:
+            sp = speed(greqs)
+            for key, val in sp.items():
+                setattr(g, key, val)
+            g.tpot_s = step_time.tpot(greqs)
+            g.step_time_s = step_time.step_time(greqs, speculative=c0.method_kind != "baseline")
+            walls = [latest[c.cell_id].wall_time_s for c in ok_cells]
+            if all(w for w in walls):
+                per_rep = [
+                    sum(r.num_output_tokens for r in by_cell.get(c.cell_id, [])) / (latest[c.cell_id].wall_time_s or 1)
+                    for c in ok_cells
+                ]
+                g.throughput_tps = stats.t_interval(per_rep) if len(per_rep) > 1 else Estimate(
+                    value=per_rep[0], n=1
+                )
+        g.accuracy = {m: est for m, est in group_accuracy(greqs, scores).items()}
+        for ref in references:
+            if (
+                ref.get("target") == g.target
+                and ref.get("method") in (g.method, g.family)
+                and ref.get("dataset") in (None, g.dataset)
+                and ref.get("temperature") in (None, g.temperature)
+                and ref.get("k") in (None, g.k)
+                and ref.get("metric", "tau") not in ("tau_ratio", "speedup_ratio")  # the headline's
+            ):
+                g.reference = {**(g.reference or {}), ref.get("metric", "tau"): ref}
+        summaries[gid] = g
+
+    # Comparisons against the baseline group of the same target/dataset/T/load.
+    baselines = {
+        (g.target, g.dataset, g.temperature, g.batch_size, g.request_rate): gid
+        for gid, g in summaries.items()
+        if g.method_kind == "baseline" and g.status in ("ok", "partial")
+    }
+    for gid, g in summaries.items():
+        if g.method_kind == "baseline" or not group_requests[gid]:
+            continue
+        bid = baselines.get((g.target, g.dataset, g.temperature, g.batch_size, g.request_rate))
+        if bid is None:
+            continue
+        base = group_requests[bid]
+        g.speedup = paired_speedup(group_requests[gid], base)
+        g.accuracy_delta = accuracy_delta(group_requests[gid], base, scores)
+        if g.temperature == 0:
+            g.greedy_match = greedy_match(group_requests[gid], base)
+    return RunSummary(run_id=run_id, suite_name=suite_name, groups=list(summaries.values()))
+
+
+def counter_checks(summary: RunSummary) -> list[CounterCheck]:
+    """Internal-consistency checks on every group's counters (see DESIGN.md)."""
+    out = []
+    for g in summary.groups:
+        c = g.counters
+        if c is None or c.num_drafts == 0:
+            continue
+        tau = tau_value(c) or 1.0
+        k = g.k or len(c.accepted_per_pos)
+        checks = {
+            "accepted <= draft tokens": c.num_accepted_tokens <= c.num_draft_tokens,
+            "per-position sum = accepted": sum(c.accepted_per_pos) == c.num_accepted_tokens,
+            "1 <= tau <= K+1": 1.0 <= tau <= k + 1 + 1e-9,
+        }
+        for name, ok in checks.items():
+            out.append(CounterCheck(group_id=g.group_id, check=name, ok=bool(ok)))
+    return out
+
+
+def cross_check(
+    summary: RunSummary, targets: Sequence[dict], draft_attention: dict[tuple[str, str], dict] | None = None
+) -> list[dict]:
+    """Reference-simulator τ next to vLLM τ for the same model, method, K and prompts.
+
+    Targets are paired when they name the same ``model`` (and, for
+    ``model: tiny``, the same ``assets``) and one of them runs ``engine:
+    reference``; groups are paired when they have the same method kind,
+    speculator, K, dataset and temperature. A gap is *flagged* when the two
+    95% intervals do not overlap: either the checkpoint is served differently
+    from how it was trained (e.g. attention flags) or an engine has a bug.
+
+    ``draft_attention`` ((target, method) → :func:`specbench.engines.
+    draft_attention.block_attention` of the served checkpoint) adds
+    ``config_mismatch``: the reason when vLLM serves the draft block with an
+    attention it was not trained with, a fact of the checkpoint's config that
+    holds whether or not this drafter's τ shows it (``flag`` stays the τ test).
+    """
+    draft_attention = draft_attention or {}
+    engine_of = {t["name"]: t.get("engine", "vllm-offline") for t in targets}
+    model_of = {t["name"]: (t.get("model"), t.get("assets")) for t in targets}
+    speculator_of = {
+        (t["name"], m.get("name") or m.get("method")): m.get("speculator")
+        for t in targets
+        for m in t.get("methods", [])
+    }
+    out = []
+    refs = [g for g in summary.groups if engine_of.get(g.target) == "reference" and g.tau is not None]
+    for r in refs:
+        assert r.tau is not None
+        for g in summary.groups:
+            if (
+                engine_of.get(g.target) == "reference"
+                or model_of.get(g.target) != model_of.get(r.target)
+                or (g.method_kind, g.k, g.dataset, g.temperature) != (r.method_kind, r.k, r.dataset, r.temperature)
+                or speculator_of.get((g.target, g.family or g.method)) != speculator_of.get((r.target, r.family or r.method))
+                or g.tau is None
+            ):
+                continue
+            assert g.tau is not None
+            gap = stats.significant_change(r.tau, g.tau)
+            served = draft_attention.get((g.target, g.method)) or {}
+            mismatch = served.get("why") if served.get("mismatch") else None
+            notes = ["serving/training mismatch or engine bug"] if gap else []
+            if mismatch:
+                notes.append(mismatch + ("" if gap else "; τ agrees within its intervals on these prompts"))
+            out.append(
+                {
+                    "method": g.method,
+                    "method_kind": g.method_kind,
+                    "k": g.k,
+                    "dataset": g.dataset,
+                    "vllm_group": g.group_id,
+                    "reference_group": r.group_id,
+                    "vllm_tau": g.tau.model_dump(),
+                    "reference_tau": r.tau.model_dump(),
+                    "target": f"{g.target} vs {r.target}",
+                    "flag": gap,
+                    "config_mismatch": mismatch,
+                    "note": "; ".join(notes),
+                }
+            )
+    return out

@@ -1,0 +1,137 @@
+"""Spans of a run estimated from its files, for what no :class:`~specbench.analysis.timing.Timeline` recorded.
+
+* measured cells: exact, from ``cells.jsonl`` (``finished_at`` − ``wall_time_s`` to ``finished_at``);
+* an engine's start: from the end of the previous engine's last cell (its close included; for the
+  first one, from ``prompts.jsonl`` written once the datasets are loaded) to its
+  log's ``init engine … took`` line (vLLM); its warmup: from there to its first cell. An engine
+  without such a line (the reference engine) counts the whole gap as its start;
+* teacher forcing: from the last cell's end to the last write of ``equivalence.jsonl``;
+* (:func:`run_spans` only) scoring, analysis and reports: from ``manifest.json``'s ``finished_at``
+  and the files' modification times (``scores.jsonl``, ``summary.json``, the reports).
+
+Timestamps in ``cells.jsonl`` and the engine logs have whole seconds: each estimated boundary is
+within a second or so.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from specbench.analysis.timing import Span, parse_time
+from specbench.results import rundir
+
+#: vLLM V1's line at the end of its engine core's start ("init engine (profile, …) took 0.44 s").
+READY = re.compile(r"(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d) \[[^\]]*\] init engine\b")
+EQUIVALENCE = "equivalence.jsonl"  # specbench.execution.teacher_forcing.EQUIVALENCE (that module imports numpy)
+
+
+def ready_times(log: Path, year: int) -> list[float]:
+    """When the engine of ``log`` was up, each time it started (seconds; the log's clock is taken as UTC)."""
+    if not log.is_file():
+        return []
+    out = []
+    for m in READY.finditer(log.read_text(errors="replace")):
+        mo, d, h, mi, s = (int(x) for x in m.groups())
+        out.append(dt.datetime(year, mo, d, h, mi, s, tzinfo=dt.timezone.utc).timestamp())
+    return out
+
+
+def _gpus(manifest: dict[str, Any], target: str | None) -> int | None:
+    if manifest.get("platform") != "cuda":
+        return None
+    targets: list[dict[str, Any]] = (manifest.get("suite") or {}).get("targets") or []
+    spec = next((t for t in targets if t.get("name") == target), {})
+    return int(spec.get("tensor_parallel_size") or 1)
+
+
+def engine_spans(run_dir: Path, *, since: float | None = None, manifest: dict[str, Any] | None = None) -> list[Span]:
+    """Engine starts, warmups, cells and teacher forcing of the run (of its cells that ended after ``since``)."""
+    run_dir = Path(run_dir)
+    manifest = manifest if manifest is not None else rundir.read_manifest(run_dir)
+    created = parse_time(manifest.get("created_at"))
+    origin = since if since is not None else created
+    if origin is None:
+        return []
+    year = dt.datetime.fromtimestamp(origin, dt.timezone.utc).year
+    plan_cells = {c["cell_id"]: c for c in (manifest.get("plan") or {}).get("cells") or []}
+    target_of = {e["key"]: (e.get("target") or {}).get("name") for e in (manifest.get("plan") or {}).get("engines") or []}
+    spans: list[Span] = []
+    by_engine: dict[str, list[Span]] = {}
+    for rec in rundir.read_cells(run_dir) if (run_dir / rundir.CELLS).exists() else []:
+        end = parse_time(rec.finished_at)
+        if rec.status != "ok" or rec.wall_time_s is None or end is None or end < origin - 1:
+            continue
+        c = plan_cells.get(rec.cell_id) or {}
+        gid = _group_id(c)
+        s = Span(phase="cells", start=end - rec.wall_time_s, end=end, engine=rec.engine_key,
+                 groups=[gid] if gid else None, gpus=_gpus(manifest, target_of.get(rec.engine_key)))
+        spans.append(s)
+        by_engine.setdefault(rec.engine_key, []).append(s)
+    prompts = _mtime([run_dir / rundir.PROMPTS])  # written once the datasets are loaded, before any engine
+    first_cell = min((s.start for s in spans), default=origin)
+    prev = prompts if prompts is not None and origin <= prompts <= first_cell else origin
+    for key, cells in by_engine.items():  # in the order the engines ran (cells.jsonl is appended)
+        first = min(s.start for s in cells)
+        gpus = _gpus(manifest, target_of.get(key))
+        if first > prev:
+            ready = [t for t in ready_times(run_dir / "engines" / f"{key}.log", year) if prev <= t <= first]
+            up = ready[-1] if ready else first
+            spans.append(Span(phase="engine_start", start=prev, end=up, engine=key, gpus=gpus))
+            if up < first:
+                spans.append(Span(phase="warmup", start=up, end=first, engine=key, gpus=gpus))
+        prev = max(prev, max(s.end for s in cells))
+    eq = run_dir / EQUIVALENCE
+    if by_engine and eq.is_file() and eq.stat().st_mtime > prev:
+        logs = sorted((run_dir / "engines").glob("*--teacher-forcing.log"))
+        tf_key = logs[0].name[: -len(".log")] if len(logs) == 1 else None
+        spans.append(Span(phase="teacher_forcing", start=prev, end=eq.stat().st_mtime, engine=tf_key,
+                          gpus=_gpus(manifest, tf_key.split("--")[0]) if tf_key else None))
+    return spans
+
+
+def _group_id(c: dict[str, Any]) -> str | None:
+    from specbench.config.plan import group_id
+
+    try:
+        return group_id(c["target"], c["method"], c["dataset"], c["temperature"], c["batch_size"], c.get("request_rate"))
+    except KeyError:
+        return None
+
+
+def _mtime(paths: Iterable[Path]) -> float | None:
+    times = [p.stat().st_mtime for p in paths if p.is_file()]
+    return max(times) if times else None
+
+
+def run_spans(run_dir: Path, reports_dir: Path | None = None) -> tuple[list[Span], float, list[str]]:
+    """Every span of a finished run estimated from its files, its wall (``created_at`` to the last
+    report written, else ``summary.json``) and notes on what is estimated how."""
+    run_dir = Path(run_dir)
+    manifest = rundir.read_manifest(run_dir)
+    created = parse_time(manifest.get("created_at"))
+    if created is None:
+        raise ValueError(f"{run_dir}: the manifest has no created_at")
+    spans = engine_spans(run_dir, manifest=manifest)
+    notes = ["estimated from the run's files (cells.jsonl, engine logs, file times): boundaries within ~1 s"]
+    runner_end = parse_time(manifest.get("finished_at"))
+    summary = _mtime([run_dir / rundir.SUMMARY])
+    if runner_end is not None and summary is not None:
+        scores = _mtime([run_dir / rundir.SCORES])
+        scored = scores if scores is not None and runner_end <= scores <= summary else runner_end
+        if scored > runner_end:
+            spans.append(Span(phase="scoring", start=runner_end, end=scored))
+        spans.append(Span(phase="analysis", start=scored, end=summary))
+    end = summary or runner_end or max((s.end for s in spans), default=created)
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", str(manifest.get("run_id"))) or "run"
+    if reports_dir is not None and summary is not None:
+        written = _mtime([reports_dir / f"{stem}.md", reports_dir / f"{stem}.html"])
+        if written is not None and written > summary:
+            spans.append(Span(phase="reports", start=summary, end=written))
+            end = written
+    if manifest.get("resumed_at"):
+        notes.append("a resumed run: the wall spans every session, the gaps between them are unaccounted")
+    return spans, max(end - created, 0.0), notes

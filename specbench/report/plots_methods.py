@@ -1,0 +1,64 @@
+"""Figures of the method-vs-method comparison: the headline at a glance and step time vs K."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from specbench.report.figure import BORDER, INK, TITLES, est_values, est_yerr, new_figure, to_png
+from specbench.results.summary import RunSummary
+
+
+def headline(summary: RunSummary, colors: dict[str, str]) -> bytes | None:
+    """One panel per (target, dataset, temperature): each method's speedup ratio over the reference
+    (95% interval) by load, a dashed line at 1."""
+    panels: dict[tuple, list] = defaultdict(list)
+    for r in summary.headline:
+        if r.speedup_ratio.value is not None:
+            panels[(r.target, r.dataset, r.temperature)].append(r)
+    if not panels:
+        return None
+    fig, axes = new_figure(len(panels))
+    for ax, ((target, dataset, temp), rows) in zip(axes, sorted(panels.items(), key=lambda kv: kv[0]), strict=True):
+        loads = sorted({(r.request_rate is not None, r.request_rate or r.batch_size) for r in rows})
+        methods = sorted({r.method for r in rows})
+        width = 0.8 / max(1, len(methods))
+        for i, m in enumerate(methods):
+            mine = {(r.request_rate is not None, r.request_rate or r.batch_size): r for r in rows if r.method == m}
+            xs = [j + (i - (len(methods) - 1) / 2) * width for j, ld in enumerate(loads) if ld in mine]
+            ests = [mine[ld].speedup_ratio for ld in loads if ld in mine]
+            ax.bar(xs, est_values(ests), width=width, yerr=est_yerr(ests), capsize=3, color=colors.get(m, "#888888"),
+                   edgecolor=INK, linewidth=0.4, label=m)
+        ax.axhline(1.0, color=BORDER, linestyle="--", linewidth=1)
+        ax.set_xticks(range(len(loads)), [f"{v:g} req/s" if rate else f"{v:g}" for rate, v in loads])
+        ax.set_xlabel("load (batch size / concurrency)")
+        ax.set_ylabel(f"× {rows[0].reference} tok/s")
+        ax.set_title(f"{target} · {dataset} · T={temp:g}", fontsize=10, color=INK)
+        ax.legend(fontsize=8, frameon=False)
+    return to_png(fig, TITLES["headline"] + " (95% intervals; each method at its best K)")
+
+
+def step_time_vs_k(summary: RunSummary, colors: dict[str, str]) -> bytes | None:
+    """One panel per (target, dataset, temperature, load): step time (ms) against K per swept method."""
+    panels: dict[tuple, list] = defaultdict(list)
+    for s in summary.k_sweeps:
+        if any(p.step_time_s is not None for p in s.points):
+            panels[(s.target, s.dataset, s.temperature, s.request_rate, s.batch_size)].append(s)
+    if not panels:
+        return None
+    fig, axes = new_figure(len(panels))
+    for ax, ((target, dataset, temp, rate, bs), sweeps) in zip(axes, sorted(panels.items(), key=lambda kv: str(kv[0])),
+                                                                strict=True):
+        for s in sorted(sweeps, key=lambda s: s.method):
+            pts = [p for p in s.points if p.step_time_s is not None]
+            ests = [p.step_time_s.model_copy(update={k: (v * 1000 if v is not None else None) for k, v in
+                                                     (("value", p.step_time_s.value), ("ci_low", p.step_time_s.ci_low),
+                                                      ("ci_high", p.step_time_s.ci_high))})
+                    for p in pts if p.step_time_s is not None]
+            ax.errorbar([p.k for p in pts], est_values(ests), yerr=est_yerr(ests), capsize=3, marker="o",
+                        color=colors.get(s.method, "#888888"), label=s.method)
+        ax.set_xlabel("K (speculative tokens)")
+        ax.set_ylabel("ms per decoding step")
+        load = f"{rate:g} req/s" if rate is not None else f"load {bs}"
+        ax.set_title(f"{target} · {dataset} · T={temp:g} · {load}", fontsize=10, color=INK)
+        ax.legend(fontsize=8, frameon=False)
+    return to_png(fig, TITLES["step_time_vs_k"] + " (95% intervals over requests)")

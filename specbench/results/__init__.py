@@ -1,0 +1,26 @@
+"""What a run stores and how it is read back: ``records`` (raw request and cell
+records, the source of truth), ``requests`` (what an engine is asked to run),
+``summary`` / ``parts`` (``summary.json``'s typed model), ``manifest``,
+``migrations`` (schema versions and loaders of older files), ``rundir`` (the only
+reader and writer of a run directory's files) and ``fmt`` (how a number with its
+interval is written).
+"""
+
+from specbench._lazy import exports
+
+__getattr__, __dir__ = exports(__name__, {
+    "RequestRecord": "records",
+    "CellRecord": "records",
+    "SpecCounters": "records",
+    "PreparedPrompt": "requests",
+    "SamplingRequest": "requests",
+    "CellRequest": "requests",
+    "CellOutcome": "requests",
+    "GroupSummary": "summary",
+    "RunSummary": "summary",
+    "RunManifest": "manifest",
+    "TimeBreakdown": "manifest",
+    "SchemaError": "migrations",
+    "fmt_est": "fmt",
+})
+__all__ = sorted(__dir__())

@@ -1,0 +1,118 @@
+"""Number formatting shared by every renderer (Markdown, HTML, compare, gate, trend).
+
+Pure and light: no matplotlib or jinja2 here, and no import of the renderers,
+so every report module (and the run-level modules that print numbers) can
+depend on it without a cycle.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specbench.results.summary import GroupSummary
+from specbench.stats import Estimate
+
+
+def as_estimate(x: Any) -> Estimate | None:
+    """An Estimate from an Estimate, an Estimate-like dict or a bare number."""
+    if x is None or isinstance(x, Estimate):
+        return x
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, (int, float)):
+        return Estimate(value=float(x))
+    if isinstance(x, dict) and "value" in x:
+        def num(key: str) -> float | None:
+            v = x.get(key)
+            return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+        return Estimate(value=num("value"), ci_low=num("ci_low"), ci_high=num("ci_high"),
+                        n=int(x.get("n") or 0), method=str(x.get("method", "none")))
+    return None
+
+
+def auto_digits(v: float | None) -> int:
+    """Decimals that keep three or so significant digits (1234 → 0, 56.7 → 1, 0.89 → 2)."""
+    if v is None:
+        return 2
+    a = abs(v)
+    return 0 if a >= 100 else 1 if a >= 10 else 2
+
+
+def n_note(e: Estimate | None, n_default: int | None) -> str:
+    """' (n=…)' when the estimate rests on a different n than the row's (always when no default)."""
+    if e is None or not e.n or e.value is None:
+        return ""
+    return f" (n={e.n})" if n_default is None or e.n != n_default else ""
+
+
+def fmt_est(
+    e: Estimate | None,
+    digits: int = 2,
+    *,
+    scale: float = 1.0,
+    unit: str = "",
+    signed: bool = False,
+    n_default: int | None = -1,
+) -> str:
+    """'2.85 [2.71, 2.99]'; '–' when there is no value.
+
+    ``n_default`` is the n the reader already sees (a table's n column); the
+    estimate's own n is appended when it differs. ``-1`` never shows n.
+    """
+    if e is None or e.value is None:
+        return "–"
+    sign = "+" if signed else ""
+
+    def f(x: float) -> str:
+        v = x * scale
+        if round(v, digits) == 0:
+            v = 0.0  # no "-0.0"
+        return f"{v:{sign}.{digits}f}"
+
+    out = f(e.value) + unit
+    if e.ci_low is not None and e.ci_high is not None:
+        out += f" [{f(e.ci_low)}, {f(e.ci_high)}]"
+    return out + ("" if n_default == -1 else n_note(e, n_default))
+
+
+def fmt_pct(e: Estimate | None, digits: int = 1, *, n_default: int | None = -1, signed: bool = False,
+            unit: str = "%") -> str:
+    return fmt_est(e, digits, scale=100.0, unit=unit, signed=signed, n_default=n_default)
+
+
+def fmt_speedup(e: Estimate | None, *, n_default: int | None = -1) -> str:
+    return fmt_est(e, 2, unit="×", n_default=n_default)
+
+
+def fmt_tps(e: Estimate | None, *, n_default: int | None = -1) -> str:
+    return fmt_est(e, auto_digits(e.value if e else None), n_default=n_default)
+
+
+def fmt_generic(key: str, value: Any) -> str:
+    """A value of unknown shape, formatted by its kind (and its key, for Estimate-likes)."""
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (dict, Estimate)):
+        est = as_estimate(value)
+        if est is not None:
+            if "speedup" in key:
+                return fmt_speedup(est, n_default=None)
+            return fmt_est(est, auto_digits(est.value), n_default=None)
+        return "; ".join(f"{k}={fmt_generic(str(k), v)}" for k, v in value.items())  # type: ignore[union-attr]
+    if isinstance(value, (list, tuple)):
+        return ", ".join(fmt_generic(key, v) for v in value)
+    return str(value)
+
+
+def fmt_load(g: GroupSummary) -> str:
+    """A group's load: ``8`` (batch size or concurrency) or ``2 req/s`` (a Poisson request rate)."""
+    if g.request_rate is None:
+        return str(g.batch_size)
+    return f"{g.request_rate:g} req/s" + (f" (≤{g.batch_size} in flight)" if g.batch_size > 0 else "")

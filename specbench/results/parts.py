@@ -1,0 +1,280 @@
+"""Typed parts of ``summary.json`` for the method-vs-method comparison (issue 17).
+
+* :class:`VerificationSpent`: per group, what the target verified and what it kept;
+* :class:`KSweep`: per (target, method, dataset, temperature, load), the method at
+  each K it ran: τ, speedup, TPOT, time per decoding step, the best K and the
+  slope of step time over K;
+* :class:`HeadlineRow`: per (target, dataset, temperature, load) and method, the
+  τ and speedup ratios against the target's reference method (``compare_to``,
+  default its EAGLE-3), paired by prompt, with a verdict.
+
+Every number is an :class:`~specbench.stats.Estimate` (value, 95% interval, n)
+recomputed from the raw records by :mod:`specbench.analysis.method_comparison`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from specbench.stats import Estimate
+
+Verdict = Literal["faster", "slower", "not distinguishable", "no data"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class VerificationSpent(_Model):
+    """Verification work per group, from the spec-decode counters.
+
+    ``drafted_per_step``: draft tokens sent to the target per verification step;
+    ``accepted_per_verified``: accepted / draft tokens verified;
+    ``wasted_per_emitted``: (draft tokens − accepted) per output token.
+    """
+
+    drafted_per_step: Estimate
+    accepted_per_verified: Estimate
+    wasted_per_emitted: Estimate
+
+
+class KPoint(_Model):
+    """One K of a method at one load."""
+
+    k: int
+    group_id: str
+    n: int
+    tau: Estimate | None = None
+    speedup: Estimate | None = None
+    output_tps: Estimate | None = None
+    tpot_s: Estimate | None = None
+    step_time_s: Estimate | None = None
+
+
+class KSweep(_Model):
+    """A method across K at one (target, dataset, temperature, load)."""
+
+    target: str
+    method: str  # the suite's label (family of the '<name>-k<K>' groups)
+    method_kind: str
+    dataset: str
+    temperature: float
+    batch_size: int
+    request_rate: float | None = None
+    points: list[KPoint]
+    best_k: Estimate = Field(description="K with the highest per-stream output tok/s; interval: bootstrap over prompts")
+    step_time_slope_s: Estimate = Field(
+        description="least-squares slope of time per decoding step over K (s per extra draft token); "
+        "bootstrap over prompts measured at every K"
+    )
+
+
+class PublishedClaim(_Model):
+    metric: str
+    value: float
+    high: float | None = None
+    source: str
+
+
+class HeadlineRow(_Model):
+    """A method against the target's reference method at one (dataset, temperature, load).
+
+    Each arm is taken at its best K at that load (the K with the highest
+    per-stream output tok/s); ``speedup_ratio`` is (Σ tokens / Σ latency) of
+    the method over the reference's on the prompts both measured, bootstrapped
+    over those prompts; ``tau_ratio`` is the ratio of the two pooled τ over the
+    same prompts, from the per-request counters.
+    """
+
+    target: str
+    dataset: str
+    temperature: float
+    batch_size: int
+    request_rate: float | None = None
+    method: str
+    method_kind: str
+    method_group: str
+    method_k: int | None
+    reference: str
+    reference_group: str
+    reference_k: int | None
+    n_prompts: int
+    tau_ratio: Estimate
+    speedup_ratio: Estimate
+    method_speedup: Estimate | None = None  # over no speculation, as in the results table
+    reference_speedup: Estimate | None = None
+    verdict: Verdict
+    published: list[PublishedClaim] = Field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------
+# serving: one cell's latency and throughput, speedup at one load
+
+class Dist(BaseModel):
+    """Mean and percentiles of one latency quantity (seconds)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    n: int = 0
+    mean: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+
+
+class ServingSummary(BaseModel):
+    """One cell's serving numbers."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cell_id: str | None = None
+    method: str | None = None
+    concurrency: int | None = None
+    request_rate: float | None = None  # Poisson cells: offered requests/s
+    max_concurrency: int | None = None  # Poisson cells: cap on requests in flight
+    num_requests: int
+    num_ok: int
+    errors: dict[str, int]
+    wall_time_s: float | None
+    ttft: Dist
+    tpot: Dist
+    itl: Dist
+    latency: Dist
+    prompt_tokens: int
+    output_tokens: int
+    output_throughput: float | None  # tokens/s
+    total_throughput: float | None
+    request_throughput: float | None
+    goodput: float | None = None  # requests/s meeting the SLO
+    goodput_fraction: float | None = None
+    tau_pooled: float | None = None  # from the cell's counters (server /metrics)
+    tau_mean_per_request: float | None = None
+
+
+SpeedupMetric = Literal["tpot", "throughput"]
+
+
+class Rate(NamedTuple):
+    """A request-rate load (Poisson, requests/s) as a group key; a plain ``int`` is a concurrency."""
+
+    req_s: float
+
+
+Load = int | Rate
+
+
+class Speedup(BaseModel):
+    """Speedup of ``method`` over the baseline at one load (> 1 is faster): a
+    ``concurrency`` or, for open-loop cells, a ``request_rate`` (requests/s)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    method: str
+    concurrency: int | None = None
+    request_rate: float | None = None
+    metric: SpeedupMetric
+    estimate: Estimate
+    n_method: int
+    n_baseline: int
+
+    @property
+    def load(self) -> Load:
+        return Rate(self.request_rate) if self.request_rate is not None else int(self.concurrency or 0)
+
+
+# ---------------------------------------------------------------------------
+# the summary's typed parts that once were dicts
+
+class Part(BaseModel):
+    """A typed part that also reads like the dict it replaces."""
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
+
+    def __getitem__(self, key: str) -> Any:
+        if key in type(self).model_fields or key in (self.model_extra or {}):
+            return getattr(self, key)
+        raise KeyError(key)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        setattr(self, key, value)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.get(key) not in (None, [], {})
+
+    def get(self, key: str, default: Any = None) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+    def keys(self) -> list[str]:
+        return [k for k, v in self.model_dump(exclude_none=True).items() if v not in ([], {})]
+
+    def items(self) -> list[tuple[str, Any]]:
+        return [(k, self[k]) for k in self.keys()]
+
+
+class CounterCheck(Part):
+    """One internal-consistency check of a group's counters."""
+
+    group_id: str
+    check: str
+    ok: bool
+
+
+class CrossCheckRow(Part):
+    """Reference-simulator τ next to vLLM τ for one (method, K, dataset)."""
+
+    method: str
+    method_kind: str | None = None
+    k: int | None = None
+    dataset: str
+    vllm_group: str | None = None
+    reference_group: str | None = None
+    vllm_tau: Estimate
+    reference_tau: Estimate
+    target: str
+    flag: bool
+    config_mismatch: str | None = None
+    note: str = ""
+
+
+class _Reads:
+    """Dict-style reads of a strict row (``row["method"]``, ``row.get("method")``)."""
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return getattr(self, key, default)
+
+    def __getitem__(self, key: str) -> Any:
+        return getattr(self, key)
+
+
+class ServingSpeedupRow(_Reads, Speedup):
+    """A method's speedup over the baseline at one load on a server target."""
+
+    target: str
+    dataset: str
+    temperature: float | None = None
+
+
+class ServingCellRow(_Reads, ServingSummary):
+    """One server cell's latency percentiles and throughput."""
+
+    kind: Literal["cell"] = "cell"
+    target: str
+    dataset: str
+    temperature: float | None = None
+
+
+ServingRow = ServingCellRow | ServingSpeedupRow
+
+
+class SummaryExtra(Part):
+    serving: list[ServingCellRow | ServingSpeedupRow] = Field(default_factory=list)
+    cross_check: list[CrossCheckRow] = Field(default_factory=list)
+    scoring_notes: list[str] = Field(default_factory=list)
+    torn_lines: list[str] = Field(default_factory=list)  # "file:line" of torn last lines analyze dropped
+
+

@@ -1,0 +1,132 @@
+"""The raw, versioned record schema: the source of truth for every number.
+
+A run writes two append-only JSONL files:
+
+* ``records.jsonl`` — one :class:`RequestRecord` per request (per prompt,
+  sample and repeat of a cell);
+* ``cells.jsonl`` — one :class:`CellRecord` per finished cell attempt: its
+  status (ok / skipped / failed, with the reason) and the engine's
+  spec-decode counter deltas over exactly that cell's requests.
+
+Everything in ``summary.json`` and the reports is derived from these two
+files by pure functions (``metrics``, ``equivalence``, ``scoring``).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from specbench.config.stop_rule import StopRecord
+
+SCHEMA_VERSION = 1
+
+CellStatus = Literal["ok", "skipped", "failed"]
+
+
+class SpecCounters(BaseModel):
+    """Speculative-decoding counters (a delta over some set of requests).
+
+    Mirrors vLLM's ``vllm:spec_decode_num_drafts``,
+    ``…_num_draft_tokens``, ``…_num_accepted_tokens`` and
+    ``…_num_accepted_tokens_per_pos``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    accepted_per_pos: list[int] = Field(default_factory=list)
+
+    def _combine(self, other: SpecCounters, sign: int) -> SpecCounters:
+        n = max(len(self.accepted_per_pos), len(other.accepted_per_pos))
+        a = self.accepted_per_pos + [0] * (n - len(self.accepted_per_pos))
+        b = other.accepted_per_pos + [0] * (n - len(other.accepted_per_pos))
+        return SpecCounters(
+            num_drafts=self.num_drafts + sign * other.num_drafts,
+            num_draft_tokens=self.num_draft_tokens + sign * other.num_draft_tokens,
+            num_accepted_tokens=self.num_accepted_tokens + sign * other.num_accepted_tokens,
+            accepted_per_pos=[x + sign * y for x, y in zip(a, b, strict=True)],
+        )
+
+    def __add__(self, other: SpecCounters) -> SpecCounters:
+        return self._combine(other, 1)
+
+    def __sub__(self, other: SpecCounters) -> SpecCounters:
+        return self._combine(other, -1)
+
+    @property
+    def is_empty(self) -> bool:
+        return self.num_drafts == 0 and self.num_draft_tokens == 0
+
+
+class TokenLogprobs(BaseModel):
+    """Top-k logprobs at one generated position (token id → logprob)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    top: dict[int, float]
+
+
+class RequestRecord(BaseModel):
+    """One request's raw outcome. Never edited after it is written."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    cell_id: str
+    engine_key: str
+    prompt_id: str
+    repeat: int = 0
+    sample_index: int = 0
+    seed: int | None = None
+    prompt_tokens: int
+    output_token_ids: list[int]
+    output_text: str
+    finish_reason: str | None = None
+    # Timings in seconds, measured by the engine (offline: vLLM's request
+    # stats; server: the client's clock). ``None`` when unavailable.
+    latency_s: float | None = None
+    ttft_s: float | None = None
+    itl_s: list[float] | None = None
+    # Server engine: when the request was sent, in seconds after the cell's
+    # measured load started (open-loop cells send on a seeded schedule).
+    sent_offset_s: float | None = None
+    # Per-request spec-decode counters when the engine can attribute them
+    # (offline at batch size 1; server with per-request metrics).
+    spec: SpecCounters | None = None
+    # Top-k logprobs of each generated position when the cell asked for them.
+    logprobs: list[dict[int, float]] | None = None
+    error: str | None = None
+    # Task score (filled when the run scores; see ``scoring``).
+    score: dict[str, float | bool | str | None] | None = None
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.output_token_ids)
+
+
+class CellRecord(BaseModel):
+    """One finished attempt at a cell."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    cell_id: str
+    engine_key: str
+    status: CellStatus
+    reason: str | None = None
+    # Spec-decode counter delta over this cell's requests (``None`` for
+    # baseline cells and cells that did not run).
+    counters: SpecCounters | None = None
+    num_requests: int = 0
+    wall_time_s: float | None = None
+    engine_log_tail: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    # A cell that ran under a stop rule: prompts used of available, why it stopped, its interval.
+    stop: StopRecord | None = None

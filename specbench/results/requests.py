@@ -1,0 +1,71 @@
+"""What an engine is asked to run: prepared prompts, sampling, a cell's request
+and its outcome. Plain data, below the engines and the datasets that build them."""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from specbench.config.plan import Cell
+from specbench.results.records import SpecCounters
+
+
+class PreparedPrompt(BaseModel):
+    """One dataset item, ready for an engine."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt_id: str
+    # Chat messages (engines apply the target's chat template) …
+    messages: list[dict[str, str]] | None = None
+    # … or a raw completion prompt (no chat template).
+    text: str | None = None
+    reference: str | None = None
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+
+class SamplingRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    temperature: float
+    max_tokens: int
+    top_p: float = 1.0
+    seed: int = 0
+    samples_per_prompt: int = 1
+    # Top-k logprobs to record per generated token (None: none).
+    logprobs: int | None = None
+    stop: list[str] | None = None
+
+
+def request_seed(sampling: SamplingRequest, prompt_id: str, sample: int, repeat: int) -> int:
+    """The per-request sampling seed, shared by every engine so that outputs can match.
+
+    It mixes in the prompt: with ``seed + f(sample, repeat)`` alone, sample
+    ``s`` of every prompt drew the same random stream, so prompts with
+    similar next-token distributions emitted correlated tokens, which makes
+    their PIT values dependent and the sampled-equivalence test
+    anti-conservative (false "divergent" verdicts).
+    """
+    mix = sampling.seed + 7919 * sample + 104729 * repeat + 1_000_003 * zlib.crc32(prompt_id.encode())
+    return mix % (2**31 - 1)
+
+
+class CellRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str
+    cell: Cell
+    prompts: list[PreparedPrompt]
+    sampling: SamplingRequest
+    # Prompt ids (with sample index) already recorded, e.g. on --resume.
+    skip: set[tuple[str, int]] = Field(default_factory=set)
+
+
+class CellOutcome(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    counters: SpecCounters | None = None
+    wall_time_s: float
+    num_requests: int

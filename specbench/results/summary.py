@@ -1,0 +1,106 @@
+"""The derived-results schema (``summary.json``): rebuilt from raw records.
+
+One :class:`GroupSummary` per (target, method, dataset, temperature, load);
+repeats of a cell are pooled into their group.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from specbench.config.stop_rule import StopRecord
+from specbench.results.migrations import SUMMARY_SCHEMA_VERSION, upgrade_summary
+from specbench.results.parts import CounterCheck, HeadlineRow, KSweep, SummaryExtra, VerificationSpent
+from specbench.results.records import SpecCounters
+from specbench.stats import Estimate
+
+
+class CellStatusLine(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    cell_id: str
+    status: str
+    reason: str | None = None
+    engine_log_tail: str | None = None
+    stop: StopRecord | None = None  # the cell ran under a stop rule: prompts used of available, why it stopped
+
+
+class GroupSummary(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    group_id: str
+    target: str
+    method: str
+    method_kind: str
+    k: int | None
+    family: str | None = None  # the suite's method label when this group is one K of a sweep
+    dataset: str
+    temperature: float
+    batch_size: int  # concurrency; with request_rate, the cap on requests in flight (0: none)
+    request_rate: float | None = None  # Poisson load (requests/s) of server request-rate cells
+    status: str  # ok | skipped | failed | partial
+    reasons: list[str] = Field(default_factory=list)
+    cells: list[CellStatusLine] = Field(default_factory=list)
+    n_requests: int = 0
+    n_errors: int = 0
+    counters: SpecCounters | None = None
+    # Acceptance (None for baseline).
+    tau: Estimate | None = None
+    tau_per_request: Estimate | None = None
+    per_position: list[Estimate] = Field(default_factory=list)
+    draft_acceptance_rate: Estimate | None = None
+    # Speed.
+    output_tokens: int = 0
+    output_tps: Estimate | None = None  # per-stream decode rate: Σ tokens / Σ latency
+    throughput_tps: Estimate | None = None  # Σ tokens / cell wall time (over repeats)
+    latency_s: Estimate | None = None
+    latency_p50_s: float | None = None
+    latency_p90_s: float | None = None
+    latency_p99_s: float | None = None
+    ttft_s: Estimate | None = None
+    tpot_s: Estimate | None = None  # Σ (latency − TTFT) / Σ (output tokens − 1)
+    step_time_s: Estimate | None = None  # Σ (latency − TTFT) / Σ verification steps (decoding steps)
+    verification: VerificationSpent | None = None
+    speedup: Estimate | None = None
+    # Against the baseline group of the same target/dataset/temperature/load.
+    greedy_match: Estimate | None = None
+    equivalence: dict[str, Any] | None = None
+    accuracy: dict[str, Estimate] = Field(default_factory=dict)
+    accuracy_delta: dict[str, Estimate] = Field(default_factory=dict)
+    scoring_note: str | None = None
+    reference: dict[str, Any] | None = None  # published values for this group
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
+class RunSummary(BaseModel):
+    """``summary.json`` (see :mod:`specbench.results.migrations` for versions; load stored ones with :meth:`load`)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    schema_version: int = SUMMARY_SCHEMA_VERSION
+    run_id: str
+    suite_name: str
+    groups: list[GroupSummary]
+    checks: list[CounterCheck] = Field(default_factory=list)
+    headline: list[HeadlineRow] = Field(default_factory=list)  # methods vs the reference method (compare_to)
+    k_sweeps: list[KSweep] = Field(default_factory=list)
+    extra: SummaryExtra = Field(default_factory=SummaryExtra)
+
+    @classmethod
+    def load(cls, data: dict[str, Any]) -> RunSummary:
+        """A stored summary of any schema version."""
+        return cls.model_validate(upgrade_summary(data))
+
+    def group(self, group_id: str) -> GroupSummary | None:
+        return next((g for g in self.groups if g.group_id == group_id), None)
+
+    def find(self, target: str | None = None, method: str | None = None, dataset: str | None = None) -> list[GroupSummary]:
+        return [
+            g
+            for g in self.groups
+            if (target is None or g.target == target)
+            and (method is None or g.method == method)
+            and (dataset is None or g.dataset == dataset)
+        ]
