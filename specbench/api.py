@@ -17,7 +17,6 @@ from typing import Any
 from pydantic import ValidationError
 
 from specbench import datasets
-from specbench.analysis import metrics
 from specbench.analysis.timing import Timeline
 from specbench.config.plan import Cell, Plan, cell_summary, expand, vllm_serve_command
 from specbench.config.suite import EquivalenceSpec, Suite, SuiteError, load_suite
@@ -326,6 +325,9 @@ def analyze(run_dir: Path, *, allow_code_exec: bool | None = None, timeline: Tim
 
 
 def _analyze(run_dir: Path, allow_code_exec: bool | None, timeline: Timeline) -> RunSummary:
+    """Read the run directory, score, run the equivalence tests; :func:`summarize_run` does the rest."""
+    from specbench.analysis.pipeline import summarize_run
+
     manifest = rundir.read_manifest(run_dir)
     cells = [Cell.model_validate(c) for c in manifest["plan"]["cells"]]
     torn: list[str] = []  # torn last lines of interrupted writes, "file:line: …"
@@ -333,121 +335,13 @@ def _analyze(run_dir: Path, allow_code_exec: bool | None, timeline: Timeline) ->
     cell_records = rundir.read_cells(run_dir, torn)
     with timeline.span("scoring"):
         scores, notes = _scores(run_dir, manifest, cells, requests, allow_code_exec, torn)
-    summary = metrics.summarize(
-        manifest["run_id"],
-        manifest["suite_name"],
-        cells,
-        cell_records,
-        requests,
-        references=manifest["suite"].get("references", []),
-        scores=scores,
-    )
-    summary.checks = metrics.counter_checks(summary)
-    _stopped_intervals(summary, run_dir, cells, requests)
-    _compare_methods(summary, manifest, cells, cell_records, requests)
-    serving = _serving(manifest, cells, requests, cell_records)
-    if serving:
-        summary.extra["serving"] = serving
-    xc = metrics.cross_check(summary, manifest["suite"]["targets"], _draft_attention(manifest, cells))
-    if xc:
-        summary.extra["cross_check"] = xc
-    for gid, eq in _equivalence(run_dir, manifest, cells, requests, torn).items():
-        g = summary.group(gid)
-        if g is not None:
-            g.equivalence = eq
-    if torn:
-        summary.extra["torn_lines"] = torn
-    if notes:
-        summary.extra["scoring_notes"] = notes
-        for g in summary.groups:
-            if any("HumanEval" in n for n in notes) and _dataset_kind(manifest, g.dataset) == "humaneval":
-                g.scoring_note = next(n for n in notes if "HumanEval" in n)
+    prompt_references = {str(o.get("prompt_id")): o.get("reference") for o in rundir.iter_jsonl(run_dir / rundir.PROMPTS)} \
+        if (run_dir / rundir.PROMPTS).exists() else {}
+    equivalence = _equivalence(run_dir, manifest, cells, requests, torn)  # may add torn lines of its own file
+    summary = summarize_run(manifest, cells, cell_records, requests, scores=scores, scoring_notes=notes,
+                            prompt_references=prompt_references, equivalence=equivalence, torn_lines=torn)
     rundir.write_json(run_dir / rundir.SUMMARY, summary.model_dump(mode="json"))
     return summary
-
-
-def _stopped_intervals(summary: RunSummary, run_dir: Path, cells: list[Cell], requests: list) -> None:
-    """A cell that stopped early reports its metric with the confidence sequence it stopped on
-    (a bootstrap interval re-checked after every block would cover less than it claims)."""
-    from specbench.analysis.early_stopping import SUMMARY_FIELD, stopped_interval
-
-    by_id = {c.cell_id: c for c in cells}
-    recs: dict[str, list] = {}
-    for r in metrics.unique_requests(requests):
-        recs.setdefault(r.cell_id, []).append(r)
-    baseline_of = {(c.baseline_group_key, c.repeat): c.cell_id for c in cells if c.method_kind == "baseline"}
-    refs = {str(o.get("prompt_id")): o.get("reference") for o in rundir.iter_jsonl(run_dir / rundir.PROMPTS)} \
-        if (run_dir / rundir.PROMPTS).exists() else {}
-    for g in summary.groups:
-        stopped = [line for line in g.cells if line.stop is not None and line.status == "ok"]
-        if len(stopped) != 1 or len(g.cells) != 1:
-            continue  # repeats pool several cells: their bootstrap stays (each cell's own interval is in its stop record)
-        stop, cell = stopped[0].stop, by_id[stopped[0].cell_id]
-        assert stop is not None
-        if stop.estimate is None:
-            continue  # the cell could not measure the rule's metric: it ran a fixed number of prompts
-        paired = recs.get(baseline_of.get((cell.baseline_group_key, cell.repeat), ""), [])
-        for metric, field in SUMMARY_FIELD.items():
-            if getattr(g, field) is None:
-                continue  # not measured for this group (τ of a baseline, speedup without one)
-            est = stopped_interval(stop, recs.get(cell.cell_id, []), paired, refs, metric)
-            if est is not None:
-                setattr(g, field, est)
-        if stop.rule.metric == "accuracy" and "strict" in g.accuracy:
-            est = stopped_interval(stop, recs.get(cell.cell_id, []), paired, refs)
-            if est is not None:
-                g.accuracy["strict"] = est
-
-
-def _compare_methods(
-    summary: RunSummary, manifest: dict[str, Any], cells: list[Cell], cell_records: list, requests: list
-) -> None:
-    """The headline (methods vs each target's reference method) and the K sweeps, from the records."""
-    from specbench.analysis.method_comparison import headline, k_sweeps
-    from specbench.config.suite import reference_method
-
-    suite = Suite.model_validate(manifest["suite"])
-    reference_of = {t.name: ref for t in suite.targets if (ref := reference_method(suite, t)) is not None}
-    latest = metrics.latest_cell_records(cell_records)
-    greqs = metrics.requests_by_group(cells, latest, metrics.unique_requests(requests))
-    summary.headline = headline(summary, greqs, reference_of, manifest["suite"].get("references", []))
-    summary.k_sweeps = k_sweeps(summary, greqs)
-
-
-def _draft_attention(manifest: dict[str, Any], cells: list[Cell]) -> dict[tuple[str, str], dict]:
-    """(target, method) → how vLLM served its DFlash draft block vs how it was trained."""
-    by_engine = {e.get("key"): e.get("draft_attention") for e in manifest.get("engines") or []}
-    return {(c.target, c.method): by_engine[c.engine_key] for c in cells if by_engine.get(c.engine_key)}
-
-
-def _serving(manifest: dict[str, Any], cells: list[Cell], requests: list, cell_records: list) -> list[dict]:
-    """Per-cell latency percentiles and speedup vs load (concurrency or request rate) for server targets."""
-    from specbench.analysis.serving_metrics import group_records, speedups_vs_load, summarize_cell
-
-    server_targets = {t["name"] for t in manifest["suite"]["targets"] if t.get("engine") == "vllm-server"}
-    if not server_targets:
-        return []
-    scells = [c for c in cells if c.target in server_targets]
-    latest = metrics.latest_cell_records(cell_records)
-    ok_ids = {c.cell_id for c in scells if latest.get(c.cell_id) and latest[c.cell_id].status == "ok"}
-    reqs = [r for r in metrics.unique_requests(requests) if r.cell_id in ok_ids]
-    rows: list[dict] = []
-    for (target, dataset, temp), groups in group_records(reqs, scells).items():
-        for sp in speedups_vs_load(groups):
-            rows.append({"target": target, "dataset": dataset, "temperature": temp, **sp.model_dump(mode="json")})
-    for c in scells:
-        if c.cell_id in ok_ids:
-            cr = latest[c.cell_id]
-            cs = summarize_cell(
-                [r for r in reqs if r.cell_id == c.cell_id], cr.wall_time_s, counters=cr.counters,
-                cell_id=c.cell_id, method=c.method,
-                concurrency=c.batch_size if c.request_rate is None else None,
-                request_rate=c.request_rate,
-                max_concurrency=(c.batch_size or None) if c.request_rate is not None else None,
-            )
-            rows.append({"target": c.target, "dataset": c.dataset, "temperature": c.temperature, "kind": "cell",
-                         **cs.model_dump(mode="json")})
-    return rows
 
 
 def _equivalence(
@@ -473,10 +367,6 @@ def engine_dtypes(manifest: dict[str, Any]) -> dict[str, str | None]:
         if reported and e.get("key"):
             out[e["key"]] = reported
     return out
-
-
-def _dataset_kind(manifest: dict[str, Any], name: str) -> str | None:
-    return next((d["kind"] for d in manifest["suite"]["datasets"] if d["name"] == name), None)
 
 
 def _scores(

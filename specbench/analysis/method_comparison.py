@@ -31,7 +31,7 @@ from specbench.analysis import step_time
 from specbench.analysis.metrics import paired_speedup
 from specbench.results.parts import HeadlineRow, KPoint, KSweep, PublishedClaim, Verdict
 from specbench.results.records import RequestRecord
-from specbench.results.summary import GroupSummary, RunSummary
+from specbench.results.summary import GroupSummary
 from specbench.stats import Estimate
 
 RATIO_METRICS = ("tau_ratio", "speedup_ratio")
@@ -110,14 +110,14 @@ def _claims(published: Sequence[dict], target: str, method: str, dataset: str) -
 
 
 def headline(
-    summary: RunSummary,
+    groups: Sequence[GroupSummary],
     group_requests: dict[str, list[RequestRecord]],
     reference_of: dict[str, str],
     published: Sequence[dict] = (),
 ) -> list[HeadlineRow]:
     """One row per (target, dataset, temperature, load, method other than the reference)."""
     buckets: dict[tuple, dict[str, list[GroupSummary]]] = defaultdict(lambda: defaultdict(list))
-    for g in summary.groups:
+    for g in groups:
         if _usable(g):
             buckets[_load(g)][family(g)].append(g)
     out: list[HeadlineRow] = []
@@ -127,10 +127,10 @@ def headline(
         if ref_name not in fams:
             continue
         ref = best_group(fams[ref_name])
-        for name, groups in fams.items():
+        for name, arms in fams.items():
             if name == ref_name:
                 continue
-            g = best_group(groups)
+            g = best_group(arms)
             m_reqs, r_reqs = group_requests.get(g.group_id, []), group_requests.get(ref.group_id, [])
             sp = paired_speedup(m_reqs, r_reqs)
             tau = paired_tau_ratio(m_reqs, r_reqs)
@@ -212,17 +212,17 @@ def step_time_slope(points: Sequence[GroupSummary], group_requests: dict[str, li
     return stats.bootstrap(arr, slope)
 
 
-def k_sweeps(summary: RunSummary, group_requests: dict[str, list[RequestRecord]]) -> list[KSweep]:
+def k_sweeps(groups: Sequence[GroupSummary], group_requests: dict[str, list[RequestRecord]]) -> list[KSweep]:
     """A :class:`KSweep` per method run at several K, per (target, dataset, temperature, load)."""
     buckets: dict[tuple, list[GroupSummary]] = defaultdict(list)
-    for g in summary.groups:
+    for g in groups:
         if _usable(g) and g.family is not None and g.k is not None:
             buckets[(*_load(g), g.family)].append(g)
     out: list[KSweep] = []
-    for key, groups in buckets.items():
-        if len(groups) < 2:
+    for key, ks in buckets.items():
+        if len(ks) < 2:
             continue
-        points = sorted(groups, key=lambda g: g.k or 0)
+        points = sorted(ks, key=lambda g: g.k or 0)
         g0 = points[0]
         out.append(
             KSweep(

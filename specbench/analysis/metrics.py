@@ -18,14 +18,17 @@ Definitions (see DESIGN.md):
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from specbench import stats
 from specbench.analysis import step_time
 from specbench.config.plan import Cell
-from specbench.results.parts import CounterCheck
+from specbench.config.stop_rule import StopRecord
+from specbench.config.suite import TargetSpec
+from specbench.results.parts import CounterCheck, CrossCheckRow
 from specbench.results.records import CellRecord, RequestRecord, SpecCounters
 from specbench.results.summary import CellStatusLine, GroupSummary, RunSummary
 from specbench.stats import Estimate
@@ -241,12 +244,51 @@ def summarize(
     references: Sequence[dict] = (),
     scores: dict[tuple[str, str, int], dict] | None = None,
 ) -> RunSummary:
+    """Every group's metrics (:func:`summarize_groups`) as a summary with nothing else in it."""
+    return RunSummary(run_id=run_id, suite_name=suite_name,
+                      groups=summarize_groups(cells, cell_records, requests, references, scores))
+
+
+def _stopped_cell(gcells: Sequence[Cell], lines: Sequence[CellStatusLine]) -> tuple[Cell, StopRecord] | None:
+    """The group's one cell when it stopped early on a metric it could measure.
+
+    Repeats pool several cells: their bootstrap stays (each cell's own interval is in its stop
+    record); a cell that could not measure the rule's metric ran a fixed number of prompts."""
+    if len(gcells) != 1 or len(lines) != 1:
+        return None
+    line = lines[0]
+    if line.stop is None or line.status != "ok" or line.stop.estimate is None:
+        return None
+    return gcells[0], line.stop
+
+
+def summarize_groups(
+    cells: Sequence[Cell],
+    cell_records: Iterable[CellRecord],
+    requests: Iterable[RequestRecord],
+    references: Sequence[dict] = (),
+    scores: dict[tuple[str, str, int], dict] | None = None,
+    *,
+    prompt_references: Mapping[str, str | None] | None = None,
+    equivalence: Mapping[str, dict[str, Any]] | None = None,
+    scoring_notes: Mapping[str, str] | None = None,
+) -> list[GroupSummary]:
     """Every group's metrics, from the plan's cells and the raw records.
 
     ``scores`` (from :mod:`specbench.scoring.apply`) adds task accuracy per
     group and its paired difference from the baseline group.
+
+    A group whose one cell stopped early (a stop rule) reports τ, speedup, TPOT (and, for an
+    accuracy rule, strict accuracy) with the confidence sequence it stopped on, chosen here
+    where each metric is computed: a bootstrap interval re-checked after every block would
+    cover less than it claims. ``prompt_references`` (prompt id → reference answer) scores
+    such a cell's accuracy. ``equivalence`` (group id → lossless checks) and ``scoring_notes``
+    (dataset → why it was not scored) are copied onto their groups.
     """
+    from specbench.analysis.early_stopping import stopped_interval
+
     scores = scores or {}
+    refs = prompt_references or {}
     latest = latest_cell_records(cell_records)
     reqs = unique_requests(requests)
     by_cell: dict[str, list[RequestRecord]] = defaultdict(list)
@@ -258,6 +300,8 @@ def summarize(
 
     summaries: dict[str, GroupSummary] = {}
     group_requests = requests_by_group(cells, latest, reqs)
+    baseline_of = {(c.baseline_group_key, c.repeat): c.cell_id for c in cells if c.method_kind == "baseline"}
+    stopped_metric: dict[str, Callable[[str, Estimate], Estimate]] = {}
     for gid, gcells in groups.items():
         c0 = gcells[0]
         lines = []
@@ -277,6 +321,16 @@ def summarize(
             )
         ok_cells = [c for c in gcells if (latest.get(c.cell_id) and latest[c.cell_id].status == "ok")]
         greqs = group_requests[gid]
+        stopped = _stopped_cell(gcells, lines)
+        if stopped is not None:
+            cell, stop = stopped
+            paired = by_cell.get(baseline_of.get((cell.baseline_group_key, cell.repeat), ""), [])
+
+            def chosen(metric: str, computed: Estimate, _stop: StopRecord = stop, _cell: Cell = cell,
+                       _paired: list[RequestRecord] = paired) -> Estimate:
+                cs = stopped_interval(_stop, by_cell.get(_cell.cell_id, []), _paired, refs, metric)
+                return cs if cs is not None else computed
+            stopped_metric[gid] = chosen
         g = GroupSummary(
             group_id=gid,
             target=c0.target,
@@ -294,12 +348,15 @@ def summarize(
             n_requests=len(greqs),
             n_errors=sum(1 for r in greqs if r.error is not None),
             output_tokens=sum(r.num_output_tokens for r in greqs if r.error is None),
+            equivalence=(equivalence or {}).get(gid),
+            scoring_note=(scoring_notes or {}).get(c0.dataset),
         )
+        chosen = stopped_metric.get(gid, _computed)
         counters = sum_counters(latest[c.cell_id].counters for c in ok_cells)
         if counters is not None and c0.method_kind != "baseline":
             g.counters = counters
             acc = acceptance(counters, greqs, c0.k)
-            g.tau = acc["tau"]
+            g.tau = chosen("tau", acc["tau"])
             g.tau_per_request = acc["tau_per_request"]
             g.per_position = acc["per_position"]
             g.draft_acceptance_rate = acc["draft_acceptance_rate"]
@@ -308,7 +365,7 @@ def summarize(
             sp = speed(greqs)
             for key, val in sp.items():
                 setattr(g, key, val)
-            g.tpot_s = step_time.tpot(greqs)
+            g.tpot_s = chosen("tpot", step_time.tpot(greqs))
             g.step_time_s = step_time.step_time(greqs, speculative=c0.method_kind != "baseline")
             walls = [latest[c.cell_id].wall_time_s for c in ok_cells]
             if all(w for w in walls):
@@ -320,6 +377,13 @@ def summarize(
                     value=per_rep[0], n=1
                 )
         g.accuracy = {m: est for m, est in group_accuracy(greqs, scores).items()}
+        stopped = _stopped_cell(gcells, lines)
+        if stopped is not None and stopped[1].rule.metric == "accuracy" and "strict" in g.accuracy:
+            cell, stop = stopped
+            paired = by_cell.get(baseline_of.get((cell.baseline_group_key, cell.repeat), ""), [])
+            cs = stopped_interval(stop, by_cell.get(cell.cell_id, []), paired, refs)
+            if cs is not None:
+                g.accuracy["strict"] = cs
         for ref in references:
             if (
                 ref.get("target") == g.target
@@ -345,17 +409,22 @@ def summarize(
         if bid is None:
             continue
         base = group_requests[bid]
-        g.speedup = paired_speedup(group_requests[gid], base)
+        g.speedup = stopped_metric.get(gid, _computed)("speedup", paired_speedup(group_requests[gid], base))
         g.accuracy_delta = accuracy_delta(group_requests[gid], base, scores)
         if g.temperature == 0:
             g.greedy_match = greedy_match(group_requests[gid], base)
-    return RunSummary(run_id=run_id, suite_name=suite_name, groups=list(summaries.values()))
+    return list(summaries.values())
 
 
-def counter_checks(summary: RunSummary) -> list[CounterCheck]:
+def _computed(metric: str, computed: Estimate) -> Estimate:
+    """A metric's estimate when its group did not stop early: the one computed."""
+    return computed
+
+
+def counter_checks(groups: Sequence[GroupSummary]) -> list[CounterCheck]:
     """Internal-consistency checks on every group's counters (see DESIGN.md)."""
     out = []
-    for g in summary.groups:
+    for g in groups:
         c = g.counters
         if c is None or c.num_drafts == 0:
             continue
@@ -372,8 +441,10 @@ def counter_checks(summary: RunSummary) -> list[CounterCheck]:
 
 
 def cross_check(
-    summary: RunSummary, targets: Sequence[dict], draft_attention: dict[tuple[str, str], dict] | None = None
-) -> list[dict]:
+    groups: Sequence[GroupSummary],
+    targets: Sequence[TargetSpec],
+    draft_attention: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
+) -> list[CrossCheckRow]:
     """Reference-simulator τ next to vLLM τ for the same model, method, K and prompts.
 
     Targets are paired when they name the same ``model`` (and, for
@@ -390,18 +461,14 @@ def cross_check(
     holds whether or not this drafter's τ shows it (``flag`` stays the τ test).
     """
     draft_attention = draft_attention or {}
-    engine_of = {t["name"]: t.get("engine", "vllm-offline") for t in targets}
-    model_of = {t["name"]: (t.get("model"), t.get("assets")) for t in targets}
-    speculator_of = {
-        (t["name"], m.get("name") or m.get("method")): m.get("speculator")
-        for t in targets
-        for m in t.get("methods", [])
-    }
+    engine_of = {t.name: t.engine for t in targets}
+    model_of = {t.name: (t.model, t.assets) for t in targets}
+    speculator_of = {(t.name, m.label): m.speculator for t in targets for m in t.methods}
     out = []
-    refs = [g for g in summary.groups if engine_of.get(g.target) == "reference" and g.tau is not None]
+    refs = [g for g in groups if engine_of.get(g.target) == "reference" and g.tau is not None]
     for r in refs:
         assert r.tau is not None
-        for g in summary.groups:
+        for g in groups:
             if (
                 engine_of.get(g.target) == "reference"
                 or model_of.get(g.target) != model_of.get(r.target)
@@ -418,19 +485,19 @@ def cross_check(
             if mismatch:
                 notes.append(mismatch + ("" if gap else "; τ agrees within its intervals on these prompts"))
             out.append(
-                {
-                    "method": g.method,
-                    "method_kind": g.method_kind,
-                    "k": g.k,
-                    "dataset": g.dataset,
-                    "vllm_group": g.group_id,
-                    "reference_group": r.group_id,
-                    "vllm_tau": g.tau.model_dump(),
-                    "reference_tau": r.tau.model_dump(),
-                    "target": f"{g.target} vs {r.target}",
-                    "flag": gap,
-                    "config_mismatch": mismatch,
-                    "note": "; ".join(notes),
-                }
+                CrossCheckRow(
+                    method=g.method,
+                    method_kind=g.method_kind,
+                    k=g.k,
+                    dataset=g.dataset,
+                    vllm_group=g.group_id,
+                    reference_group=r.group_id,
+                    vllm_tau=g.tau,
+                    reference_tau=r.tau,
+                    target=f"{g.target} vs {r.target}",
+                    flag=gap,
+                    config_mismatch=mismatch,
+                    note="; ".join(notes),
+                )
             )
     return out

@@ -67,9 +67,9 @@ def run():
         reqs += rs
     summary = metrics.summarize("r", "s", cells, crs, reqs)
     greqs = metrics.requests_by_group(cells, metrics.latest_cell_records(crs), metrics.unique_requests(reqs))
-    summary.headline = comparison.headline(summary, greqs, {"t": "eagle3"}, [
+    summary.headline = comparison.headline(summary.groups, greqs, {"t": "eagle3"}, [
         {"target": "t", "method": "dflash", "metric": "speedup_ratio", "value": 1.1, "high": 1.3, "source": "paper"}])
-    summary.k_sweeps = comparison.k_sweeps(summary, greqs)
+    summary.k_sweeps = comparison.k_sweeps(summary.groups, greqs)
     return summary, greqs
 
 

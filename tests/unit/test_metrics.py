@@ -74,7 +74,7 @@ def test_summarize_groups_baseline_and_checks():
     assert g.greedy_match.value == 1.0
     assert s.group(cs.group_id).status == "skipped" and s.group(cs.group_id).reasons == ["GPU only"]
     assert s.group(cb.group_id).tau is None
-    checks = counter_checks(s)
+    checks = counter_checks(s.groups)
     assert checks and all(c["ok"] for c in checks)
 
 
@@ -86,22 +86,28 @@ def test_counter_checks_catch_inconsistency():
         [CellRecord(run_id="r", cell_id=cm.cell_id, engine_key="e", status="ok", counters=bad, wall_time_s=1)],
         [req(cm.cell_id, "a", [1], 1.0)],
     )
-    failed = {c["check"] for c in counter_checks(s) if not c["ok"]}
+    failed = {c["check"] for c in counter_checks(s.groups) if not c["ok"]}
     assert failed == {"accepted <= draft tokens", "per-position sum = accepted", "1 <= tau <= K+1"}
 
 
 def test_cross_check_flags_non_overlapping_tau():
     from specbench.analysis.metrics import cross_check
-    from specbench.results.summary import RunSummary
 
     def grp(target, lo, hi):
         return tau_group(target, "eagle3", (lo + hi) / 2, kind="eagle3", half=(hi - lo) / 2)
 
-    targets = [{"name": "v", "model": "tiny"}, {"name": "ref", "model": "tiny", "engine": "reference"}]
-    agree = cross_check(RunSummary(run_id="r", suite_name="s", groups=[grp("v", 2.0, 2.4), grp("ref", 2.2, 2.6)]), targets)
-    assert len(agree) == 1 and agree[0]["flag"] is False
-    flagged = cross_check(RunSummary(run_id="r", suite_name="s", groups=[grp("v", 1.5, 1.8), grp("ref", 2.2, 2.6)]), targets)
-    assert flagged[0]["flag"] is True and "mismatch" in flagged[0]["note"]
+    targets = target_specs([{"name": "v", "model": "tiny"}, {"name": "ref", "model": "tiny", "engine": "reference"}])
+    agree = cross_check([grp("v", 2.0, 2.4), grp("ref", 2.2, 2.6)], targets)
+    assert len(agree) == 1 and agree[0].flag is False
+    flagged = cross_check([grp("v", 1.5, 1.8), grp("ref", 2.2, 2.6)], targets)
+    assert flagged[0].flag is True and "mismatch" in flagged[0].note
+
+
+def target_specs(targets: list[dict]) -> list:
+    """Suite targets from their YAML dicts (one eagle3 method where none is given)."""
+    from specbench.config.suite import TargetSpec
+
+    return [TargetSpec.model_validate({"methods": [{"method": "eagle3"}], **t}) for t in targets]
 
 
 def test_unique_requests_prefers_a_successful_retry():
@@ -126,19 +132,19 @@ def tau_group(target: str, method: str, v: float, kind: str = "dflash", half: fl
 
 def test_cross_check_pairs_by_checkpoint_and_assets():
     from specbench.analysis.metrics import cross_check
-    from specbench.results.summary import RunSummary
 
     grp = tau_group
 
     methods = [{"name": "a", "method": "dflash", "speculator": "tiny:dflash"},
                {"name": "b", "method": "dflash", "speculator": "/ckpt/flipped"}]
-    targets = [{"name": "v", "model": "tiny", "assets": "trained", "methods": methods},
-               {"name": "ref", "model": "tiny", "assets": "trained", "engine": "reference", "methods": methods},
-               {"name": "ref-quick", "model": "tiny", "assets": "quick", "engine": "reference", "methods": methods}]
+    targets = target_specs([
+        {"name": "v", "model": "tiny", "assets": "trained", "methods": methods},
+        {"name": "ref", "model": "tiny", "assets": "trained", "engine": "reference", "methods": methods},
+        {"name": "ref-quick", "model": "tiny", "assets": "quick", "engine": "reference", "methods": methods}])
     groups = [grp("v", "a", 2.0), grp("v", "b", 1.5), grp("ref", "a", 2.0), grp("ref", "b", 2.0),
               grp("ref-quick", "a", 1.0)]
-    rows = cross_check(RunSummary(run_id="r", suite_name="s", groups=groups), targets)
-    assert sorted((r["vllm_group"], r["reference_group"], r["flag"]) for r in rows) == [
+    rows = cross_check(groups, targets)
+    assert sorted((r.vllm_group, r.reference_group, r.flag) for r in rows) == [
         ("v/a/d/T0/b1", "ref/a/d/T0/b1", False),
         ("v/b/d/T0/b1", "ref/b/d/T0/b1", True),
     ]
@@ -147,14 +153,13 @@ def test_cross_check_pairs_by_checkpoint_and_assets():
 def test_cross_check_reports_a_served_attention_mismatch_beside_the_tau_test():
     """The config fact is reported whether or not τ shows it; ``flag`` stays the τ test."""
     from specbench.analysis.metrics import cross_check
-    from specbench.results.summary import RunSummary
 
     grp = tau_group
     methods = [{"name": "same", "method": "dflash", "speculator": "/ckpt/causal"},
                {"name": "drop", "method": "dflash", "speculator": "/ckpt/causal2"},
                {"name": "ok", "method": "dflash", "speculator": "/ckpt/ok"}]
-    targets = [{"name": "v", "model": "tiny", "methods": methods},
-               {"name": "ref", "model": "tiny", "engine": "reference", "methods": methods}]
+    targets = target_specs([{"name": "v", "model": "tiny", "methods": methods},
+                            {"name": "ref", "model": "tiny", "engine": "reference", "methods": methods}])
     groups = [grp("v", "same", 2.0), grp("ref", "same", 2.0), grp("v", "drop", 1.5), grp("ref", "drop", 2.0),
               grp("v", "ok", 2.0), grp("ref", "ok", 2.0)]
     why = "vLLM serves causal draft blocks (…) but the drafter was trained with non-causal blocks"
@@ -162,10 +167,9 @@ def test_cross_check_reports_a_served_attention_mismatch_beside_the_tau_test():
                  for m in ("same", "drop")}
     attention[("v", "ok")] = {"served": "non-causal", "trained": "non-causal", "mismatch": False, "why": ""}
     attention[("ref", "same")] = attention[("v", "same")]  # the reference side is never read
-    rows = {r["method"]: r for r in cross_check(RunSummary(run_id="r", suite_name="s", groups=groups), targets,
-                                                attention)}
-    assert (rows["same"]["flag"], rows["drop"]["flag"], rows["ok"]["flag"]) == (False, True, False)
-    assert rows["same"]["config_mismatch"] == why and rows["drop"]["config_mismatch"] == why
-    assert rows["ok"]["config_mismatch"] is None and rows["ok"]["note"] == ""
-    assert "τ agrees" in rows["same"]["note"] and "engine bug" in rows["drop"]["note"]
-    assert cross_check(RunSummary(run_id="r", suite_name="s", groups=groups), targets)[0]["config_mismatch"] is None
+    rows = {r.method: r for r in cross_check(groups, targets, attention)}
+    assert (rows["same"].flag, rows["drop"].flag, rows["ok"].flag) == (False, True, False)
+    assert rows["same"].config_mismatch == why and rows["drop"].config_mismatch == why
+    assert rows["ok"].config_mismatch is None and rows["ok"].note == ""
+    assert "τ agrees" in rows["same"].note and "engine bug" in rows["drop"].note
+    assert cross_check(groups, targets)[0].config_mismatch is None

@@ -237,8 +237,10 @@ def test_speedup_vs_request_rate_table() -> None:
 
 
 def test_rate_rows_reach_the_summary_and_the_report(tmp_path) -> None:
-    """api._serving on hand-built records: cell rows carry the rate, the report shows a rate table."""
-    from specbench.api import _serving
+    """serving_rows on hand-built records: cell rows carry the rate, the report shows a rate table."""
+    from specbench.analysis.metrics import latest_cell_records, unique_requests
+    from specbench.analysis.pipeline import serving_rows
+    from specbench.results.parts import ServingCellRow, ServingSpeedupRow
     from specbench.report.document import Table
     from specbench.report.markdown import build_report, render_markdown
     from specbench.results.records import CellRecord
@@ -251,17 +253,16 @@ def test_rate_rows_reach_the_summary_and_the_report(tmp_path) -> None:
     records = _records_for(cells, slow)
     cell_recs = [CellRecord(run_id="r", cell_id=c.cell_id, engine_key=c.engine_key, status="ok", wall_time_s=2.0)
                  for c in cells]
-    manifest = {"suite": {"targets": [{"name": "t", "engine": "vllm-server"}]}}
-    rows = _serving(manifest, cells, records, cell_recs)
-    cell_rows = {r["cell_id"]: r for r in rows if r.get("kind") == "cell"}
+    rows = serving_rows({"t"}, cells, unique_requests(records), latest_cell_records(cell_recs))
+    cell_rows = {r.cell_id: r for r in rows if isinstance(r, ServingCellRow)}
     r8 = cell_rows["t/eagle3/d/T0/rate8/r0"]
-    assert r8["request_rate"] == 8.0 and r8["concurrency"] is None and r8["max_concurrency"] == 4
-    assert cell_rows["t/eagle3/d/T0/b2/r0"]["concurrency"] == 2
-    assert cell_rows["t/eagle3/d/T0/b2/r0"]["request_rate"] is None
-    sp = [r for r in rows if "metric" in r]
-    assert {(r["concurrency"], r["request_rate"]) for r in sp} == {(2, None), (None, 1.0), (None, 8.0)}
+    assert r8.request_rate == 8.0 and r8.concurrency is None and r8.max_concurrency == 4
+    assert cell_rows["t/eagle3/d/T0/b2/r0"].concurrency == 2
+    assert cell_rows["t/eagle3/d/T0/b2/r0"].request_rate is None
+    sp = [r for r in rows if isinstance(r, ServingSpeedupRow)]
+    assert {(r.concurrency, r.request_rate) for r in sp} == {(2, None), (None, 1.0), (None, 8.0)}
 
-    summary = RunSummary(run_id="r", suite_name="s", groups=[], extra={"serving": rows})
+    summary = RunSummary(run_id="r", suite_name="s", groups=[], extra={"serving": [r.model_dump() for r in rows]})
     text = render_markdown(summary, {})
     assert "Speedup over the baseline by concurrency (95% intervals):" in text
     assert "Speedup over the baseline by request rate (Poisson arrivals) (95% intervals):" in text

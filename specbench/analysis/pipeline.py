@@ -1,0 +1,115 @@
+"""The analysis pipeline: a run's records in, its complete :class:`RunSummary` out (pure).
+
+:func:`summarize_run` is the one place a summary is made: every group's metrics
+(:func:`specbench.analysis.metrics.summarize_groups`, where an early-stopped group's
+intervals are chosen too), the counter checks, the headline and K sweeps
+(:mod:`specbench.analysis.method_comparison`), the serving rows
+(:mod:`specbench.analysis.serving_metrics`), the reference-simulator cross-check,
+and the inputs computed elsewhere (task scores, equivalence results) copied onto
+their groups. Nothing edits the summary after it is returned. Reading the run
+directory, scoring and the equivalence tests are the caller's
+(:func:`specbench.api.analyze`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+from specbench.analysis import metrics
+from specbench.analysis.method_comparison import headline, k_sweeps
+from specbench.analysis.serving_metrics import group_records, speedups_vs_load, summarize_cell
+from specbench.config.plan import Cell
+from specbench.config.suite import Suite, reference_method
+from specbench.results.parts import ServingCellRow, ServingSpeedupRow, SummaryExtra
+from specbench.results.records import CellRecord, RequestRecord
+from specbench.results.summary import RunSummary
+
+Scores = Mapping[tuple[str, str, int], dict]  # (cell id, prompt id, sample index) → metric → score
+
+
+def summarize_run(
+    manifest: Mapping[str, Any],
+    cells: Sequence[Cell],
+    cell_records: Sequence[CellRecord],
+    requests: Sequence[RequestRecord],
+    *,
+    scores: Scores | None = None,
+    scoring_notes: Sequence[str] = (),
+    equivalence: Mapping[str, dict[str, Any]] | None = None,
+    prompt_references: Mapping[str, str | None] | None = None,
+    torn_lines: Sequence[str] = (),
+) -> RunSummary:
+    """The run's summary (``summary.json``) from its manifest, the plan's cells and the raw records.
+
+    ``scores``: task scores (:func:`specbench.scoring.apply.score_requests`) and ``scoring_notes``
+    (why some were not scored); ``equivalence``: group id → its lossless checks
+    (:func:`specbench.execution.teacher_forcing.equivalence_summaries`); ``prompt_references``:
+    prompt id → reference answer (an early-stopped cell's accuracy); ``torn_lines``: the torn last
+    lines of interrupted writes that reading the records dropped.
+    """
+    suite = Suite.model_validate(manifest["suite"])
+    references = list(manifest["suite"].get("references", []))
+    humaneval_note = next((n for n in scoring_notes if "HumanEval" in n), None)
+    groups = metrics.summarize_groups(
+        cells, cell_records, requests, references, dict(scores or {}),
+        prompt_references=prompt_references,
+        equivalence=equivalence,
+        scoring_notes={d.name: humaneval_note for d in suite.datasets if d.kind == "humaneval" and humaneval_note},
+    )
+    latest = metrics.latest_cell_records(cell_records)
+    unique = metrics.unique_requests(requests)
+    greqs = metrics.requests_by_group(cells, latest, unique)
+    reference_of = {t.name: ref for t in suite.targets if (ref := reference_method(suite, t)) is not None}
+    return RunSummary(
+        run_id=manifest["run_id"],
+        suite_name=manifest["suite_name"],
+        groups=groups,
+        checks=metrics.counter_checks(groups),
+        headline=headline(groups, greqs, reference_of, references),
+        k_sweeps=k_sweeps(groups, greqs),
+        extra=SummaryExtra(
+            serving=serving_rows({t.name for t in suite.targets if t.engine == "vllm-server"}, cells, unique, latest),
+            cross_check=metrics.cross_check(groups, suite.targets, draft_attention(manifest, cells)),
+            scoring_notes=list(scoring_notes),
+            torn_lines=list(torn_lines),
+        ),
+    )
+
+
+def draft_attention(manifest: Mapping[str, Any], cells: Sequence[Cell]) -> dict[tuple[str, str], dict]:
+    """(target, method) → how vLLM served its DFlash draft block vs how it was trained."""
+    by_engine = {e.get("key"): e.get("draft_attention") for e in manifest.get("engines") or []}
+    return {(c.target, c.method): by_engine[c.engine_key] for c in cells if by_engine.get(c.engine_key)}
+
+
+def serving_rows(
+    server_targets: Collection[str], cells: Sequence[Cell], unique: Sequence[RequestRecord],
+    latest: Mapping[str, CellRecord],
+) -> list[ServingCellRow | ServingSpeedupRow]:
+    """Per-cell latency percentiles and speedup vs load (concurrency or request rate) for the cells
+    of server targets (``unique``: :func:`~specbench.analysis.metrics.unique_requests`; ``latest``:
+    :func:`~specbench.analysis.metrics.latest_cell_records`)."""
+    if not server_targets:
+        return []
+    scells = [c for c in cells if c.target in server_targets]
+    ok_ids = {c.cell_id for c in scells if latest.get(c.cell_id) and latest[c.cell_id].status == "ok"}
+    reqs = [r for r in unique if r.cell_id in ok_ids]
+    rows: list[ServingCellRow | ServingSpeedupRow] = []
+    for (target, dataset, temp), by_load in group_records(reqs, scells).items():
+        for sp in speedups_vs_load(by_load):
+            rows.append(ServingSpeedupRow(target=target, dataset=dataset, temperature=temp,
+                                          **sp.model_dump(mode="json")))
+    for c in scells:
+        if c.cell_id in ok_ids:
+            cr = latest[c.cell_id]
+            cs = summarize_cell(
+                [r for r in reqs if r.cell_id == c.cell_id], cr.wall_time_s, counters=cr.counters,
+                cell_id=c.cell_id, method=c.method,
+                concurrency=c.batch_size if c.request_rate is None else None,
+                request_rate=c.request_rate,
+                max_concurrency=(c.batch_size or None) if c.request_rate is not None else None,
+            )
+            rows.append(ServingCellRow(target=c.target, dataset=c.dataset, temperature=c.temperature,
+                                       **cs.model_dump(mode="json")))
+    return rows
