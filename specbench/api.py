@@ -11,8 +11,9 @@ import datetime as dt
 import json
 import shlex
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import ValidationError
 
@@ -30,6 +31,10 @@ from specbench.results import rundir
 from specbench.results.migrations import MANIFEST_SCHEMA_VERSION, hardware_class
 from specbench.results.summary import RunSummary
 from specbench.settings import settings
+
+if TYPE_CHECKING:
+    from specbench.regression.history import AddResult, RunInfo
+    from specbench.zoo.assets import TinyAssets
 
 
 def validate(paths: list[Path]) -> list[str]:
@@ -431,3 +436,106 @@ def report(run_dir: Path, out_dir: Path | None = None, *, timeline: Timeline | N
         mode="json")
     rundir.write_json(run_dir / rundir.MANIFEST, manifest)
     return paths
+
+
+# ---------------------------------------------------------------------------
+# across runs: compare, gate, history, trend; the tiny zoo
+
+
+class InputError(ValueError):
+    """Bad input to a command that reads stored runs, rules or the history (the CLI exits 2 with it)."""
+
+
+class GateReport(NamedTuple):
+    markdown: str
+    exit_code: int  # 0 pass, 1 regression, 2 bad input, 3 nothing measured / run errors
+
+
+def compare(base_run: Path, new_run: Path, *, speed_noise_floor_pct: float | None = None) -> str:
+    """Each metric of the groups two runs share, base → new, as Markdown (see
+    :func:`specbench.regression.run_diff.compare_runs` for the tests)."""
+    from specbench.regression.run_diff import compare_runs, render_comparison_markdown
+
+    try:
+        base, new = load_summary(base_run), load_summary(new_run)
+    except rundir.StoreError as exc:
+        raise InputError(str(exc)) from exc
+    return render_comparison_markdown(compare_runs(base, new, speed_noise_floor_pct=speed_noise_floor_pct))
+
+
+def gate(new_run: Path, baseline: str, *, rules: Path | None = None, db: str | None = None) -> GateReport:
+    """The CI regression gate of ``new_run`` against ``baseline``: a stored run directory, a JSON of
+    expected values, or ``history[:N]`` (the median of the suite's last N runs on this hardware
+    class in the history ``db``)."""
+    from specbench.regression.gate import (
+        GateConfigError,
+        evaluate_gate,
+        load_baseline,
+        load_rules,
+        render_gate,
+    )
+    from specbench.regression.gate_history import evaluate_history_gate, history_window
+    from specbench.regression.history import History, HistoryError
+
+    window = history_window(baseline)
+    try:
+        rule_set = load_rules(rules)
+        new = load_summary(new_run)
+        if window is None:
+            result = evaluate_gate(new, load_baseline(Path(baseline)), rule_set)
+        else:
+            with History(db) as hist:
+                result = evaluate_history_gate(new, rundir.load_manifest(new_run), hist, window, rule_set)
+    except (GateConfigError, HistoryError, rundir.StoreError, FileNotFoundError, ValueError) as exc:
+        raise InputError(str(exc)) from exc
+    return GateReport(render_gate(result), result.exit_code)
+
+
+def history_add(run_dirs: list[Path], db: str | None = None) -> Iterator[AddResult]:
+    """Store runs' metrics and context in the history, one result per run as it is stored (a run
+    without ``summary.json`` is analyzed first; a stored run is left unchanged)."""
+    from specbench.regression.history import History, HistoryError
+
+    try:
+        with History(db) as hist:
+            for d in run_dirs:
+                if not (Path(d) / rundir.SUMMARY).exists():
+                    analyze(d)  # a run without its summary yet: rebuild it from the records
+                yield hist.add_run(d)
+    except (HistoryError, rundir.StoreError, ValueError) as exc:
+        raise InputError(str(exc)) from exc
+
+
+def history_runs(suite: str | None = None, db: str | None = None) -> list[RunInfo]:
+    """The stored runs (of ``suite``), oldest first."""
+    from specbench.regression.history import History, HistoryError
+
+    try:
+        with History(db) as hist:
+            return hist.runs(suite=suite)
+    except HistoryError as exc:
+        raise InputError(str(exc)) from exc
+
+
+def trend(out: Path, suite: str | None = None, db: str | None = None) -> dict[str, dict[str, Path]]:
+    """Write every metric of every group over the stored runs, one Markdown and HTML page per suite
+    (and hardware class): {page name: {"markdown": path, "html": path}}."""
+    from specbench.regression.history import History, HistoryError
+    from specbench.report.trend import write_trend
+
+    try:
+        with History(db) as hist:
+            pages = write_trend(hist, out, suite)
+    except HistoryError as exc:
+        raise InputError(str(exc)) from exc
+    if not pages:
+        raise InputError(f"no stored runs{f' of suite {suite!r}' if suite else ''}: add some with `specbench history add`")
+    return pages
+
+
+def assets(cache_dir: Path | None = None, *, train: bool = False, quick: bool = False) -> TinyAssets:
+    """The tiny local target and speculators, built (``train``: trained; ``quick``: for seconds) or
+    found in the cache."""
+    from specbench.zoo.assets import ensure_assets
+
+    return ensure_assets(cache_dir, train=train or quick, quick=quick)

@@ -307,13 +307,10 @@ def compare(
     step_summary: StepSummary = True,
 ) -> None:
     """Match the two runs' cells and show each metric's change, with intervals."""
-    from specbench.regression.run_diff import compare_runs, render_comparison_markdown
-
     try:
-        base, new = api.load_summary(base_run), api.load_summary(new_run)
-    except api.rundir.StoreError as exc:
+        text = api.compare(base_run, new_run, speed_noise_floor_pct=speed_noise_floor_pct)
+    except api.InputError as exc:
         _bad_input([str(exc)])
-    text = render_comparison_markdown(compare_runs(base, new, speed_noise_floor_pct=speed_noise_floor_pct))
     typer.echo(text)  # raw Markdown: no wrapping
     _step_summary(text, step_summary)
 
@@ -329,30 +326,12 @@ def gate(
     step_summary: StepSummary = True,
 ) -> None:
     """CI regression gate. Exit 0 pass, 1 regression, 2 bad input/config, 3 nothing measured / run errors."""
-    from specbench.regression.gate import (
-        GateConfigError,
-        evaluate_gate,
-        load_baseline,
-        load_rules,
-        render_gate,
-    )
-    from specbench.regression.gate_history import evaluate_history_gate, history_window
-    from specbench.regression.history import History, HistoryError
-
-    window = history_window(baseline)
     try:
-        rule_set = load_rules(rules)
-        new = api.load_summary(new_run)
-        if window is None:
-            result = evaluate_gate(new, load_baseline(Path(baseline)), rule_set)
-        else:
-            with History(db) as hist:
-                result = evaluate_history_gate(new, api.rundir.load_manifest(new_run), hist, window, rule_set)
-    except (GateConfigError, HistoryError, api.rundir.StoreError, FileNotFoundError, ValueError) as exc:
+        result = api.gate(new_run, baseline, rules=rules, db=db)
+    except api.InputError as exc:
         _bad_input([str(exc)])
-    text = render_gate(result)
-    typer.echo(text)  # raw Markdown: no wrapping
-    _step_summary(text, step_summary)
+    typer.echo(result.markdown)  # raw Markdown: no wrapping
+    _step_summary(result.markdown, step_summary)
     raise typer.Exit(result.exit_code)
 
 
@@ -367,18 +346,12 @@ def history_add(
     db: DbOption = None,
 ) -> None:
     """Store runs' metrics and context (analyzing a run without summary.json); a stored run is left unchanged."""
-    from specbench.regression.history import History, HistoryError
-
     try:
-        with History(db) as hist:
-            for d in run_dirs:
-                if not (Path(d) / api.rundir.SUMMARY).exists():
-                    api.analyze(d)  # a run without its summary yet: rebuild it from the records
-                r = hist.add_run(d)
-                console.print(f"{'added' if r.added else 'already stored'} {r.run_id}"
-                              + (f" ({r.n_groups} groups, {r.n_metrics} metrics)" if r.added else ""),
-                              highlight=False)
-    except (HistoryError, api.rundir.StoreError, ValueError) as exc:
+        for r in api.history_add(run_dirs, db):
+            console.print(f"{'added' if r.added else 'already stored'} {r.run_id}"
+                          + (f" ({r.n_groups} groups, {r.n_metrics} metrics)" if r.added else ""),
+                          highlight=False)
+    except api.InputError as exc:
         _bad_input([str(exc)])
 
 
@@ -386,12 +359,9 @@ def history_add(
 def history_list(suite: Annotated[str | None, typer.Option(help="only this suite")] = None,
                  db: DbOption = None) -> None:
     """The stored runs, oldest first."""
-    from specbench.regression.history import History, HistoryError
-
     try:
-        with History(db) as hist:
-            runs = hist.runs(suite=suite)
-    except HistoryError as exc:
+        runs = api.history_runs(suite, db)
+    except api.InputError as exc:
         _bad_input([str(exc)])
     t = Table("run", "suite", "date", "commit", "hardware class")
     for r in runs:
@@ -406,16 +376,10 @@ def trend(
     db: DbOption = None,
 ) -> None:
     """Every metric of every group over the stored runs: Markdown and HTML with figures, per suite."""
-    from specbench.regression.history import History, HistoryError
-    from specbench.report.trend import write_trend
-
     try:
-        with History(db) as hist:
-            pages = write_trend(hist, out, suite)
-    except HistoryError as exc:
+        pages = api.trend(out, suite, db)
+    except api.InputError as exc:
         _bad_input([str(exc)])
-    if not pages:
-        _bad_input([f"no stored runs{f' of suite {suite!r}' if suite else ''}: add some with `specbench history add`"])
     for name, paths in pages.items():
         console.print(f"{name}: {paths['html']} {paths['markdown']}", highlight=False)
 
@@ -427,9 +391,7 @@ def assets(
     cache_dir: Annotated[Path | None, typer.Option(help="cache directory")] = None,
 ) -> None:
     """Build (or find in the cache) the tiny local target and speculators."""
-    from specbench.zoo.assets import ensure_assets
-
-    a = ensure_assets(cache_dir, train=train or quick, quick=quick)
+    a = api.assets(cache_dir, train=train, quick=quick)
     console.print(f"target: {a.target}")
     for k, v in a.speculators.items():
         console.print(f"{k}: {v}")

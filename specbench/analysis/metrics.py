@@ -18,8 +18,8 @@ Definitions (see DESIGN.md):
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -33,6 +33,7 @@ from specbench.results.records import CellRecord, RequestRecord, SpecCounters
 from specbench.results.summary import CellStatusLine, GroupSummary, RunSummary
 from specbench.stats import Estimate
 
+E = TypeVar("E", Estimate, Estimate | None)
 PairKey = tuple[str, int, int]  # prompt_id, sample_index, repeat
 
 
@@ -249,17 +250,38 @@ def summarize(
                       groups=summarize_groups(cells, cell_records, requests, references, scores))
 
 
-def _stopped_cell(gcells: Sequence[Cell], lines: Sequence[CellStatusLine]) -> tuple[Cell, StopRecord] | None:
+class _Stopped(NamedTuple):
+    """A group's one cell that stopped early: its stop record, its records and its paired baseline's."""
+
+    stop: StopRecord
+    records: list[RequestRecord]
+    paired: list[RequestRecord]
+
+
+def _stopped_cell(gcells: Sequence[Cell], lines: Sequence[CellStatusLine], by_cell: Mapping[str, list[RequestRecord]],
+                  baseline_of: Mapping[tuple[Any, int], str]) -> _Stopped | None:
     """The group's one cell when it stopped early on a metric it could measure.
 
     Repeats pool several cells: their bootstrap stays (each cell's own interval is in its stop
     record); a cell that could not measure the rule's metric ran a fixed number of prompts."""
     if len(gcells) != 1 or len(lines) != 1:
         return None
-    line = lines[0]
+    line, cell = lines[0], gcells[0]
     if line.stop is None or line.status != "ok" or line.stop.estimate is None:
         return None
-    return gcells[0], line.stop
+    paired = by_cell.get(baseline_of.get((cell.baseline_group_key, cell.repeat), ""), [])
+    return _Stopped(line.stop, by_cell.get(cell.cell_id, []), paired)
+
+
+def _chosen(stopped: _Stopped | None, metric: str, computed: E, refs: Mapping[str, str | None]) -> E | Estimate:
+    """A metric's estimate: the confidence sequence its cell stopped on when it stopped early (and
+    the metric was measured), else the one computed."""
+    from specbench.analysis.early_stopping import stopped_interval
+
+    if stopped is None or computed is None:
+        return computed
+    cs = stopped_interval(stopped.stop, stopped.records, stopped.paired, refs, metric)
+    return cs if cs is not None else computed
 
 
 def summarize_groups(
@@ -285,8 +307,6 @@ def summarize_groups(
     such a cell's accuracy. ``equivalence`` (group id → lossless checks) and ``scoring_notes``
     (dataset → why it was not scored) are copied onto their groups.
     """
-    from specbench.analysis.early_stopping import stopped_interval
-
     scores = scores or {}
     refs = prompt_references or {}
     latest = latest_cell_records(cell_records)
@@ -301,7 +321,7 @@ def summarize_groups(
     summaries: dict[str, GroupSummary] = {}
     group_requests = requests_by_group(cells, latest, reqs)
     baseline_of = {(c.baseline_group_key, c.repeat): c.cell_id for c in cells if c.method_kind == "baseline"}
-    stopped_metric: dict[str, Callable[[str, Estimate], Estimate]] = {}
+    stopped: dict[str, _Stopped | None] = {}
     for gid, gcells in groups.items():
         c0 = gcells[0]
         lines = []
@@ -321,16 +341,7 @@ def summarize_groups(
             )
         ok_cells = [c for c in gcells if (latest.get(c.cell_id) and latest[c.cell_id].status == "ok")]
         greqs = group_requests[gid]
-        stopped = _stopped_cell(gcells, lines)
-        if stopped is not None:
-            cell, stop = stopped
-            paired = by_cell.get(baseline_of.get((cell.baseline_group_key, cell.repeat), ""), [])
-
-            def chosen(metric: str, computed: Estimate, _stop: StopRecord = stop, _cell: Cell = cell,
-                       _paired: list[RequestRecord] = paired) -> Estimate:
-                cs = stopped_interval(_stop, by_cell.get(_cell.cell_id, []), _paired, refs, metric)
-                return cs if cs is not None else computed
-            stopped_metric[gid] = chosen
+        stopped[gid] = _stopped_cell(gcells, lines, by_cell, baseline_of)
         g = GroupSummary(
             group_id=gid,
             target=c0.target,
@@ -351,12 +362,11 @@ def summarize_groups(
             equivalence=(equivalence or {}).get(gid),
             scoring_note=(scoring_notes or {}).get(c0.dataset),
         )
-        chosen = stopped_metric.get(gid, _computed)
         counters = sum_counters(latest[c.cell_id].counters for c in ok_cells)
         if counters is not None and c0.method_kind != "baseline":
             g.counters = counters
             acc = acceptance(counters, greqs, c0.k)
-            g.tau = chosen("tau", acc["tau"])
+            g.tau = _chosen(stopped[gid], "tau", acc["tau"], refs)
             g.tau_per_request = acc["tau_per_request"]
             g.per_position = acc["per_position"]
             g.draft_acceptance_rate = acc["draft_acceptance_rate"]
@@ -365,7 +375,7 @@ def summarize_groups(
             sp = speed(greqs)
             for key, val in sp.items():
                 setattr(g, key, val)
-            g.tpot_s = chosen("tpot", step_time.tpot(greqs))
+            g.tpot_s = _chosen(stopped[gid], "tpot", step_time.tpot(greqs), refs)
             g.step_time_s = step_time.step_time(greqs, speculative=c0.method_kind != "baseline")
             walls = [latest[c.cell_id].wall_time_s for c in ok_cells]
             if all(w for w in walls):
@@ -377,13 +387,9 @@ def summarize_groups(
                     value=per_rep[0], n=1
                 )
         g.accuracy = {m: est for m, est in group_accuracy(greqs, scores).items()}
-        stopped = _stopped_cell(gcells, lines)
-        if stopped is not None and stopped[1].rule.metric == "accuracy" and "strict" in g.accuracy:
-            cell, stop = stopped
-            paired = by_cell.get(baseline_of.get((cell.baseline_group_key, cell.repeat), ""), [])
-            cs = stopped_interval(stop, by_cell.get(cell.cell_id, []), paired, refs)
-            if cs is not None:
-                g.accuracy["strict"] = cs
+        stopped_cell = stopped[gid]
+        if stopped_cell is not None and stopped_cell.stop.rule.metric == "accuracy" and "strict" in g.accuracy:
+            g.accuracy["strict"] = _chosen(stopped_cell, "accuracy", g.accuracy["strict"], refs)
         for ref in references:
             if (
                 ref.get("target") == g.target
@@ -409,16 +415,11 @@ def summarize_groups(
         if bid is None:
             continue
         base = group_requests[bid]
-        g.speedup = stopped_metric.get(gid, _computed)("speedup", paired_speedup(group_requests[gid], base))
+        g.speedup = _chosen(stopped[gid], "speedup", paired_speedup(group_requests[gid], base), refs)
         g.accuracy_delta = accuracy_delta(group_requests[gid], base, scores)
         if g.temperature == 0:
             g.greedy_match = greedy_match(group_requests[gid], base)
     return list(summaries.values())
-
-
-def _computed(metric: str, computed: Estimate) -> Estimate:
-    """A metric's estimate when its group did not stop early: the one computed."""
-    return computed
 
 
 def counter_checks(groups: Sequence[GroupSummary]) -> list[CounterCheck]:

@@ -240,9 +240,9 @@ def test_rate_rows_reach_the_summary_and_the_report(tmp_path) -> None:
     """serving_rows on hand-built records: cell rows carry the rate, the report shows a rate table."""
     from specbench.analysis.metrics import latest_cell_records, unique_requests
     from specbench.analysis.pipeline import serving_rows
-    from specbench.results.parts import ServingCellRow, ServingSpeedupRow
     from specbench.report.document import Table
     from specbench.report.markdown import build_report, render_markdown
+    from specbench.results.parts import ServingCellRow, ServingSpeedupRow
     from specbench.results.records import CellRecord
     from specbench.results.summary import RunSummary
 
