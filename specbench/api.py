@@ -120,11 +120,6 @@ def results_root(out: Path | None) -> Path:
     return Path(out) if out is not None else Path.cwd() / "results"
 
 
-def reports_dir_for(run_dir: Path) -> Path:
-    root = run_dir.parent.parent
-    return root.parent / "reports" if root.name == "results" else root / "reports"
-
-
 def _manifest(suite: Suite, plan: Plan, run_id: str, platform: str, limit: int | None) -> dict[str, Any]:
     src = Path(suite.source_path) if suite.source_path else None
     hw, versions = rundir.hardware(), rundir.package_versions()
@@ -427,9 +422,9 @@ def report(run_dir: Path, out_dir: Path | None = None, *, timeline: Timeline | N
     run_dir = Path(run_dir)
     load_summary(run_dir)
     if timeline is None:
-        return write_reports(run_dir, out_dir or reports_dir_for(run_dir))
+        return write_reports(run_dir, out_dir or rundir.reports_dir_for(run_dir))
     with timeline.span("reports"):
-        paths = write_reports(run_dir, out_dir or reports_dir_for(run_dir))
+        paths = write_reports(run_dir, out_dir or rundir.reports_dir_for(run_dir))
     manifest = rundir.read_manifest(run_dir)
     manifest["timeline"] = timeline.to_json()
     manifest["time_breakdown"] = timeline.breakdown(notes=(manifest.get("time_breakdown") or {}).get("notes")).model_dump(

@@ -26,7 +26,6 @@ from specbench.results import rundir
 
 #: vLLM V1's line at the end of its engine core's start ("init engine (profile, …) took 0.44 s").
 READY = re.compile(r"(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d) \[[^\]]*\] init engine\b")
-EQUIVALENCE = "equivalence.jsonl"  # specbench.execution.teacher_forcing.EQUIVALENCE (that module imports numpy)
 
 
 def ready_times(log: Path, year: int) -> list[float]:
@@ -84,7 +83,7 @@ def engine_spans(run_dir: Path, *, since: float | None = None, manifest: dict[st
             if up < first:
                 spans.append(Span(phase="warmup", start=up, end=first, engine=key, gpus=gpus))
         prev = max(prev, max(s.end for s in cells))
-    eq = run_dir / EQUIVALENCE
+    eq = run_dir / rundir.EQUIVALENCE
     if by_engine and eq.is_file() and eq.stat().st_mtime > prev:
         logs = sorted((run_dir / "engines").glob("*--teacher-forcing.log"))
         tf_key = logs[0].name[: -len(".log")] if len(logs) == 1 else None

@@ -51,8 +51,8 @@ from specbench.config.suite import EquivalenceSpec
 from specbench.engines.factory import ResolvedEngine, resolve_engine
 from specbench.results import rundir
 from specbench.results.records import RequestRecord
+from specbench.results.rundir import EQUIVALENCE
 
-EQUIVALENCE = "equivalence.jsonl"
 SCORER = "vllm prompt_logprobs=-1 (full vocabulary, raw), temperature/top-p applied by specbench"
 ORDER = "probability"
 BASELINE_KIND = "baseline"

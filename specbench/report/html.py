@@ -23,6 +23,7 @@ from specbench.report.document import Block, Details, Para, Pre, Raw, Section, T
 from specbench.report.figure import TITLES
 from specbench.report.markdown import build_report, render_markdown
 from specbench.report.plots import make_figures
+from specbench.results.rundir import reports_dir_for
 from specbench.results.summary import RunSummary
 
 _ENV = jinja2.Environment(
@@ -129,8 +130,7 @@ def write_reports(run_dir: Path, out_dir: Path | None = None) -> dict[str, Path]
     """Write ``<out_dir>/<run-id>.md`` and ``.html`` for a run directory.
 
     ``run_dir`` holds ``summary.json`` and (optionally) ``manifest.json``;
-    ``out_dir`` defaults to ``reports/`` beside ``results/`` (for
-    ``results/<suite>/<run-id>/`` that is ``run_dir.parents[2] / "reports"``).
+    ``out_dir`` defaults to :func:`specbench.results.rundir.reports_dir_for`.
     Returns ``{"markdown": path, "html": path}``.
     """
     run_dir = Path(run_dir)
@@ -140,10 +140,7 @@ def write_reports(run_dir: Path, out_dir: Path | None = None) -> dict[str, Path]
     summary = RunSummary.load(json.loads(summary_path.read_text()))
     manifest_path = run_dir / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
-    if out_dir is None:
-        parents = run_dir.resolve().parents
-        out_dir = parents[2] / "reports" if len(parents) > 2 else run_dir / "reports"
-    out_dir = Path(out_dir)
+    out_dir = Path(out_dir) if out_dir is not None else reports_dir_for(run_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = re.sub(r"[^A-Za-z0-9._-]+", "_", summary.run_id) or "run"
     md = out_dir / f"{stem}.md"

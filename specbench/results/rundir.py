@@ -35,6 +35,15 @@ MANIFEST = "manifest.json"
 SUMMARY = "summary.json"
 PROMPTS = "prompts.jsonl"  # inputs with references (written at run start)
 SCORES = "scores.jsonl"  # derived task scores (a cache; rebuilt when deleted)
+EQUIVALENCE = "equivalence.jsonl"  # teacher-forced scores of sampled outputs (specbench.execution.teacher_forcing)
+
+
+def reports_dir_for(run_dir: Path) -> Path:
+    """Where a run's reports go by default: ``reports/`` beside the results root when that root is
+    named ``results`` (``results/<suite>/<run-id>`` → ``reports/``), else inside it
+    (``--out DIR``: ``DIR/<suite>/<run-id>`` → ``DIR/reports/``)."""
+    root = Path(run_dir).parent.parent
+    return root.parent / "reports" if root.name == "results" else root / "reports"
 
 
 class StoreError(ValueError):
