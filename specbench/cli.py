@@ -239,10 +239,10 @@ def _print_summary(run_dir: Path) -> None:
     out = console if console.is_terminal else Console(width=100)
     for t in closing_tables(s):
         out.print(t, highlight=False)
-    bad = [c for c in s.checks if not c["ok"]]
+    bad = [c for c in s.checks if not c.ok]
     if bad:
         for c in bad:
-            err.print(f"[red]check failed[/red] {c['group_id']}: {c['check']}")
+            err.print(f"[red]check failed[/red] {c.group_id}: {c.check}")
 
 
 @app.command()
@@ -258,7 +258,7 @@ def analyze(
     except api.rundir.StoreError as exc:
         _bad_input([str(exc)])
     _print_summary(run_dir)
-    torn = summary.extra.get("torn_lines") or []
+    torn = summary.extra.torn_lines
     if torn:
         from specbench.report.markdown import torn_lines_note
 

@@ -114,7 +114,7 @@ def _tail(text: str, lines: int = 25, chars: int = 3000) -> str:
 
 
 def torn_lines_note(torn: list[str]) -> str:
-    """One line for ``summary.extra["torn_lines"]``: how many, and where."""
+    """One line for ``summary.extra.torn_lines``: how many, and where."""
     return (f"{len(torn)} torn last line{'s' if len(torn) != 1 else ''} of an interrupted write ignored: "
             + "; ".join(torn))
 
@@ -141,7 +141,7 @@ def _header(summary: RunSummary, manifest: dict[str, Any]) -> list[Block]:
     for target, patches in (manifest.get("engine_patches") or {}).items():
         for p in patches:
             blocks.append(Para(f"**Engine patch on {target}:** `{p.get('name')}`: {p.get('summary')}."))
-    torn = summary.extra.get("torn_lines") or []
+    torn = summary.extra.torn_lines
     if torn:
         blocks.append(Para(f"**{torn_lines_note(torn)}**"))
     for e in manifest.get("engines") or []:
@@ -170,7 +170,7 @@ def _header(summary: RunSummary, manifest: dict[str, Any]) -> list[Block]:
 def _overview(summary: RunSummary) -> Para:
     parts = [f"{len(summary.groups)} groups ({_status_counts(summary.groups) or 'none'})"]
     if summary.checks:
-        ok = sum(1 for c in summary.checks if c.get("ok"))
+        ok = sum(1 for c in summary.checks if c.ok)
         parts.append(f"checks: {ok} of {len(summary.checks)} passed")
     verdicts: dict[str, int] = {}
     for g in summary.groups:
@@ -314,7 +314,7 @@ def _accuracy(summary: RunSummary) -> Section | None:
                          fmt_pct(g.accuracy_delta.get(k), n_default=None, signed=True, unit=" pp")])
         if g.scoring_note:
             notes.append(f"{g.method} on {g.dataset}: {g.scoring_note}")
-    run_notes = summary.extra.get("scoring_notes") or []
+    run_notes = summary.extra.scoring_notes
     notes += [str(n) for n in (run_notes if isinstance(run_notes, list) else [run_notes])]
     notes = list(dict.fromkeys(notes))
     if not rows and not notes:
@@ -423,7 +423,7 @@ def _generic_blocks(data: Any) -> list[Block]:
 
 
 def serving_rows(serving: Any) -> list[dict[str, Any]]:
-    """``summary.extra["serving"]`` flattened to rows that may carry a speedup.
+    """``summary.extra.serving`` flattened to rows that may carry a speedup.
 
     Accepts a list of rows, ``{"rows": [...]}``, ``{"speedups": [...]}`` or
     ``{group: [rows]}`` (the key lands in ``group``). Rows shaped like
@@ -460,7 +460,7 @@ def serving_rows(serving: Any) -> list[dict[str, Any]]:
 
 
 def _serving(summary: RunSummary, markdown: bool) -> Section | None:
-    serving = summary.extra.get("serving")
+    serving = summary.extra.serving
     if not serving:
         return None
     readable = serving_table(summary)
@@ -507,16 +507,11 @@ def _serving_pivot(rows: list[dict[str, Any]], col: str) -> Table:
 
 
 def _cross_check(summary: RunSummary) -> Section | None:
-    data = summary.extra.get("cross_check")
+    data = summary.extra.cross_check
     if not data:
         return None
-    rows_in = data.get("rows", data) if isinstance(data, dict) else data
-    if isinstance(rows_in, dict):
-        rows_in = [{"method": k, **v} for k, v in rows_in.items() if isinstance(v, dict)]
-    if not isinstance(rows_in, list):
-        return Section("Reference cross-check", _generic_blocks(data), anchor="cross-check")
     rows = []
-    for r in rows_in:
+    for r in (dict(row) for row in data):  # its fields, and any an older summary kept
         ref = as_estimate(r.get("reference_tau", r.get("reference")))
         vll = as_estimate(r.get("vllm_tau", r.get("vllm")))
         rows.append([str(r.get("target", "–")), str(r.get("dataset", "–")), str(r.get("method", "–")),
@@ -550,16 +545,16 @@ def _checks(summary: RunSummary) -> Section:
     checks = summary.checks
     if not checks:
         return Section("Checks", [Para("No checks recorded.")], anchor="checks")
-    failed = [c for c in checks if not c.get("ok")]
+    failed = [c for c in checks if not c.ok]
     table = Table(["Group", "Check", "Result"],
-                  [[str(c.get("group_id", "–")), str(c.get("check", "–")), "ok" if c.get("ok") else "FAILED"]
+                  [[c.group_id, c.check, "ok" if c.ok else "FAILED"]
                    for c in checks])
     if not failed:
         return Section("Checks", [Para(f"All {len(checks)} checks passed."), Details("All checks", [table])],
                        anchor="checks")
     return Section("Checks", [
         Para(f"{len(failed)} of {len(checks)} checks FAILED:"),
-        Table(["Group", "Check", "Result"], [[str(c.get("group_id")), str(c.get("check")), "FAILED"] for c in failed]),
+        Table(["Group", "Check", "Result"], [[c.group_id, c.check, "FAILED"] for c in failed]),
         Details("All checks", [table]),
     ], anchor="checks")
 

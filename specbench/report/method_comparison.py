@@ -125,7 +125,7 @@ def verification_section(summary: RunSummary) -> Section | None:
 
 def serving_cells(summary: RunSummary) -> list[dict[str, Any]]:
     """The server cells' rows as plain dicts (typed rows dumped)."""
-    rows = [r.model_dump(mode="json") if hasattr(r, "model_dump") else r for r in summary.extra.get("serving") or []]
+    rows = [r.model_dump(mode="json") if hasattr(r, "model_dump") else r for r in summary.extra.serving]
     return [r for r in rows if isinstance(r, dict) and r.get("kind") == "cell"]
 
 

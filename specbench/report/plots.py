@@ -6,7 +6,7 @@
 * ``per_position`` — per-position acceptance curves per method;
 * ``speedup_vs_load`` / ``latency_vs_throughput`` — when groups sweep load
   (batch size or concurrency; Poisson request rates get panels of their own);
-* ``serving_speedup`` — from ``summary.extra["serving"]`` rows with
+* ``serving_speedup`` — from ``summary.extra.serving`` rows with
   ``concurrency`` or ``request_rate`` and ``speedup``;
 * ``accuracy_speedup`` — task accuracy beside speedup.
 
@@ -246,7 +246,7 @@ def _latency_vs_throughput(summary: RunSummary, colors: dict[str, str]) -> bytes
 
 def _serving_speedup(summary: RunSummary, colors: dict[str, str]) -> bytes | None:
     panels: dict[tuple[str, str], dict[tuple[str, str], list[tuple[float, Estimate]]]] = {}
-    for r in serving_rows(summary.extra.get("serving")):
+    for r in serving_rows(summary.extra.serving):
         est = as_estimate(r.get("speedup"))
         if est is None or est.value is None:
             continue
@@ -313,7 +313,7 @@ def _accuracy_speedup(summary: RunSummary, colors: dict[str, str]) -> bytes | No
 
 def make_figures(summary: RunSummary) -> dict[str, bytes]:
     """Every figure the summary has data for, as ``{name: PNG bytes}`` in a fixed order."""
-    extra = {(str(r["method"]), str(r["method"])) for r in serving_rows(summary.extra.get("serving")) if r.get("method")}
+    extra = {(str(r["method"]), str(r["method"])) for r in serving_rows(summary.extra.serving) if r.get("method")}
     families = {(g.family, g.method_kind) for g in summary.groups if g.family}
     colors = method_colors({*((g.method, g.method_kind) for g in summary.groups), *extra, *families})
     out: dict[str, bytes] = {}

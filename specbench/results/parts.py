@@ -14,7 +14,7 @@ recomputed from the raw records by :mod:`specbench.analysis.method_comparison`.
 
 from __future__ import annotations
 
-from typing import Any, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -188,32 +188,9 @@ class Speedup(BaseModel):
 # the summary's typed parts that once were dicts
 
 class Part(BaseModel):
-    """A typed part that also reads like the dict it replaces."""
+    """A typed part of a stored file (it keeps fields it does not know, so newer files still load)."""
 
     model_config = ConfigDict(extra="allow", validate_assignment=True)
-
-    def __getitem__(self, key: str) -> Any:
-        if key in type(self).model_fields or key in (self.model_extra or {}):
-            return getattr(self, key)
-        raise KeyError(key)
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        setattr(self, key, value)
-
-    def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and self.get(key) not in (None, [], {})
-
-    def get(self, key: str, default: Any = None) -> Any:
-        try:
-            return self[key]
-        except KeyError:
-            return default
-
-    def keys(self) -> list[str]:
-        return [k for k, v in self.model_dump(exclude_none=True).items() if v not in ([], {})]
-
-    def items(self) -> list[tuple[str, Any]]:
-        return [(k, self[k]) for k in self.keys()]
 
 
 class CounterCheck(Part):
@@ -241,17 +218,7 @@ class CrossCheckRow(Part):
     note: str = ""
 
 
-class _Reads:
-    """Dict-style reads of a strict row (``row["method"]``, ``row.get("method")``)."""
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return getattr(self, key, default)
-
-    def __getitem__(self, key: str) -> Any:
-        return getattr(self, key)
-
-
-class ServingSpeedupRow(_Reads, Speedup):
+class ServingSpeedupRow(Speedup):
     """A method's speedup over the baseline at one load on a server target."""
 
     target: str
@@ -259,7 +226,7 @@ class ServingSpeedupRow(_Reads, Speedup):
     temperature: float | None = None
 
 
-class ServingCellRow(_Reads, ServingSummary):
+class ServingCellRow(ServingSummary):
     """One server cell's latency percentiles and throughput."""
 
     kind: Literal["cell"] = "cell"

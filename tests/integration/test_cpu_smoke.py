@@ -47,7 +47,7 @@ def test_every_method_that_ran_is_token_identical_to_baseline(smoke_run):
 
 def test_counters_are_consistent(smoke_run):
     run_dir, s = smoke_run
-    assert s.checks and all(c["ok"] for c in s.checks)
+    assert s.checks and all(c.ok for c in s.checks)
     for g in s.groups:
         c = g.counters
         if c is None or c.num_drafts == 0:  # e.g. ngram finds nothing to look up in sampled text
@@ -103,16 +103,17 @@ def test_reference_is_greedy_only_and_self_drafting_is_exact(smoke_run):
 def test_cross_check_pairs_vllm_with_the_reference_and_agrees(smoke_run):
     """Reference and vLLM τ agree within their intervals for every method both ran."""
     _, s = smoke_run
-    rows = s.extra.get("cross_check") or []
+    rows = s.extra.cross_check
     datasets = {g.dataset for g in s.groups}
-    pairs = {(r["method"], r["dataset"]) for r in rows}
+    pairs = {(r.method, r.dataset) for r in rows}
     # the reference replays K=3; the vLLM K sweeps pair at that K. DSpark: no vLLM τ
     assert pairs == {(m, d) for m in ("self-draft", *(f"{x}-k3" for x in LEARNED)) for d in datasets}
     for r in rows:
-        assert r["vllm_group"].startswith(f"{VLLM}/") and r["reference_group"].startswith(f"{REF}/")
-        assert r["flag"] is False, r
-        if r["method"] == "self-draft":
-            assert r["vllm_tau"].value == r["reference_tau"].value == r["k"] + 1
+        assert r.vllm_group is not None and r.vllm_group.startswith(f"{VLLM}/")
+        assert r.reference_group is not None and r.reference_group.startswith(f"{REF}/")
+        assert r.flag is False, r
+        if r.method == "self-draft":
+            assert r.k is not None and r.vllm_tau.value == r.reference_tau.value == r.k + 1
 
 
 def test_dspark_is_skipped_with_vllms_reason(smoke_run):

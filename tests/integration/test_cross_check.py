@@ -92,8 +92,8 @@ def run(tmp_path_factory):
 
 def _rows(s):
     assert all(g.status == "ok" for g in s.groups), [(g.group_id, g.reasons) for g in s.groups]
-    xc = s.extra.get("cross_check") or []
-    rows = {r["method"]: r for r in xc}
+    xc = s.extra.cross_check
+    rows = {r.method: r for r in xc}
     assert len(xc) == 2 and set(rows) == {"dflash", "dflash-causal"}  # paired by checkpoint too
     return rows
 
@@ -104,37 +104,37 @@ def test_served_as_trained_agrees_and_the_flag_follows_the_intervals(run):
     _, s, _ = run
     rows = _rows(s)
     ok = rows["dflash"]
-    assert ok["config_mismatch"] is None, ok  # the zoo saves DFlash to be served as trained
+    assert ok.config_mismatch is None, ok  # the zoo saves DFlash to be served as trained
     # Served as trained: vLLM reproduces the reference exactly (same greedy chain, same counters).
-    assert ok["flag"] is False, ok
-    assert ok["vllm_tau"].value == pytest.approx(ok["reference_tau"].value, abs=1e-9), ok
+    assert ok.flag is False, ok
+    assert ok.vllm_tau.value == pytest.approx(ok.reference_tau.value, abs=1e-9), ok
     # The reference reads the weights only: both checkpoints simulate identically.
-    ref_ok, ref_bad = s.group(ok["reference_group"]), s.group(rows["dflash-causal"]["reference_group"])
+    ref_ok, ref_bad = s.group(ok.reference_group), s.group(rows["dflash-causal"].reference_group)
     assert ref_ok.counters == ref_bad.counters
     for r in rows.values():  # a flag is exactly a significant gap between the two τ
-        gap = significant_change(r["reference_tau"], r["vllm_tau"])
-        assert r["flag"] is gap, r
+        gap = significant_change(r.reference_tau, r.vllm_tau)
+        assert r.flag is gap, r
 
 
 def test_flipped_dflash_is_reported_and_its_tau_test_matches_the_measured_effect(run):
     run_dir, s, effect = run
     bad = _rows(s)["dflash-causal"]
     # The config fact, whatever the drafter: vLLM serves causal blocks, training used non-causal ones.
-    assert bad["config_mismatch"] and "causal" in bad["config_mismatch"], bad
+    assert bad.config_mismatch and "causal" in bad.config_mismatch, bad
     engines = {e["key"]: e for e in json.loads((run_dir / "manifest.json").read_text())["engines"]}
     served = [e["draft_attention"] for e in engines.values() if e.get("draft_attention")]
     assert sorted(a["served"] for a in served) == ["causal", "non-causal"]
     # The τ test agrees with what the flip does to this drafter's greedy drafts (PyTorch, same weights).
     changed = max(effect["changed_per_slot"])
-    gap = bad["reference_tau"].value - bad["vllm_tau"].value
+    gap = bad.reference_tau.value - bad.vllm_tau.value
     # (Other trainings of this drafter lost 0.49, 0, 0 and 0.10 of τ~ to the flip, and one gained 0.13.)
     if abs(effect["tau_drop"]) >= 0.3:
-        assert bad["flag"] is True and gap * effect["tau_drop"] > 0, (bad, effect)
-        assert "mismatch" in bad["note"]
+        assert bad.flag is True and gap * effect["tau_drop"] > 0, (bad, effect)
+        assert "mismatch" in bad.note
     elif changed <= 0.02:  # the drafter barely uses its later block slots: serving it causal is harmless
-        assert bad["flag"] is False and abs(gap) <= 0.05, (bad, effect)
-        assert "τ agrees" in bad["note"]
-    elif bad["flag"]:  # an effect in between: whether 48 prompts resolve it is the intervals' call
+        assert bad.flag is False and abs(gap) <= 0.05, (bad, effect)
+        assert "τ agrees" in bad.note
+    elif bad.flag:  # an effect in between: whether 48 prompts resolve it is the intervals' call
         assert gap * effect["tau_drop"] > 0, (bad, effect)  # flagged in the direction PyTorch measured
 
 

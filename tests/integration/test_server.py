@@ -25,6 +25,7 @@ from specbench.engines.prom import tau
 from specbench.engines.protocol import CellFailed, EngineUnavailable
 from specbench.engines.vllm_offline import build_engine_kwargs
 from specbench.engines.vllm_server import VllmServerEngine
+from specbench.results.parts import ServingCellRow, ServingSpeedupRow
 from specbench.results.records import RequestRecord, SpecCounters
 from specbench.results.requests import CellRequest, PreparedPrompt, SamplingRequest
 
@@ -419,12 +420,12 @@ load:
     assert g is not None and g.request_rate == rate and g.status == "ok" and g.n_requests == n
     assert g.speedup is not None and g.speedup.value is not None  # paired with the baseline at 8 req/s
     assert g.tau is not None and g.tau.value is not None and 3.9 <= g.tau.value <= K + 1
-    serving = summary.extra["serving"]
-    sp = [r for r in serving if r.get("metric") == "tpot"]
-    assert len(sp) == 1 and sp[0]["request_rate"] == rate and sp[0]["concurrency"] is None
-    assert sp[0]["n_method"] == sp[0]["n_baseline"] == n
-    cell_rows = [r for r in serving if r.get("kind") == "cell"]
-    assert {r["request_rate"] for r in cell_rows} == {rate} and all(r["num_ok"] == n for r in cell_rows)
+    serving = summary.extra.serving
+    sp = [r for r in serving if isinstance(r, ServingSpeedupRow) and r.metric == "tpot"]
+    assert len(sp) == 1 and sp[0].request_rate == rate and sp[0].concurrency is None
+    assert sp[0].n_method == sp[0].n_baseline == n
+    cell_rows = [r for r in serving if isinstance(r, ServingCellRow)]
+    assert {r.request_rate for r in cell_rows} == {rate} and all(r.num_ok == n for r in cell_rows)
 
     paths = api.report(run_dir, tmp_path / "reports")
     md = paths["markdown"].read_text()

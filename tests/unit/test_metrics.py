@@ -75,7 +75,7 @@ def test_summarize_groups_baseline_and_checks():
     assert s.group(cs.group_id).status == "skipped" and s.group(cs.group_id).reasons == ["GPU only"]
     assert s.group(cb.group_id).tau is None
     checks = counter_checks(s.groups)
-    assert checks and all(c["ok"] for c in checks)
+    assert checks and all(c.ok for c in checks)
 
 
 def test_counter_checks_catch_inconsistency():
@@ -86,7 +86,7 @@ def test_counter_checks_catch_inconsistency():
         [CellRecord(run_id="r", cell_id=cm.cell_id, engine_key="e", status="ok", counters=bad, wall_time_s=1)],
         [req(cm.cell_id, "a", [1], 1.0)],
     )
-    failed = {c["check"] for c in counter_checks(s.groups) if not c["ok"]}
+    failed = {c.check for c in counter_checks(s.groups) if not c.ok}
     assert failed == {"accepted <= draft tokens", "per-position sum = accepted", "1 <= tau <= K+1"}
 
 

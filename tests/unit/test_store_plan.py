@@ -252,7 +252,7 @@ def test_analyze_says_a_torn_last_line_was_dropped(tmp_path):
     assert len(rundir.read_requests(run_dir, torn)) == 3
     assert torn == [f"records.jsonl:4: torn last line ({size} bytes, an interrupted write) ignored"]
     summary = api.analyze(run_dir)
-    assert summary.extra["torn_lines"] == torn
+    assert summary.extra.torn_lines == torn
     assert sum(g.n_requests for g in summary.groups) == 3
     note = "1 torn last line of an interrupted write ignored: records.jsonl:4"
     assert note in render_markdown(summary, {})
