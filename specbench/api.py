@@ -29,6 +29,7 @@ from specbench.execution.executors import make_executor
 from specbench.execution.interrupt import StopRequested, stop_on_signals
 from specbench.results import rundir
 from specbench.results.migrations import MANIFEST_SCHEMA_VERSION, hardware_class
+from specbench.results.parts import Equivalence
 from specbench.results.summary import RunSummary
 from specbench.settings import settings
 
@@ -346,7 +347,7 @@ def _analyze(run_dir: Path, allow_code_exec: bool | None, timeline: Timeline) ->
 
 def _equivalence(
     run_dir: Path, manifest: dict[str, Any], cells: list[Cell], requests: list, torn: list[str] | None = None
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, Equivalence]:
     from specbench.execution.teacher_forcing import equivalence_summaries
 
     try:

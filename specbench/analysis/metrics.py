@@ -28,7 +28,7 @@ from specbench.analysis import step_time
 from specbench.config.plan import Cell
 from specbench.config.stop_rule import StopRecord
 from specbench.config.suite import TargetSpec
-from specbench.results.parts import CounterCheck, CrossCheckRow
+from specbench.results.parts import CounterCheck, CrossCheckRow, Equivalence
 from specbench.results.records import CellRecord, RequestRecord, SpecCounters
 from specbench.results.summary import CellStatusLine, GroupSummary, RunSummary
 from specbench.stats import Estimate
@@ -292,7 +292,7 @@ def summarize_groups(
     scores: dict[tuple[str, str, int], dict] | None = None,
     *,
     prompt_references: Mapping[str, str | None] | None = None,
-    equivalence: Mapping[str, dict[str, Any]] | None = None,
+    equivalence: Mapping[str, Equivalence] | None = None,
     scoring_notes: Mapping[str, str] | None = None,
 ) -> list[GroupSummary]:
     """Every group's metrics, from the plan's cells and the raw records.

@@ -21,7 +21,7 @@ from specbench.analysis.method_comparison import headline, k_sweeps
 from specbench.analysis.serving_metrics import group_records, speedups_vs_load, summarize_cell
 from specbench.config.plan import Cell
 from specbench.config.suite import Suite, reference_method
-from specbench.results.parts import ServingCellRow, ServingSpeedupRow, SummaryExtra
+from specbench.results.parts import Equivalence, ServingCellRow, ServingSpeedupRow, SummaryExtra
 from specbench.results.records import CellRecord, RequestRecord
 from specbench.results.summary import RunSummary
 
@@ -36,7 +36,7 @@ def summarize_run(
     *,
     scores: Scores | None = None,
     scoring_notes: Sequence[str] = (),
-    equivalence: Mapping[str, dict[str, Any]] | None = None,
+    equivalence: Mapping[str, Equivalence] | None = None,
     prompt_references: Mapping[str, str | None] | None = None,
     torn_lines: Sequence[str] = (),
 ) -> RunSummary:

@@ -50,6 +50,7 @@ from specbench.config.plan import Cell, Plan
 from specbench.config.suite import EquivalenceSpec
 from specbench.engines.factory import ResolvedEngine, resolve_engine
 from specbench.results import rundir
+from specbench.results.parts import Equivalence
 from specbench.results.records import RequestRecord
 from specbench.results.rundir import EQUIVALENCE
 
@@ -346,8 +347,8 @@ def equivalence_summaries(
     *,
     engine_dtypes: Mapping[str, str | None] | None = None,
     spec: EquivalenceSpec | None = None,
-) -> dict[str, dict[str, Any]]:
-    """Greedy and sampled results merged per group: ``{group_id: {"greedy": …, "sampled": …}}``.
+) -> dict[str, Equivalence]:
+    """Greedy and sampled results merged per group: ``{group_id: Equivalence(greedy=…, sampled=…)}``.
 
     ``spec`` is the suite's ``equivalence:`` section (tie tolerance override;
     the sampled test's alpha, power and target TV). Only groups with at least
@@ -365,7 +366,7 @@ def equivalence_summaries(
     ):
         for gid, d in part.items():
             out[gid].update(d)
-    return dict(out)
+    return {gid: Equivalence.model_validate(d) for gid, d in out.items()}
 
 
 # ---------------------------------------------------------------------------

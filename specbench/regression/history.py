@@ -307,10 +307,10 @@ class History:
 
 def _verdicts(g: GroupSummary) -> list[tuple[str, str]]:
     eq = g.equivalence
-    if not eq:
+    if eq is None:
         return []
-    if "verdict" in eq:
-        return [("overall", str(eq["verdict"]))]
-    out = [(str(k), str(v["verdict"])) for k, v in eq.items() if isinstance(v, dict) and "verdict" in v]
+    if "verdict" in (eq.model_extra or {}):  # an older summary's one flat verdict
+        return [("overall", str(eq.tests(g.temperature)[0][1].verdict))]
+    out = [(test, str(t.verdict)) for test, t in eq.tests(g.temperature)]
     worst = equivalence_verdict(g)
     return out + ([("overall", worst)] if worst else [])

@@ -206,11 +206,9 @@ class Comparison(BaseModel):
 
 def equivalence_verdict(g: GroupSummary) -> str | None:
     """The worst verdict in ``g.equivalence`` (divergent > not shown equivalent > equivalent)."""
-    eq = g.equivalence
-    if not eq:
+    if g.equivalence is None:
         return None
-    verdicts = [eq["verdict"]] if "verdict" in eq else [v["verdict"] for v in eq.values()
-                                                        if isinstance(v, dict) and "verdict" in v]
+    verdicts = [t.verdict for _, t in g.equivalence.tests(g.temperature)]
     for v in ("divergent", "not shown equivalent", "equivalent"):
         if v in verdicts:
             return v

@@ -9,9 +9,9 @@ it can be compared against golden files.
 
 Optional inputs, rendered only when present:
 
-* ``GroupSummary.equivalence``: either one verdict, ``{"verdict": ...,
-  "reason": ..., <numbers>}``, or several, ``{"greedy": {...},
-  "distribution": {...}}`` (keys name the test);
+* ``GroupSummary.equivalence``: :class:`~specbench.results.parts.Equivalence`
+  (``greedy`` and/or ``sampled``; an older summary's one flat verdict or
+  other tests by name, read through its ``tests()``);
 * ``RunSummary.extra.serving``: typed rows (:mod:`specbench.results.migrations`): a
   cell's latency percentiles, or a method's speedup at one load (pivoted by
   load);
@@ -335,12 +335,10 @@ _EQ_NUMBERS = ("n", "n_tokens", "n_identical", "n_near_tie", "n_divergent", "n_u
 
 
 def _equivalence_entries(g: GroupSummary) -> list[tuple[str, dict[str, Any]]]:
-    eq = g.equivalence
-    if not eq or g.status not in ("ok", "partial"):
+    """(test, its result as stored) of a measured group's equivalence tests."""
+    if g.equivalence is None or g.status not in ("ok", "partial"):
         return []
-    if "verdict" in eq:
-        return [(str(eq.get("test", eq.get("kind", "greedy" if g.temperature == 0 else "distribution"))), eq)]
-    return [(str(k), v) for k, v in eq.items() if isinstance(v, dict) and "verdict" in v]
+    return [(test, result.model_dump(mode="json")) for test, result in g.equivalence.tests(g.temperature)]
 
 
 def _equivalence(summary: RunSummary) -> Section | None:

@@ -27,9 +27,8 @@ def _clip(text: str, width: int) -> str:
 def verdict(g: GroupSummary) -> str:
     if g.status in ("skipped", "failed"):
         return g.status
-    eq = g.equivalence or {}
-    entries = [eq] if "verdict" in eq else [v for v in eq.values() if isinstance(v, dict) and "verdict" in v]
-    verdicts = sorted({str(e["verdict"]) for e in entries})
+    entries = g.equivalence.tests(g.temperature) if g.equivalence is not None else []
+    verdicts = sorted({str(e.verdict) for _, e in entries})
     if not verdicts:
         return "–" if g.status == "ok" else g.status
     return " / ".join("not shown" if v == "not shown equivalent" else v for v in verdicts)

@@ -14,9 +14,9 @@ recomputed from the raw records by :mod:`specbench.analysis.method_comparison`.
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from specbench.stats import Estimate
 
@@ -245,3 +245,106 @@ class SummaryExtra(Part):
     torn_lines: list[str] = Field(default_factory=list)  # "file:line" of torn last lines analyze dropped
 
 
+
+
+# ---------------------------------------------------------------------------
+# equivalence: the lossless checks of a group against its baseline
+
+
+class _AsStored(Part):
+    """A part that dumps the keys it was given (and those it kept), so an older, shorter dict
+    written back is the dict that was read."""
+
+    @model_serializer(mode="wrap")
+    def _as_stored(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        keep = self.model_fields_set | set(self.model_extra or {})
+        return {k: v for k, v in data.items() if k in keep}
+
+
+class Divergence(_AsStored):
+    """A method output's first token that differs from the baseline's."""
+
+    prompt_id: str
+    sample_index: int = 0
+    repeat: int = 0
+    position: int | None = None
+    kind: str  # divergent | unverifiable | near_tie
+    gap: float | None = None  # nats from the baseline's top token to the method's
+    gap_is_bound: bool = False  # the method's token was outside the recorded top-k: gap is a lower bound
+    baseline_token: int | None = None
+    method_token: int | None = None
+
+
+class EquivalenceTest(_AsStored):
+    """One lossless test's result: the verdict ('equivalent', 'not shown equivalent', 'divergent'),
+    why, and the baseline group it was checked against."""
+
+    verdict: str
+    reason: str | None = None
+    baseline_group: str | None = None
+
+
+class GreedyEquivalence(EquivalenceTest):
+    """Greedy outputs token by token against the baseline's (near-ties: flips within the dtype's tolerance)."""
+
+    n: int | None = None
+    n_identical: int | None = None
+    n_near_tie: int | None = None
+    n_divergent: int | None = None
+    n_unverifiable: int | None = None
+    n_unpaired: int | None = None
+    match_rate: float | None = None
+    match_ci: list[float] | None = None  # Wilson interval of match_rate
+    consistent_rate: float | None = None
+    tie_tolerance: float | None = None  # nats
+    tolerance_from: str | None = None
+    dtypes: list[str] = Field(default_factory=list)
+    near_tie_gaps: list[float] = Field(default_factory=list)
+    divergent_gaps: list[float] = Field(default_factory=list)
+    first_divergences: list[Divergence] = Field(default_factory=list)
+
+
+class SampledEquivalence(EquivalenceTest):
+    """Sampled outputs' PIT values under the plain target (teacher forcing) against uniform and the baseline's."""
+
+    temperature: float | None = None
+    n_requests: int | None = None
+    n_unscored: int | None = None
+    n_tokens: int | None = None
+    n_baseline_tokens: int | None = None
+    n_baseline_requests: int | None = None
+    statistic: float | None = None
+    pvalue: float | None = None
+    ks_pvalue: float | None = None
+    chi2_pvalue: float | None = None
+    two_sample_pvalue: float | None = None
+    baseline_pvalue: float | None = None
+    alpha: float | None = None
+    detectable_tv: float | None = None
+    min_detectable_tv: float | None = None
+    target_tv: float | None = None
+    min_tokens: int | None = None
+    scorer: str | None = None
+
+
+class Equivalence(_AsStored):
+    """A group's lossless checks: ``greedy`` and/or ``sampled``.
+
+    Older summaries hold other tests by name, or one flat verdict (``{"verdict": …}``); they
+    load as they were and :meth:`tests` reads them all."""
+
+    greedy: GreedyEquivalence | None = None
+    sampled: SampledEquivalence | None = None
+
+    def tests(self, temperature: float) -> list[tuple[str, EquivalenceTest]]:
+        """(test name, result) of every test with a verdict (a flat one is named by its ``test`` or
+        ``kind``, else greedy at T=0 and distribution otherwise)."""
+        extra = self.model_extra or {}
+        if "verdict" in extra:
+            name = extra.get("test", extra.get("kind", "greedy" if temperature == 0 else "distribution"))
+            return [(str(name), EquivalenceTest.model_validate(extra))]
+        out: list[tuple[str, EquivalenceTest]] = [(k, v) for k, v in (("greedy", self.greedy),
+                                                                       ("sampled", self.sampled)) if v is not None]
+        return out + [(str(k), EquivalenceTest.model_validate(v)) for k, v in extra.items()
+                      if isinstance(v, dict) and "verdict" in v]

@@ -12,7 +12,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from specbench.config.stop_rule import StopRecord
 from specbench.results.migrations import SUMMARY_SCHEMA_VERSION, upgrade_summary
-from specbench.results.parts import CounterCheck, HeadlineRow, KSweep, SummaryExtra, VerificationSpent
+from specbench.results.parts import (
+    CounterCheck,
+    Equivalence,
+    HeadlineRow,
+    KSweep,
+    SummaryExtra,
+    VerificationSpent,
+)
 from specbench.results.records import SpecCounters
 from specbench.stats import Estimate
 
@@ -66,7 +73,7 @@ class GroupSummary(BaseModel):
     speedup: Estimate | None = None
     # Against the baseline group of the same target/dataset/temperature/load.
     greedy_match: Estimate | None = None
-    equivalence: dict[str, Any] | None = None
+    equivalence: Equivalence | None = None
     accuracy: dict[str, Estimate] = Field(default_factory=dict)
     accuracy_delta: dict[str, Estimate] = Field(default_factory=dict)
     scoring_note: str | None = None

