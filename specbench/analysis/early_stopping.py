@@ -78,10 +78,6 @@ def stopped_interval(stop: StopRecord, records: Sequence[RequestRecord], paired:
                     n=len(rows), method="betting-cs" if metric == "accuracy" else "asymptotic-cs")
 
 
-#: The group summary field that holds each stop metric's estimate.
-SUMMARY_FIELD = {"tau": "tau", "speedup": "speedup", "tpot": "tpot_s"}
-
-
 class CellStopper:
     """The order, the blocks and the decisions of one cell with a stop rule."""
 
