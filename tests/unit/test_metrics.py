@@ -173,3 +173,39 @@ def test_cross_check_reports_a_served_attention_mismatch_beside_the_tau_test():
     assert rows["ok"].config_mismatch is None and rows["ok"].note == ""
     assert "τ agrees" in rows["same"].note and "engine bug" in rows["drop"].note
     assert cross_check(groups, targets)[0].config_mismatch is None
+
+
+def test_a_stopped_cell_reports_its_confidence_sequence_where_the_metric_is_computed():
+    """τ, TPOT and speedup of a group whose one cell stopped early are the confidence sequence at the
+    prompts it used (not the bootstrap); the baseline keeps its own; without a stop, the bootstrap."""
+    from specbench.analysis.early_stopping import stopped_interval
+    from specbench.analysis.metrics import sum_counters, summarize_groups
+    from specbench.config.stop_rule import StopRecord, StopRule
+
+    cb, cm = cell("baseline", "baseline"), cell("eagle3", "eagle3", 3)
+    specs = [SpecCounters(num_drafts=4, num_draft_tokens=12, num_accepted_tokens=a, accepted_per_pos=[a, 0, 0])
+             for a in (1, 2, 3, 4, 2, 3, 1, 4)]
+    pids = [f"p{i}" for i in range(len(specs))]
+    base = [req(cb.cell_id, p, [1] * 8, 1.0 + i / 10) for i, p in enumerate(pids)]
+    meth = [req(cm.cell_id, p, [1] * 8, 0.5 + i / 20, s) for i, (p, s) in enumerate(zip(pids, specs, strict=True))]
+    for r in [*base, *meth]:
+        r.ttft_s = 0.1
+    pooled = sum_counters(specs)
+    stop = StopRecord(rule=StopRule(metric="tau", rel_half_width=0.5, min_prompts=4), order_seed=7, n_used=8,
+                      n_available=8, reason="target", estimate=2.0, lo=1.5, hi=2.5, half_width=0.5,
+                      target_half_width=1.0, interval="asymptotic-cs")
+
+    def records(with_stop):
+        return [CellRecord(run_id="r", cell_id=cb.cell_id, engine_key="e", status="ok", wall_time_s=4.0),
+                CellRecord(run_id="r", cell_id=cm.cell_id, engine_key="e", status="ok", counters=pooled,
+                           wall_time_s=2.0, stop=stop if with_stop else None)]
+
+    stopped = {g.group_id: g for g in summarize_groups([cb, cm], records(True), [*base, *meth])}
+    plain = {g.group_id: g for g in summarize_groups([cb, cm], records(False), [*base, *meth])}
+    g, p = stopped[cm.group_id], plain[cm.group_id]
+    for metric, field in (("tau", "tau"), ("tpot", "tpot_s"), ("speedup", "speedup")):
+        cs = stopped_interval(stop, meth, base, {}, metric)
+        assert cs is not None and cs.method == "asymptotic-cs"
+        assert getattr(g, field) == cs, metric
+        assert getattr(p, field).method != "asymptotic-cs", metric
+    assert stopped[cb.group_id].tpot_s == plain[cb.group_id].tpot_s  # the baseline did not stop
