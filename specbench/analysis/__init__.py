@@ -1,5 +1,6 @@
 """Records → numbers (pure: no engine, no I/O beyond reading a run's files through
-``results.rundir``): ``metrics`` (per-group τ, acceptance, speedup, latency),
+``results.rundir``): ``pipeline`` (:func:`summarize_run`: a run's records in, its
+complete summary out), ``metrics`` (per-group τ, acceptance, speedup, latency),
 ``method_comparison`` (headline ratios, K sweeps), ``step_time``,
 ``serving_metrics``, ``lossless`` (greedy identity and the sampled test) with
 ``pit``, ``sequential`` and ``early_stopping`` (confidence sequences and stop
@@ -10,6 +11,7 @@ from specbench._lazy import exports
 
 __getattr__, __dir__ = exports(__name__, {
     "summarize": "metrics",
+    "summarize_run": "pipeline",
     "Timeline": "timing",
     "breakdown": "timing",
 })
