@@ -54,24 +54,37 @@ def validate(suites: Annotated[list[Path], typer.Argument(help="suite YAML files
         console.print(f"[green]ok[/green] {s}")
 
 
+def methods_table() -> Table:
+    """The registered methods, two columns so the description keeps its width at 80 columns:
+    the name, then the description over its facts (vLLM method, speculator, max K, platforms)."""
+    t = Table("method", "description · vLLM method, speculator, max K, platforms", box=box.SIMPLE_HEAD,
+              pad_edge=False, padding=(0, 1))
+    t.columns[0].no_wrap = True
+    for m in METHODS.values():
+        facts = (f"vLLM {m.vllm_method or '–'} · {'needs a speculator' if m.needs_speculator else 'no speculator'}"
+                 f" · max K {m.max_k or '–'} · {', '.join(m.platforms) or 'all platforms'}")
+        t.add_row(m.name, f"{m.description}\n[dim]{facts}[/dim]")
+    return t
+
+
+def datasets_table() -> Table:
+    """The dataset kinds and what each reads."""
+    from specbench.datasets import DESCRIPTIONS
+
+    t = Table("kind", "description", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
+    t.columns[0].no_wrap = True
+    for k, v in DESCRIPTIONS.items():
+        t.add_row(k, v)
+    return t
+
+
 @app.command("list")
 def list_(what: Annotated[str, typer.Argument(help="methods | datasets")]) -> None:
     """List the registered methods or dataset kinds."""
     if what == "methods":
-        t = Table("method", "vLLM method", "needs speculator", "max K", "platforms", "description")
-        for m in METHODS.values():
-            t.add_row(
-                m.name, m.vllm_method or "–", "yes" if m.needs_speculator else "no",
-                str(m.max_k or "–"), ",".join(m.platforms) or "all", m.description,
-            )
-        console.print(t)
+        console.print(methods_table())
     elif what == "datasets":
-        from specbench.datasets import DESCRIPTIONS
-
-        t = Table("kind", "description")
-        for k, v in DESCRIPTIONS.items():
-            t.add_row(k, v)
-        console.print(t)
+        console.print(datasets_table())
     else:
         _bad_input([f"unknown list {what!r}: use 'methods' or 'datasets'"])
 
