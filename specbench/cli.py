@@ -231,15 +231,25 @@ def _interrupted(stop: StopRequested, suite: Path) -> None:
 
 
 def closing_tables(summary) -> list[Table]:
-    """One compact table per target (see :mod:`specbench.report.terminal`)."""
-    from specbench.report.terminal import HEADER, closing_rows
+    """The answer first (each method against the reference, per target), then one compact table of every
+    group per target (see :mod:`specbench.report.terminal`)."""
+    from specbench.report.terminal import HEADER, HEADLINE_HEADER, HEADLINE_NOTE, closing_rows, headline_rows
 
-    tables = []
-    for target, rows in closing_rows(summary).items():
-        t = Table(*HEADER, title=f"target {target}", title_justify="left", box=box.SIMPLE_HEAD,
-                  pad_edge=False, padding=(0, 1))
+    def table(header: tuple[str, ...], title: str, caption: str | None = None) -> Table:
+        t = Table(*header, title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1),
+                  caption=caption, caption_justify="left")
         for col in t.columns:
             col.no_wrap = True
+        return t
+
+    tables = []
+    for target, rows in headline_rows(summary).items():
+        t = table(HEADLINE_HEADER, f"target {target}: each method against the reference", HEADLINE_NOTE)
+        for i, row in enumerate(rows):
+            t.add_row(*row, end_section=i + 1 < len(rows) and bool(rows[i + 1][0]))
+        tables.append(t)
+    for target, rows in closing_rows(summary).items():
+        t = table(HEADER, f"target {target}")
         for row in rows:
             t.add_row(*row)
         tables.append(t)
@@ -247,7 +257,7 @@ def closing_tables(summary) -> list[Table]:
 
 
 def _print_summary(run_dir: Path) -> None:
-    """The compact closing table (≤ 100 columns, never wrapped; piped output is 100 wide)."""
+    """The closing tables: the headline, then every group (≤ 100 columns, never wrapped; piped output is 100 wide)."""
     s = api.load_summary(run_dir)
     out = console if console.is_terminal else Console(width=100)
     for t in closing_tables(s):

@@ -1,6 +1,11 @@
-"""The closing table of ``specbench run`` / ``analyze`` in a terminal (pure: rows of strings).
+"""The closing lines of ``specbench run`` / ``analyze`` in a terminal (pure: rows of strings).
 
-One table per target (its name as the title), six short columns that fit
+First the answer the report opens with (:func:`headline_rows`): per target, one
+table of each method against the reference (EAGLE-3 unless ``compare_to`` says
+otherwise) at every dataset, temperature and load: the method at its best K,
+the speedup and τ ratios with their intervals, the verdict.
+
+Then one table per target (its name as the title), six short columns that fit
 100 characters: dataset, method (with K), T and load, τ with its interval,
 speedup with its interval, verdict. The
 verdict is the group's equivalence verdict when it has one, else its status
@@ -13,6 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 from specbench.analysis.timing import TimeBreakdown, fmt_duration, fmt_share, harness_parts
+from specbench.results.fmt import fmt_est, fmt_speedup
+from specbench.results.parts import HeadlineRow
 from specbench.results.summary import GroupSummary, RunSummary
 
 HEADER = ("dataset", "method", "T·load", "τ [95% CI]", "speedup [95% CI]", "verdict")
@@ -47,6 +54,44 @@ def closing_rows(summary: RunSummary) -> dict[str, list[tuple[str, ...]]]:
             verdict(g),
         )
         rows.setdefault(g.target, []).append(tuple(_clip(c, w) for c, w in zip(cells, MAX_WIDTHS, strict=True)))
+    return rows
+
+
+HEADLINE_HEADER = ("dataset T·load", "against", "method", "speedup ratio", "τ ratio", "verdict")
+HEADLINE_WIDTHS = (18, 10, 14, 18, 18, 7)
+SHORT_VERDICT = {"faster": "faster", "slower": "slower", "not distinguishable": "n.d.", "no data": "–"}
+HEADLINE_NOTE = ("ratios paired by prompt, 95% intervals; each arm at its best K at that load; "
+                 "n.d.: not distinguishable (the speedup interval holds 1)")
+
+
+def headline_where(r: HeadlineRow) -> str:
+    """'humaneval 0·b1': the dataset, temperature and load of a headline row."""
+    load = f"b{r.batch_size}" if r.request_rate is None else f"r{r.request_rate:g}"
+    return f"{r.dataset} {r.temperature:g}·{load}"
+
+
+def with_k(name: str, k: int | None) -> str:
+    """'dflash K3' (a method at one K; a label that already names its K is left alone)."""
+    return name + (f" K{k}" if k is not None and f"k{k}" not in name.lower() else "")
+
+
+def headline_rows(summary: RunSummary) -> dict[str, list[tuple[str, ...]]]:
+    """Target name → its headline rows: methods against the reference, grouped by (dataset, T, load); the
+    first two cells (where, and the reference at its best K) only on the first row of each group."""
+    rows: dict[str, list[tuple[str, ...]]] = {}
+    order = sorted(summary.headline, key=lambda r: (r.target, r.dataset, r.temperature, r.request_rate is not None,
+                                                     r.request_rate or r.batch_size, r.method))
+    last: tuple | None = None
+    for r in order:
+        key = (r.target, r.dataset, r.temperature, r.batch_size, r.request_rate)
+        first = key != last
+        last = key
+        cells = (
+            headline_where(r) if first else "", with_k(r.reference, r.reference_k) if first else "",
+            with_k(r.method, r.method_k), fmt_speedup(r.speedup_ratio), fmt_est(r.tau_ratio, 2, unit="×"),
+            SHORT_VERDICT.get(r.verdict, r.verdict),
+        )
+        rows.setdefault(r.target, []).append(tuple(_clip(c, w) for c, w in zip(cells, HEADLINE_WIDTHS, strict=True)))
     return rows
 
 
