@@ -127,11 +127,12 @@ def render_html(summary: RunSummary, manifest: dict[str, Any], figures: dict[str
 
 
 def write_reports(run_dir: Path, out_dir: Path | None = None) -> dict[str, Path]:
-    """Write ``<out_dir>/<run-id>.md`` and ``.html`` for a run directory.
+    """Write ``<out_dir>/<run-id>.md`` and ``.html`` for a run directory, and ``<run-id>.summary.md``: the
+    compact summary that fits a PR comment (:mod:`specbench.report.compact`), pointing at the full report.
 
     ``run_dir`` holds ``summary.json`` and (optionally) ``manifest.json``;
     ``out_dir`` defaults to :func:`specbench.results.rundir.reports_dir_for`.
-    Returns ``{"markdown": path, "html": path}``.
+    Returns ``{"markdown": path, "html": path, "summary": path}`` (and ``serving_csv`` when the run served).
     """
     run_dir = Path(run_dir)
     summary_path = run_dir / "summary.json"
@@ -148,6 +149,10 @@ def write_reports(run_dir: Path, out_dir: Path | None = None) -> dict[str, Path]
     md.write_text(render_markdown(summary, manifest), encoding="utf-8")
     html.write_text(render_html(summary, manifest), encoding="utf-8")
     out = {"markdown": md, "html": html}
+    from specbench.report.compact import SUFFIX, render_compact
+
+    out["summary"] = out_dir / f"{stem}{SUFFIX}"
+    out["summary"].write_text(render_compact(summary, manifest, full_report=f"{md.name} / {html.name}"), encoding="utf-8")
     from specbench.report.method_comparison import serving_csv
 
     raw = serving_csv(summary)

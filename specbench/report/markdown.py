@@ -174,7 +174,7 @@ def _overview(summary: RunSummary) -> Para:
         parts.append(f"checks: {ok} of {len(summary.checks)} passed")
     verdicts: dict[str, int] = {}
     for g in summary.groups:
-        for _, eq in _equivalence_entries(g):
+        for _, eq in equivalence_entries(g):
             v = str(eq.get("verdict", "unknown"))
             verdicts[v] = verdicts.get(v, 0) + 1
     if verdicts:
@@ -334,8 +334,8 @@ _EQ_NUMBERS = ("n", "n_tokens", "n_identical", "n_near_tie", "n_divergent", "n_u
                "pvalue", "detectable_tv", "target_tv")
 
 
-def _equivalence_entries(g: GroupSummary) -> list[tuple[str, dict[str, Any]]]:
-    """(test, its result as stored) of a measured group's equivalence tests."""
+def equivalence_entries(g: GroupSummary) -> list[tuple[str, dict[str, Any]]]:
+    """(test, its result as stored) of a measured group's equivalence tests; none for a group that did not run."""
     if g.equivalence is None or g.status not in ("ok", "partial"):
         return []
     return [(test, result.model_dump(mode="json")) for test, result in g.equivalence.tests(g.temperature)]
@@ -344,7 +344,7 @@ def _equivalence_entries(g: GroupSummary) -> list[tuple[str, dict[str, Any]]]:
 def _equivalence(summary: RunSummary) -> Section | None:
     rows = []
     for g in summary.groups:
-        for test, eq in _equivalence_entries(g):
+        for test, eq in equivalence_entries(g):
             nums = [f"{k}={fmt_generic(k, eq[k])}" for k in _EQ_NUMBERS if eq.get(k) is not None]
             ci = eq.get("match_ci")
             if isinstance(ci, (list, tuple)) and len(ci) == 2 and all(isinstance(x, (int, float)) for x in ci):
@@ -383,7 +383,7 @@ def _greedy_identity(summary: RunSummary) -> Table | None:
     """Identical / near-tie / divergent counts per method, with the tolerance and the flips' gaps."""
     rows = []
     for g in summary.groups:
-        eq = dict(_equivalence_entries(g)).get("greedy")
+        eq = dict(equivalence_entries(g)).get("greedy")
         if not eq or eq.get("tie_tolerance") is None:
             continue
         tol = f"{eq['tie_tolerance']:g} ({eq.get('tolerance_from', '?')})"

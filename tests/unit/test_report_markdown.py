@@ -207,7 +207,9 @@ def test_write_reports_default_and_explicit_out_dir(tmp_path: Path) -> None:
     run_dir.mkdir(parents=True)
     shutil.copy(FIXTURES / "summary_minimal.json", run_dir / "summary.json")
     paths = write_reports(run_dir)
-    assert paths == {"markdown": tmp_path / "reports" / "cpu-smoke-1.md", "html": tmp_path / "reports" / "cpu-smoke-1.html"}
+    assert paths == {"markdown": tmp_path / "reports" / "cpu-smoke-1.md", "html": tmp_path / "reports" / "cpu-smoke-1.html",
+                     "summary": tmp_path / "reports" / "cpu-smoke-1.summary.md"}
+    assert "`cpu-smoke-1.md / cpu-smoke-1.html`" in paths["summary"].read_text()  # it says where the full report is
     assert paths["markdown"].read_text().startswith("# specbench · cpu-smoke")  # no manifest: still renders
     assert paths["html"].read_text().startswith("<!DOCTYPE html>")
     other = write_reports(run_dir, tmp_path / "elsewhere")
