@@ -17,7 +17,7 @@ rate (chunks/s) one client core sustains, and a 4-tokens-per-chunk row shows
 why counting tokens matters under speculation.
 
 Run: ``flock /tmp/specbench-cpu.lock python benchmarks/client_overhead.py``
-(``--quick`` for a short run, ``--no-vllm`` without vLLM).
+(``--quick`` for a short run, ``--smoke`` for the smallest, ``--no-vllm`` without vLLM).
 """
 
 from __future__ import annotations
@@ -269,8 +269,12 @@ def main() -> None:
         "--tokenizer", default=None, help="tokenizer dir for vllm bench (default: the tiny assets)"
     )
     ap.add_argument("--json", default=None, help="also write raw numbers here")
+    ap.add_argument("--smoke", action="store_true",
+                    help="every row kind at the smallest size: levels 1,2; 8 tokens; one probe gap; both clients")
     a = ap.parse_args()
-    if a.quick:
+    if a.smoke:
+        a.levels, a.tokens, a.requests_per_stream, a.probe_gaps_ms, a.gap_ms = "1,2", 8, 1, "5", 5.0
+    elif a.quick:
         a.levels, a.tokens, a.probe_gaps_ms = "1,16,256", 32, "5"
     levels = [int(x) for x in a.levels.split(",")]
     gap = a.gap_ms / 1e3

@@ -9,7 +9,7 @@ weights — with the block attention it was trained with (non-causal) and with
 causal block attention (what vLLM serves from a flipped flag) — and compared
 with the target's greedy tokens.
 
-    python benchmarks/dflash_flip_sensitivity.py [--cache DIR] [--prompts 48]
+    python benchmarks/dflash_flip_sensitivity.py [--zoo DIR ...] [--prompts 48] [--smoke]
 
 Prints, per block slot, the draft's agreement with the target under each
 attention, the fraction of drafts that change, and the mean accepted prefix
@@ -24,7 +24,7 @@ from pathlib import Path
 
 
 def main() -> None:
-    from specbench.zoo.assets import default_cache_dir
+    from specbench.zoo.assets import default_cache_dir, ensure_assets
     from specbench.zoo.block_attention import measure_checkpoint
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -33,10 +33,15 @@ def main() -> None:
     )
     ap.add_argument("--prompts", type=int, default=48)
     ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--smoke", action="store_true", help="the smallest size: the suites' trained zoo, 2 prompts, 8 tokens")
     a = ap.parse_args()
     zoos = a.zoo or sorted(
         p for p in default_cache_dir().glob("tiny-trained-*") if (p / "manifest.json").exists()
     )
+    if not zoos and not a.smoke:
+        raise SystemExit(f"no trained zoo in {default_cache_dir()} (specbench assets --train)")
+    if a.smoke:  # the trained zoo the suites use (built if missing)
+        zoos, a.prompts, a.new_tokens = [ensure_assets(train=True, progress=False).target.parent], 2, 8
     print(f"{'zoo':44} {'anchors':>7} {'τ~ non-causal':>13} {'τ~ causal':>10} {'drop':>6}  changed per slot")
     for z in zoos:
         r = measure_checkpoint(z / "target", z / "speculators" / "dflash", a.prompts, a.new_tokens)

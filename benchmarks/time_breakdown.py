@@ -65,31 +65,47 @@ def engine_lines(run_dir: Path) -> list[str]:
     return out
 
 
+def show(run_dir: Path, bd: TimeBreakdown, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(bd.model_dump(mode="json"), indent=1))
+        return
+    print(f"{run_dir}: {bd.source}")
+    print(f"time: {time_line(bd)}")
+    detail = teacher_forcing_detail(run_dir)
+    if detail:
+        print(detail)
+    print("per engine (estimated from the files):")
+    print("\n".join(engine_lines(run_dir)))
+    print()
+    section = time_section({"time_breakdown": bd})
+    assert section is not None
+    print("\n".join(_md_blocks([section])))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run_dir", type=Path)
     ap.add_argument("--reports", type=Path, default=None, help="where the run's reports are")
     ap.add_argument("--estimate", action="store_true", help="estimate from the files even when recorded")
     ap.add_argument("--json", action="store_true", help="print the breakdown as JSON")
+    ap.add_argument("--smoke", action="store_true",
+                    help="every path on one run (the test command's shared run): the recorded breakdown, "
+                    "the estimate from the files, and the estimate as JSON")
     args = ap.parse_args(argv)
     manifest = rundir.read_manifest(args.run_dir)
     recorded = manifest.get("time_breakdown")
+    if args.smoke:
+        if not recorded:
+            print(f"{args.run_dir}: no time_breakdown in manifest.json", file=sys.stderr)
+            return 1
+        show(args.run_dir, TimeBreakdown.model_validate(recorded), as_json=False)
+        bd = estimate(args.run_dir, args.reports)
+        show(args.run_dir, bd, as_json=False)
+        show(args.run_dir, bd, as_json=True)
+        return 0
     bd = (TimeBreakdown.model_validate(recorded) if recorded and not args.estimate
           else estimate(args.run_dir, args.reports))
-    if args.json:
-        print(json.dumps(bd.model_dump(mode="json"), indent=1))
-        return 0
-    print(f"{args.run_dir}: {bd.source}")
-    print(f"time: {time_line(bd)}")
-    detail = teacher_forcing_detail(args.run_dir)
-    if detail:
-        print(detail)
-    print("per engine (estimated from the files):")
-    print("\n".join(engine_lines(args.run_dir)))
-    print()
-    section = time_section({"time_breakdown": bd})
-    assert section is not None
-    print("\n".join(_md_blocks([section])))
+    show(args.run_dir, bd, args.json)
     return 0
 
 

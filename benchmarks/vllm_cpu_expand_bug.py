@@ -14,7 +14,7 @@ levels down:
    peaked, drafts are accepted against the wrong distribution and the output
    drifts to the greedy text.
 
-Run: ``.venv/bin/python benchmarks/vllm_cpu_expand_bug.py [--engine]``.
+Run: ``.venv/bin/python benchmarks/vllm_cpu_expand_bug.py [--engine | --smoke]``.
 ``--engine`` adds level 3 on the tiny local target (one engine start, with
 and without specbench's ``vllm-cpu-expand-float`` patch).
 """
@@ -44,7 +44,7 @@ def kernel_level() -> None:
     print(f"            expected                          {want.tolist()}")
 
 
-def engine_level() -> None:
+def engine_level(prompts: int = 4, max_tokens: int = 48) -> None:
     """Per-position target probabilities seen by the rejection sampler, T=1, self-drafting."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -66,14 +66,14 @@ def engine_level() -> None:
     rs.rejection_sample = spy
     llm = LLM(model=target, dtype="float32", max_model_len=512, enforce_eager=True,
               speculative_config={"method": "draft_model", "model": target, "num_speculative_tokens": 3})
-    prompts = [{"prompt_token_ids": [5 + i, 17, 99, 230, 4 + i]} for i in range(4)]
+    prompts = [{"prompt_token_ids": [5 + i, 17, 99, 230, 4 + i]} for i in range(prompts)]
     for patched in (False, True):
         if patched:
             from specbench.engines.vllm_patches import install
 
             install(["vllm-cpu-expand-float"])
         seen.clear()
-        outs = llm.generate(prompts, SamplingParams(temperature=1.0, max_tokens=48, seed=0), use_tqdm=False)
+        outs = llm.generate(prompts, SamplingParams(temperature=1.0, max_tokens=max_tokens, seed=0), use_tqdm=False)
         distinct = sum(len(set(o.outputs[0].token_ids)) for o in outs)
         total = sum(len(o.outputs[0].token_ids) for o in outs)
         nan = sum(p != p for p in seen)
@@ -86,9 +86,12 @@ def engine_level() -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--engine", action="store_true", help="also run the engine-level check (one vLLM start)")
+    ap.add_argument("--smoke", action="store_true", help="both levels at the smallest size (2 prompts, 8 tokens)")
     args = ap.parse_args()
     kernel_level()
-    if args.engine:
+    if args.smoke:
+        engine_level(prompts=2, max_tokens=8)
+    elif args.engine:
         engine_level()
     return 0
 

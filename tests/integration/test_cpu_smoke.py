@@ -11,6 +11,7 @@ import shutil
 import pytest
 
 from specbench import api
+from specbench.report.compact import COMMENT_LIMIT
 from specbench.results import rundir
 from specbench.results.migrations import MANIFEST_SCHEMA_VERSION
 
@@ -149,6 +150,11 @@ def test_manifest_and_reports(smoke_run, tmp_path):
     md = paths["markdown"].read_text()
     assert "self-draft" in md and "dspark" in md and "Model Runner" in md
     assert REF in md
+    # the compact summary beside it fits a PR comment and leads with the headline against EAGLE-3
+    short = paths["summary"].read_text()
+    print(f"cpu-smoke: full report {len(md):,} characters, compact summary {len(short):,}")
+    assert len(short) < COMMENT_LIMIT and short.index("## Against eagle3") < short.index("## Checks")
+    assert f"`{paths['markdown'].name} / {paths['html'].name}`" in short
 
 
 # --------------------------------------------------------------------------

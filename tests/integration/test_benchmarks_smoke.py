@@ -1,0 +1,102 @@
+"""Every script under ``benchmarks/`` runs its whole path at the smallest size (``--smoke``), so a refactor
+cannot break one unseen. Scripts that read runs get the session's shared cpu-smoke run; the others start the
+fewest engines their path needs (listed per script). One subprocess per script, as a user starts it."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _table_rows(out: str, first_cell: str) -> list[list[str]]:
+    return [[c.strip() for c in line.strip("|").split("|")] for line in out.splitlines()
+            if line.startswith(f"| {first_cell}")]
+
+
+def check_client_overhead(out: str) -> None:
+    rows = [r for r in _table_rows(out, "") if r and r[0].isdigit()]
+    assert len(rows) == 4, out  # levels 1 and 2, one probe gap at the top level, the 4-token-chunk row
+    assert {r[2] for r in rows} == {"1", "4"}
+    assert all(r[-3] != "–" for r in rows), "vllm bench serve gave no ITL"
+
+
+def check_dflash_flip(out: str) -> None:
+    r = json.loads(next(line for line in out.splitlines() if line.strip().startswith("{")))
+    assert r["anchors"] > 0 and r["noncausal"]["tau_proxy"] >= 1 and r["causal"]["tau_proxy"] >= 1
+
+
+def check_early_stopping(out: str) -> None:
+    n = int(re.search(r"early stopping: (\d+) cells × metrics", out).group(1))  # type: ignore[union-attr]
+    assert n > 0
+    assert re.search(r"^cpu-smoke\s+tau\s+\d+\s+\d+", out, re.M), out
+
+
+def check_equivalence_power(out: str) -> None:
+    assert "## vLLM CPU" in out
+    assert re.search(r"^exact: baseline at T \[\d+ tok\]", out, re.M), out
+    assert re.search(r"^lossy: sampled at 1.1 T \[\d+ tok\]", out, re.M), out
+    assert "False alarms vs the nominal level" in out and "Rejection rate" in out  # both sections
+
+
+def check_executor_overhead(out: str) -> None:
+    ratio = float(re.search(r"wall\(ray ×2\) / wall\(ray ×1\) = ([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    assert ratio > 0
+
+
+def check_parallel_vs_eagle3(out: str) -> None:
+    for method in ("dflash", "p-eagle"):
+        (row,) = _table_rows(out, method)
+        assert int(re.search(r"\(n=(\d+)\)", row[1]).group(1)) > 0, row  # type: ignore[union-attr]
+
+
+def check_time_breakdown(out: str) -> None:
+    assert ": recorded" in out and ": estimated" in out
+    bd = json.loads(out[out.rindex("\n{") + 1:])
+    assert bd["source"] == "estimated" and bd["wall_s"] > 0
+
+
+def check_vllm_cpu_expand_bug(out: str) -> None:
+    assert re.search(r"3\. engine \(as shipped\): \d+ verified positions", out), out
+    patched = re.search(r"3\. engine \(patched\): (\d+) verified positions, (\d+) NaN", out)
+    assert patched and int(patched.group(1)) > 0 and int(patched.group(2)) == 0, out
+
+
+#: script -> (extra arguments, given the shared run's directory; the check of its output)
+SMOKES = {
+    "client_overhead.py": (lambda run: [], check_client_overhead),  # no engine: a fake server
+    "dflash_flip_sensitivity.py": (lambda run: [], check_dflash_flip),  # PyTorch, no engine
+    "early_stopping.py": (lambda run: ["--runs", str(run)], check_early_stopping),
+    "equivalence_power.py": (lambda run: [], check_equivalence_power),  # 1 engine (plain), numpy first
+    "executor_overhead.py": (lambda run: [], check_executor_overhead),  # 1 engine × (local, ray ×1, ray ×2)
+    "parallel_vs_eagle3.py": (lambda run: ["--runs", str(run)], check_parallel_vs_eagle3),
+    "time_breakdown.py": (lambda run: [str(run)], check_time_breakdown),
+    "vllm_cpu_expand_bug.py": (lambda run: [], check_vllm_cpu_expand_bug),  # 1 engine, in-process
+}
+
+
+def test_every_benchmark_has_a_smoke():
+    assert sorted(p.name for p in (REPO / "benchmarks").glob("*.py")) == sorted(SMOKES)
+
+
+@pytest.mark.parametrize("script", sorted(SMOKES))
+def test_benchmark_smoke(script: str, smoke_run) -> None:
+    run_dir, _ = smoke_run
+    extra, check = SMOKES[script]
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / script), "--smoke", *extra(run_dir)],
+        capture_output=True, text=True, timeout=600, cwd=REPO,
+    )
+    print(f"{script} --smoke: {time.monotonic() - t0:.1f} s")
+    assert proc.returncode == 0, f"{script} --smoke exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    check(proc.stdout)
