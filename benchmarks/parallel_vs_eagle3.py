@@ -54,16 +54,15 @@ def pool_round(run_dir: Path, rnd: int, others: list[str], per_round: dict[str, 
                pooled: dict[str, list], note: str) -> None:
     """Add one round (a run) to ``per_round`` (its headline ratios) and ``pooled`` (its requests, as repeat ``rnd``).
 
-    The first (target, dataset) of the run's headline at temperature 0 and batch 1 counts; each arm's requests are
-    those of the group the headline compared (its best K), EAGLE-3's once.
+    The first (target, dataset, load) of the run's headline at temperature 0 counts (the rounds this script runs
+    have one); each arm's requests are those of the group the headline compared (its best K), EAGLE-3's once.
     """
     s = api.load_summary(run_dir)
-    rows = [r for r in s.headline if r.method in others and r.temperature == 0 and r.batch_size == 1
-            and r.request_rate is None]
+    rows = [r for r in s.headline if r.method in others and r.temperature == 0]
     if not rows:
-        raise SystemExit(f"{run_dir}: no headline row of {others} against EAGLE-3 at T=0, batch 1")
-    key = (rows[0].target, rows[0].dataset)
-    rows = [r for r in rows if (r.target, r.dataset) == key]
+        raise SystemExit(f"{run_dir}: no headline row of {others} against EAGLE-3 at T=0")
+    key = (rows[0].target, rows[0].dataset, rows[0].batch_size, rows[0].request_rate)
+    rows = [r for r in rows if (r.target, r.dataset, r.batch_size, r.request_rate) == key]
     groups = {r.method_group: r.method for r in rows} | {rows[0].reference_group: "eagle3"}
     for row in rows:
         per_round[row.method].append(f"{row.speedup_ratio.fmt()} ({note})")
