@@ -20,11 +20,11 @@ from pathlib import Path
 
 from specbench.analysis.timing import breakdown, fmt_duration
 from specbench.analysis.timing_estimate import engine_spans, ready_times, run_spans
-from specbench.api import reports_dir_for
 from specbench.report.markdown import _md_blocks, time_section
 from specbench.report.terminal import time_line
 from specbench.results import rundir
 from specbench.results.manifest import TimeBreakdown
+from specbench.results.rundir import reports_dir_for
 
 
 def estimate(run_dir: Path, reports: Path | None) -> TimeBreakdown:
