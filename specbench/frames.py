@@ -23,12 +23,16 @@ import pandas as pd
 
 from specbench import api
 from specbench.analysis import metrics
+from specbench.results import metric_catalog as catalog
 from specbench.results import rundir
-from specbench.results.summary import RunSummary
+from specbench.results.slices import SLICE_KEYS
+from specbench.results.summary import GroupSummary, RunSummary
+from specbench.stats import Estimate
 
 CELL_COLUMNS = ("target", "method", "method_kind", "k", "dataset", "temperature", "batch_size", "request_rate")
-ESTIMATES = ("tau", "tau_per_request", "draft_acceptance_rate", "output_tps", "throughput_tps", "latency_s",
-             "ttft_s", "speedup", "greedy_match")
+#: The groups frame's estimate columns: the catalogue's history metrics held as one Estimate per group.
+ESTIMATES = tuple(m.name for m in catalog.history_metrics()
+                  if GroupSummary.model_fields[m.summary_field].annotation == (Estimate | None))
 
 
 @dataclass
@@ -78,12 +82,16 @@ def cells_frame(manifest: dict[str, Any], cell_records: list) -> pd.DataFrame:
 
 
 def groups_frame(summary: RunSummary) -> pd.DataFrame:
+    """One row per group; a run with sliced groups gets one column per slice key (None: not sliced on it)."""
+    sliced = any(g.slice is not None for g in summary.groups)
     rows = []
     for g in summary.groups:
         row: dict[str, Any] = {
             "group_id": g.group_id, "target": g.target, "method": g.method, "method_kind": g.method_kind,
             "k": g.k, "dataset": g.dataset, "temperature": g.temperature, "batch_size": g.batch_size,
-            "request_rate": g.request_rate, "status": g.status, "n_requests": g.n_requests,
+            "request_rate": g.request_rate,
+            **({k: getattr(g.slice, k) if g.slice else None for k in SLICE_KEYS} if sliced else {}),
+            "status": g.status, "n_requests": g.n_requests,
         }
         for name in ESTIMATES:
             est = getattr(g, name)

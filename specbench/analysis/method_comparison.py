@@ -31,18 +31,12 @@ from specbench.analysis import step_time
 from specbench.analysis.metrics import paired_speedup
 from specbench.results.parts import HeadlineRow, KPoint, KSweep, PublishedClaim, Verdict
 from specbench.results.records import RequestRecord
-from specbench.results.summary import GroupSummary
+from specbench.results.summary import GroupSummary, is_ratio_reference, reference_applies
 from specbench.stats import Estimate
-
-RATIO_METRICS = ("tau_ratio", "speedup_ratio")
 
 
 def family(g: GroupSummary) -> str:
     return g.family or g.method
-
-
-def _load(g: GroupSummary) -> tuple[str, str, float, int, float | None]:
-    return (g.target, g.dataset, g.temperature, g.batch_size, g.request_rate)
 
 
 def _usable(g: GroupSummary) -> bool:
@@ -100,12 +94,13 @@ def paired_tau_ratio(method: Sequence[RequestRecord], reference: Sequence[Reques
     return stats.bootstrap(arr, ratio)
 
 
-def _claims(published: Sequence[dict], target: str, method: str, dataset: str) -> list[PublishedClaim]:
+def _claims(published: Sequence[dict], target: str, method: str, g: GroupSummary) -> list[PublishedClaim]:
+    """The published ratios for ``method`` (a suite label) on ``g``'s dataset, temperature and K."""
     return [
         PublishedClaim(metric=p["metric"], value=float(p["value"]), high=p.get("high"), source=str(p["source"]))
         for p in published
-        if p.get("metric") in RATIO_METRICS and p.get("target") == target and p.get("method") == method
-        and p.get("dataset") in (None, dataset)
+        if is_ratio_reference(p) and reference_applies(p, target=target, methods=(method,), dataset=g.dataset,
+                                                       temperature=g.temperature, k=g.k)
     ]
 
 
@@ -119,7 +114,7 @@ def headline(
     buckets: dict[tuple, dict[str, list[GroupSummary]]] = defaultdict(lambda: defaultdict(list))
     for g in groups:
         if _usable(g):
-            buckets[_load(g)][family(g)].append(g)
+            buckets[g.baseline_key][family(g)].append(g)
     out: list[HeadlineRow] = []
     for key, fams in buckets.items():
         target = key[0]
@@ -141,7 +136,7 @@ def headline(
                     method_k=g.k, reference=ref_name, reference_group=ref.group_id, reference_k=ref.k,
                     n_prompts=max(sp.n, tau.n), tau_ratio=tau, speedup_ratio=sp, method_speedup=g.speedup,
                     reference_speedup=ref.speedup, verdict=verdict(sp),
-                    published=_claims(published, target, name, g.dataset),
+                    published=_claims(published, target, name, g),
                 )
             )
     return out
@@ -217,7 +212,7 @@ def k_sweeps(groups: Sequence[GroupSummary], group_requests: dict[str, list[Requ
     buckets: dict[tuple, list[GroupSummary]] = defaultdict(list)
     for g in groups:
         if _usable(g) and g.family is not None and g.k is not None:
-            buckets[(*_load(g), g.family)].append(g)
+            buckets[(*g.baseline_key, g.family)].append(g)
     out: list[KSweep] = []
     for key, ks in buckets.items():
         if len(ks) < 2:

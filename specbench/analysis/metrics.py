@@ -30,7 +30,13 @@ from specbench.config.stop_rule import StopRecord
 from specbench.config.suite import TargetSpec
 from specbench.results.parts import CounterCheck, CrossCheckRow, Equivalence
 from specbench.results.records import CellRecord, RequestRecord, SpecCounters
-from specbench.results.summary import CellStatusLine, GroupSummary, RunSummary
+from specbench.results.summary import (
+    CellStatusLine,
+    GroupSummary,
+    RunSummary,
+    is_ratio_reference,
+    reference_applies,
+)
 from specbench.stats import Estimate
 
 E = TypeVar("E", Estimate, Estimate | None)
@@ -391,27 +397,23 @@ def summarize_groups(
         if stopped_cell is not None and stopped_cell.stop.rule.metric == "accuracy" and "strict" in g.accuracy:
             g.accuracy["strict"] = _chosen(stopped_cell, "accuracy", g.accuracy["strict"], refs)
         for ref in references:
-            if (
-                ref.get("target") == g.target
-                and ref.get("method") in (g.method, g.family)
-                and ref.get("dataset") in (None, g.dataset)
-                and ref.get("temperature") in (None, g.temperature)
-                and ref.get("k") in (None, g.k)
-                and ref.get("metric", "tau") not in ("tau_ratio", "speedup_ratio")  # the headline's
+            if not is_ratio_reference(ref) and reference_applies(
+                ref, target=g.target, methods=(g.method, g.family), dataset=g.dataset, temperature=g.temperature,
+                k=g.k,
             ):
                 g.reference = {**(g.reference or {}), ref.get("metric", "tau"): ref}
         summaries[gid] = g
 
     # Comparisons against the baseline group of the same target/dataset/T/load.
     baselines = {
-        (g.target, g.dataset, g.temperature, g.batch_size, g.request_rate): gid
+        g.baseline_key: gid
         for gid, g in summaries.items()
         if g.method_kind == "baseline" and g.status in ("ok", "partial")
     }
     for gid, g in summaries.items():
         if g.method_kind == "baseline" or not group_requests[gid]:
             continue
-        bid = baselines.get((g.target, g.dataset, g.temperature, g.batch_size, g.request_rate))
+        bid = baselines.get(g.baseline_key)
         if bid is None:
             continue
         base = group_requests[bid]

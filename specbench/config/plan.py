@@ -74,21 +74,35 @@ class Cell(BaseModel):
         return group_id(self.target, self.method, self.dataset, self.temperature, self.batch_size, self.request_rate)
 
     @property
-    def baseline_group_key(self) -> tuple[str, str, float, int, float | None]:
+    def baseline_group_key(self) -> BaselineKey:
         """Cells compared with each other: same target, dataset, temperature and load."""
-        return (self.target, self.dataset, self.temperature, self.batch_size, self.request_rate)
+        return baseline_key(self.target, self.dataset, self.temperature, self.batch_size, self.request_rate)
 
     @property
     def load_label(self) -> str:
         return load_label(self.batch_size, self.request_rate)
 
 
+BaselineKey = tuple[str, str, float, int, float | None, str]
+
+
+def baseline_key(target: str, dataset: str, temperature: float, batch_size: int, request_rate: float | None = None,
+                 slice_id: str = "") -> BaselineKey:
+    """What a method's cell or group is compared with (speedup, greedy identity, paired tests): the baseline
+    of the same target, dataset, temperature, load and slice (``slice_id``, see specbench.results.slices)."""
+    return (target, dataset, temperature, batch_size, request_rate, slice_id)
+
+
+def load_tag(batch_size: int, request_rate: float | None = None) -> str:
+    """A load in an id: ``b4`` (batch size / concurrency) or ``rate2`` (a request rate)."""
+    return f"b{batch_size}" if request_rate is None else f"rate{request_rate:g}"
+
+
 def group_id(
     target: str, method: str, dataset: str, temperature: float, batch_size: int, request_rate: float | None = None
 ) -> str:
     """``…/b4`` for a concurrency (batch size) load, ``…/rate2`` for a request rate."""
-    load = f"b{batch_size}" if request_rate is None else f"rate{request_rate:g}"
-    return f"{target}/{method}/{dataset}/T{temperature:g}/{load}"
+    return f"{target}/{method}/{dataset}/T{temperature:g}/{load_tag(batch_size, request_rate)}"
 
 
 def load_label(batch_size: int, request_rate: float | None = None) -> str:

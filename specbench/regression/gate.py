@@ -19,7 +19,8 @@ Rules (YAML, ``--rules``; see ``gates.example.yaml``)::
     confidence: 0.95        # of the difference intervals
     family_wise: true       # Bonferroni over every gated comparison
     missing: fail           # baseline group/metric absent or not measured in the new run: fail | warn
-    groups: ["*"]           # fnmatch globs over group ids to gate
+    groups: ["*"]           # fnmatch globs over group ids to gate; a last segment `category=coding,…`
+                            # selects slices (specbench.results.slices.group_matches)
     rules:                  # merged over the defaults; `name: null` turns a default off
       tau: {max_drop_pct: 3}
       speedup: {max_drop_pct: 5}             # noise_floor_pct: 3 widens each run's interval to >= ±3%
@@ -54,7 +55,6 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from specbench.regression.run_diff import (
-    HIGHER_IS_BETTER,
     MetricChange,
     bonferroni_widen,
     equivalence_verdict,
@@ -64,9 +64,11 @@ from specbench.regression.run_diff import (
     metric_estimates,
     metric_family,
 )
+from specbench.results import metric_catalog as catalog
 from specbench.results.fmt import fmt_est
 from specbench.results.migrations import SchemaError
 from specbench.results.parts import HeadlineRow
+from specbench.results.slices import group_matches
 from specbench.results.summary import GroupSummary, RunSummary
 from specbench.stats import Estimate
 
@@ -161,17 +163,17 @@ class GateRules(_Strict):
     ratios: list[RatioRule] = Field(default_factory=list)
 
     def gated(self, group_id: str) -> bool:
-        return any(fnmatchcase(group_id, p) for p in self.groups)
+        return any(group_matches(p, group_id) for p in self.groups)
 
     def for_group(self, group_id: str) -> RuleSet:
         rules = self.rules
         for o in self.overrides:
-            if any(fnmatchcase(group_id, p) for p in o.groups):
+            if any(group_matches(p, group_id) for p in o.groups):
                 rules = rules.merged(o.rules)
         return rules
 
 
-_METRIC = re.compile(r"^(tau|tau_per_request|output_tps|speedup|greedy_match|per_position\.[1-9][0-9]*|accuracy\..+)$")
+_METRIC = re.compile(catalog.metric_pattern())
 
 
 class ExpectedMetric(_Strict):
@@ -206,8 +208,7 @@ class ExpectedValues(_Strict):
         for gid, metrics in v.items():
             for name in metrics:
                 if not _METRIC.match(name):
-                    raise ValueError(f"{gid}: unknown metric {name!r} (use tau, tau_per_request, per_position.<i>, "
-                                     "output_tps, speedup, greedy_match, accuracy.<key>)")
+                    raise ValueError(f"{gid}: unknown metric {name!r} (use {catalog.gate_names_help()})")
         return v
 
 
@@ -466,7 +467,7 @@ def render_gate(result: GateResult) -> str:
 
 
 __all__ = [
-    "HIGHER_IS_BETTER", "ExpectedMetric", "ExpectedValues", "GateCheck", "GateConfigError", "GateResult",
+    "ExpectedMetric", "ExpectedValues", "GateCheck", "GateConfigError", "GateResult",
     "GateRules", "RatioRule", "RuleSet", "ThresholdRule", "evaluate_gate", "expected_from_run", "load_baseline", "load_rules",
     "render_gate",
 ]

@@ -35,7 +35,7 @@ from specbench.regression.gate import (
     evaluate_gate,
 )
 from specbench.regression.history import History, Point, RunInfo, group_metrics
-from specbench.regression.run_diff import HIGHER_IS_BETTER, metric_family
+from specbench.results import metric_catalog as catalog
 from specbench.results.manifest import RunManifest
 from specbench.results.summary import RunSummary
 from specbench.stats import Estimate
@@ -109,7 +109,7 @@ def evaluate_history_gate(
             continue
         step = current_step([float(p.estimate.value or 0.0) for p in pts] + [est.value],
                             [_half_width(p.estimate) for p in pts] + [_half_width(est)],
-                            higher_is_better=HIGHER_IS_BETTER.get(metric_family(c.metric), True))
+                            higher_is_better=catalog.higher_is_better(c.metric))
         if step is None:
             c.message += "; no step in the history (a drift or a single bad run)"
             continue

@@ -28,7 +28,8 @@ from typing import Any
 import sqlalchemy as sa
 from pydantic import BaseModel
 
-from specbench.regression.run_diff import equivalence_verdict, metric_estimates
+from specbench.regression.run_diff import equivalence_verdict, estimates_of
+from specbench.results import metric_catalog as catalog
 from specbench.results import rundir
 from specbench.results.manifest import RunManifest
 from specbench.results.parts import ServingCellRow
@@ -128,20 +129,8 @@ def db_url(db: str | Path | None) -> str:
 
 
 def group_metrics(g: GroupSummary) -> dict[str, Estimate]:
-    """Every stored metric of a group (the gate's metrics plus speed and latency)."""
-    out = dict(metric_estimates(g))
-    for name in ("throughput_tps", "latency_s", "ttft_s", "draft_acceptance_rate"):
-        est = getattr(g, name)
-        if est is not None and est.value is not None:
-            out[name] = est
-    for key, est in sorted(g.accuracy_delta.items()):
-        if est.value is not None:
-            out[f"accuracy_delta.{key}"] = est
-    for p in (50, 90, 99):
-        v = getattr(g, f"latency_p{p}_s")
-        if v is not None:
-            out[f"latency_p{p}_s"] = Estimate(value=v, n=g.n_requests, method="none")
-    return out
+    """Every stored metric of a group: the catalogue's history metrics (verdicts apart)."""
+    return estimates_of(g, tuple(m for m in catalog.history_metrics() if not m.verdict))
 
 
 def serving_metrics(summary: RunSummary) -> dict[str, dict[str, Estimate]]:
@@ -151,14 +140,13 @@ def serving_metrics(summary: RunSummary) -> dict[str, dict[str, Estimate]]:
     for row in summary.extra.serving:
         if not isinstance(row, ServingCellRow) or row.cell_id is None or row.cell_id not in group_of:
             continue
-        gid = group_of[row.cell_id]
-        d = out.setdefault(gid, {})
-        for q in ("ttft", "tpot", "itl", "latency"):
-            dist = getattr(row, q)
-            for p in ("p50", "p90", "p99"):
-                v = getattr(dist, p)
-                if v is not None:
-                    d[f"serving.{q}_{p}_s"] = Estimate(value=v, n=dist.n, method="none")
+        d = out.setdefault(group_of[row.cell_id], {})
+        for m in catalog.history_metrics("serving"):
+            quantity, stat = m.summary_field.split(".")
+            dist = getattr(row, quantity)
+            v = getattr(dist, stat)
+            if v is not None:
+                d[m.name] = Estimate(value=v, n=dist.n, method="none")
     return out
 
 

@@ -39,26 +39,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from specbench.config.plan import load_tag
+from specbench.results import metric_catalog as catalog
 from specbench.results.fmt import fmt_est
 from specbench.results.parts import HeadlineRow
 from specbench.results.summary import GroupSummary, RunSummary
 from specbench.stats import Estimate
 
-#: Metrics compared, with whether a higher value is better.
-HIGHER_IS_BETTER: dict[str, bool] = {
-    "tau": True,
-    "tau_per_request": True,
-    "per_position": True,
-    "output_tps": True,
-    "speedup": True,
-    "accuracy": True,
-    "greedy_match": True,
-    "speedup_ratio": True,
-    "tau_ratio": True,
-}
-
 #: Metrics measured in time: their within-run intervals do not cover drift between runs.
-SPEED_METRICS = frozenset({"output_tps", "speedup", "speedup_ratio"})
+SPEED_METRICS = catalog.speed_metrics()
 
 
 def floor_interval(e: Estimate, pct: float) -> Estimate:
@@ -69,29 +58,29 @@ def floor_interval(e: Estimate, pct: float) -> Estimate:
     return e.model_copy(update={"ci_low": min(e.ci_low, e.value - h), "ci_high": max(e.ci_high, e.value + h)})
 
 
-def metric_family(metric: str) -> str:
-    """``per_position.2`` → ``per_position``; ``accuracy.exact_match`` → ``accuracy``."""
-    return metric.split(".", 1)[0]
+metric_family = catalog.family
+
+
+def estimates_of(g: GroupSummary, metrics: tuple[catalog.MetricSpec, ...]) -> dict[str, Estimate]:
+    """A group's measured estimates of ``metrics`` by name (``per_position.<i>`` 1-based, ``accuracy.<key>``)."""
+    out: dict[str, Estimate] = {}
+    for m in metrics:
+        held = getattr(g, m.summary_field)
+        if m.indexed == "position":
+            named = [(f"{m.name}.{i + 1}", e) for i, e in enumerate(held)]
+        elif m.indexed == "key":
+            named = [(f"{m.name}.{k}", e) for k, e in sorted(held.items())]
+        elif isinstance(held, float):  # a bare statistic (latency percentiles): no interval
+            named = [(m.name, Estimate(value=held, n=g.n_requests, method="none"))]
+        else:
+            named = [(m.name, held)]
+        out.update((k, e) for k, e in named if isinstance(e, Estimate) and e.value is not None)
+    return out
 
 
 def metric_estimates(g: GroupSummary) -> dict[str, Estimate]:
-    """A group's comparable metrics by name (``per_position.<i>`` 1-based, ``accuracy.<key>``)."""
-    out: dict[str, Estimate] = {}
-    for name in ("tau", "tau_per_request"):
-        est = getattr(g, name)
-        if est is not None and est.value is not None:
-            out[name] = est
-    for i, p in enumerate(g.per_position):
-        if p.value is not None:
-            out[f"per_position.{i + 1}"] = p
-    for name in ("output_tps", "speedup", "greedy_match"):
-        est = getattr(g, name)
-        if est is not None and est.value is not None:
-            out[name] = est
-    for key, est in sorted(g.accuracy.items()):
-        if est.value is not None:
-            out[f"accuracy.{key}"] = est
-    return out
+    """A group's comparable (gated) metrics by name, from the catalogue."""
+    return estimates_of(g, catalog.gate_metrics())
 
 
 def _has_ci(e: Estimate | None) -> bool:
@@ -131,7 +120,7 @@ def metric_change(metric: str, base: Estimate, new: Estimate, widen: float = 1.0
         return None
     d = new.value - base.value
     rel = d / abs(base.value) if base.value != 0 else None
-    hib = HIGHER_IS_BETTER.get(metric_family(metric), True)
+    hib = catalog.higher_is_better(metric)
     if not (_has_ci(base) and _has_ci(new)):
         return MetricChange(metric=metric, base=base, new=new, diff=d, rel_change=rel, higher_is_better=hib)
     assert base.ci_low is not None and base.ci_high is not None and new.ci_low is not None and new.ci_high is not None
@@ -168,15 +157,14 @@ class GroupComparison(BaseModel):
 
 def headline_key(r: HeadlineRow) -> str:
     """A headline row's name: ``target/method÷reference/dataset/T0/b1`` (``…/rate2`` for a request rate)."""
-    load = f"b{r.batch_size}" if r.request_rate is None else f"rate{r.request_rate:g}"
-    return f"{r.target}/{r.method}÷{r.reference}/{r.dataset}/T{r.temperature:g}/{load}"
+    return f"{r.target}/{r.method}÷{r.reference}/{r.dataset}/T{r.temperature:g}/{load_tag(r.batch_size, r.request_rate)}"
 
 
 def headline_estimates(summary: RunSummary) -> dict[str, Estimate]:
     """Every headline ratio of a run by ``<headline_key>:<speedup_ratio|tau_ratio>``."""
     out: dict[str, Estimate] = {}
     for r in summary.headline:
-        for metric in ("speedup_ratio", "tau_ratio"):
+        for metric in (m.name for m in catalog.gate_metrics("headline")):
             est = getattr(r, metric)
             if est.value is not None:
                 out[f"{headline_key(r)}:{metric}"] = est
@@ -257,12 +245,11 @@ def compare_runs(base: RunSummary, new: RunSummary, *, confidence: float = 0.95,
     hb, hn = headline_estimates(base), headline_estimates(new)
     ratios = []
     for key in hb.keys() & hn.keys():
-        c = metric_change(key.rsplit(":", 1)[1], prepared("speedup_ratio", hb[key]) if key.endswith("speedup_ratio")
-                          else hb[key], prepared("speedup_ratio", hn[key]) if key.endswith("speedup_ratio") else hn[key],
-                          widen)
+        ratio = key.rsplit(":", 1)[1]
+        c = metric_change(ratio, prepared(ratio, hb[key]), prepared(ratio, hn[key]), widen)
         if c is not None:
             c = c.model_copy(update={"metric": key})
-            if key.endswith("speedup_ratio") and speed_noise_floor_pct is None:
+            if not tested(ratio):
                 c = c.model_copy(update={"significant": False, "tested": False})
             ratios.append(c)
     return Comparison(
@@ -280,11 +267,8 @@ def compare_runs(base: RunSummary, new: RunSummary, *, confidence: float = 0.95,
 
 
 def _digits(metric: str, e: Estimate) -> int:
-    fam = metric_family(metric)
-    if fam in ("output_tps",):
-        v = abs(e.value or 0)
-        return 0 if v >= 100 else 1 if v >= 10 else 2
-    return 3 if fam in ("per_position", "accuracy", "greedy_match") else 2
+    """The catalogue's digits; a headline ratio's key (``<headline>:speedup_ratio``) by its ratio."""
+    return catalog.digits(metric.rsplit(":", 1)[-1], e.value)
 
 
 def fmt_change(c: MetricChange) -> str:

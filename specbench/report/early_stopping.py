@@ -4,9 +4,11 @@ available, why it stopped and the confidence sequence it stopped on."""
 from __future__ import annotations
 
 from specbench.report.document import Para, Section, Table
+from specbench.results import metric_catalog
 from specbench.results.summary import RunSummary
 
-METRIC_NAMES = {"tau": "τ", "speedup": "speedup", "tpot": "TPOT (s)", "accuracy": "accuracy"}
+#: The stop rule's metric names (``stop: {metric: tpot}``) as the table shows them.
+METRIC_NAMES = {name: m.column for name, m in metric_catalog.stop_metrics().items()}
 REASONS = {
     "target": "interval tight enough",
     "max_prompts": "reached max_prompts",

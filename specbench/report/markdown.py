@@ -38,11 +38,13 @@ from specbench.report.method_comparison import (
     serving_table,
     verification_section,
 )
+from specbench.results import metric_catalog
 from specbench.results.fmt import (
     as_estimate,
     fmt_est,
     fmt_generic,
     fmt_load,
+    fmt_metric,
     fmt_pct,
     fmt_speedup,
     fmt_tps,
@@ -220,16 +222,17 @@ def _method_table(groups: list[GroupSummary], show_t: bool, show_load: bool, ref
         if g.status in ("skipped", "failed", "pending"):
             rows.append(row + ["–"] * (len(headers) - len(row)))
             continue
-        row.append(fmt_est(g.tau, 2, n_default=n))
+        row.append(fmt_metric("tau", g.tau, n_default=n))
         if has_refs:
             row.append("; ".join(
-                f"{'τ' if metric == 'tau' else metric} {ref.get('value')} (ref. {refs.mark(str(ref.get('source', '?')))})"
+                f"{metric_catalog.label(metric)} {ref.get('value')} (ref. {refs.mark(str(ref.get('source', '?')))})"
                 for metric, ref in sorted((g.reference or {}).items())
             ) or "–")
-        row.append(fmt_est(g.tau_per_request, 2, n_default=n))
-        pos = " / ".join("–" if p.value is None else f"{p.value:.2f}" for p in g.per_position)
+        row.append(fmt_metric("tau_per_request", g.tau_per_request, n_default=n))
+        d = metric_catalog.digits("per_position", None)
+        pos = " / ".join("–" if p.value is None else f"{p.value:.{d}f}" for p in g.per_position)
         row.append((pos + n_note(g.per_position[0], n)) if g.per_position else "–")
-        row.append(fmt_est(g.draft_acceptance_rate, 2, n_default=n))
+        row.append(fmt_metric("draft_acceptance_rate", g.draft_acceptance_rate, n_default=n))
         row.append(fmt_tps(g.output_tps, n_default=n))
         row.append(fmt_tps(g.throughput_tps, n_default=None))
         row.append("1× (baseline)" if g.method_kind == "baseline" else fmt_speedup(g.speedup, n_default=n))
@@ -256,7 +259,7 @@ def _position_table(groups: list[GroupSummary], show_t: bool, show_load: bool) -
     headers += [f"pos {i + 1}" for i in range(width)]
     rows = []
     for g in sorted(with_pos, key=lambda g: (g.temperature, _load_key(g))):
-        cells = [fmt_est(p, 2, n_default=g.n_requests) for p in g.per_position]
+        cells = [fmt_metric("per_position", p, n_default=g.n_requests) for p in g.per_position]
         rows.append([g.method] + ([f"{g.temperature:g}"] if show_t else []) + ([fmt_load(g)] if show_load else [])
                     + cells + ["–"] * (width - len(cells)))
     return Table(headers, rows, ["Rate at position i = accepted drafts at i / drafts."])

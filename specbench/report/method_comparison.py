@@ -13,7 +13,7 @@ from collections import defaultdict
 from typing import Any
 
 from specbench.report.document import Block, Para, Refs, Section, Table
-from specbench.results.fmt import fmt_est, fmt_load, fmt_speedup
+from specbench.results.fmt import fmt_est, fmt_load, fmt_metric, fmt_speedup
 from specbench.results.parts import HeadlineRow, KSweep
 from specbench.results.summary import GroupSummary, RunSummary
 from specbench.stats import Estimate
@@ -59,7 +59,7 @@ def headline_section(summary: RunSummary, refs: Refs) -> Section | None:
             ["Method", "K", "n prompts", "Speedup ratio", "τ ratio", "Verdict", "Speedup vs baseline (method / ref.)",
              "Published"],
             [[r.method, str(r.method_k if r.method_k is not None else "–"), str(r.n_prompts),
-              fmt_speedup(r.speedup_ratio), fmt_est(r.tau_ratio, 2, unit="×"), r.verdict,
+              fmt_speedup(r.speedup_ratio), fmt_metric("tau_ratio", r.tau_ratio, unit="×"), r.verdict,
               f"{fmt_speedup(r.method_speedup)} / {fmt_speedup(r.reference_speedup)}", _claims(r, refs)]
              for r in sorted(rows, key=lambda r: r.method)],
         ))
@@ -76,7 +76,7 @@ def k_sweep_section(summary: RunSummary) -> Section | None:
         for p in s.points:
             mark = " ★" if best_v is not None and p.k == round(best_v) else ""
             per_k.append([s.target, s.dataset, f"{s.temperature:g}", s.method, _load_of(s), f"{p.k}{mark}", str(p.n),
-                          fmt_est(p.tau, 2), fmt_speedup(p.speedup), _ms(p.tpot_s), _ms(p.step_time_s)])
+                          fmt_metric("tau", p.tau), fmt_speedup(p.speedup), _ms(p.tpot_s), _ms(p.step_time_s)])
         best.append([s.target, s.dataset, f"{s.temperature:g}", s.method, _load_of(s), fmt_est(s.best_k, 0),
                      fmt_est(s.step_time_slope_s, 3, scale=1000.0, signed=True, n_default=None)])
     moves: dict[tuple[str, str, float, str], list[float]] = defaultdict(list)
@@ -106,9 +106,9 @@ def verification_section(summary: RunSummary) -> Section | None:
     groups = [g for g in summary.groups if g.verification is not None]
     if not groups:
         return None
+    parts = ("drafted_per_step", "accepted_per_verified", "wasted_per_emitted")
     rows = [[g.target, g.dataset, g.method, str(g.k if g.k is not None else "–"), f"{g.temperature:g}", fmt_load(g),
-             fmt_est(g.verification.drafted_per_step, 2), fmt_est(g.verification.accepted_per_verified, 2),  # type: ignore[union-attr]
-             fmt_est(g.verification.wasted_per_emitted, 2)]  # type: ignore[union-attr]
+             *(fmt_metric(f"verification.{p}", getattr(g.verification, p)) for p in parts)]
             for g in groups]
     return Section("Verification spent", [
         Para("Draft tokens the target verified per step, the share of them accepted, and the verified-but-rejected "

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from specbench.analysis.timing import TimeBreakdown, fmt_duration, fmt_share, harness_parts
+from specbench.config.plan import load_tag
 from specbench.results.fmt import fmt_est, fmt_speedup
 from specbench.results.parts import HeadlineRow
 from specbench.results.summary import GroupSummary, RunSummary
@@ -45,7 +46,7 @@ def closing_rows(summary: RunSummary) -> dict[str, list[tuple[str, ...]]]:
     """Target name → its rows, in the summary's order."""
     rows: dict[str, list[tuple[str, ...]]] = {}
     for g in summary.groups:
-        load = f"b{g.batch_size}" if g.request_rate is None else f"r{g.request_rate:g}"
+        load = load_tag(g.batch_size, g.request_rate)
         method = g.method + (f" K{g.k}" if g.k and f"k{g.k}" not in g.method.lower() else "")
         cells = (
             g.dataset, method, f"{g.temperature:g}·{load}",
@@ -66,7 +67,7 @@ HEADLINE_NOTE = ("ratios paired by prompt, 95% intervals; each arm at its best K
 
 def headline_where(r: HeadlineRow) -> str:
     """'humaneval 0·b1': the dataset, temperature and load of a headline row."""
-    load = f"b{r.batch_size}" if r.request_rate is None else f"r{r.request_rate:g}"
+    load = load_tag(r.batch_size, r.request_rate)
     return f"{r.dataset} {r.temperature:g}·{load}"
 
 

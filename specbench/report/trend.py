@@ -10,26 +10,21 @@ from __future__ import annotations
 
 import base64
 import html
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from specbench.regression.changepoints import Step, detect_steps
 from specbench.regression.history import History, Point, RunInfo
-from specbench.regression.run_diff import HIGHER_IS_BETTER, metric_family
-from specbench.results.fmt import auto_digits, fmt_est
+from specbench.results import metric_catalog as catalog
+from specbench.results.fmt import fmt_est
 from specbench.stats import Estimate
 
 #: Metrics drawn, in this order, when a group has them (all metrics are in the tables).
 FIGURE_METRICS = ("tau", "speedup", "output_tps", "accuracy.", "ttft_s", "serving.ttft_p50_s",
                   "serving.tpot_p50_s", "serving.itl_p50_s", "latency_p50_s")
 MAX_PANELS = 6
-LOWER_IS_BETTER = re.compile(r"(latency|ttft|tpot|itl)")
-
-
-def higher_is_better(metric: str) -> bool:
-    return False if LOWER_IS_BETTER.search(metric) else HIGHER_IS_BETTER.get(metric_family(metric), True)
+higher_is_better = catalog.higher_is_better
 
 
 @dataclass
@@ -80,16 +75,8 @@ def build_pages(hist: History, suite: str | None = None) -> list[TrendPage]:
     return pages
 
 
-def _digits(metric: str, v: float | None) -> int:
-    if metric.startswith(("tau", "per_position", "speedup", "accuracy")):
-        return 3
-    if v is not None and 0 < abs(v) < 1:
-        return min(6, 2 - math.floor(math.log10(abs(v))))  # three significant digits
-    return auto_digits(v)
-
-
 def _fmt(metric: str, p: Point) -> str:
-    return p.verdict if p.verdict is not None else fmt_est(p.estimate, _digits(metric, p.estimate.value))
+    return p.verdict if p.verdict is not None else fmt_est(p.estimate, catalog.digits(metric, p.estimate.value))
 
 
 def _latest_change(s: Series) -> tuple[str, str, str, str]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from specbench.config.plan import load_label
+from specbench.results import metric_catalog
 from specbench.results.summary import GroupSummary
 from specbench.stats import Estimate
 
@@ -76,6 +78,11 @@ def fmt_est(
     return out + ("" if n_default == -1 else n_note(e, n_default))
 
 
+def fmt_metric(metric: str, e: Estimate | None, **kw: Any) -> str:
+    """An estimate of a catalogued metric with the catalogue's digits (:func:`fmt_est`'s keywords)."""
+    return fmt_est(e, metric_catalog.digits(metric, e.value if e else None), **kw)
+
+
 def fmt_pct(e: Estimate | None, digits: int = 1, *, n_default: int | None = -1, signed: bool = False,
             unit: str = "%") -> str:
     return fmt_est(e, digits, scale=100.0, unit=unit, signed=signed, n_default=n_default)
@@ -113,6 +120,4 @@ def fmt_generic(key: str, value: Any) -> str:
 
 def fmt_load(g: GroupSummary) -> str:
     """A group's load: ``8`` (batch size or concurrency) or ``2 req/s`` (a Poisson request rate)."""
-    if g.request_rate is None:
-        return str(g.batch_size)
-    return f"{g.request_rate:g} req/s" + (f" (≤{g.batch_size} in flight)" if g.batch_size > 0 else "")
+    return load_label(g.batch_size, g.request_rate)

@@ -6,11 +6,14 @@ repeats of a cell are pooled into their group.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
+from specbench.config.plan import BaselineKey, baseline_key
 from specbench.config.stop_rule import StopRecord
+from specbench.results import metric_catalog
 from specbench.results.migrations import SUMMARY_SCHEMA_VERSION, upgrade_summary
 from specbench.results.parts import (
     CounterCheck,
@@ -21,6 +24,7 @@ from specbench.results.parts import (
     VerificationSpent,
 )
 from specbench.results.records import SpecCounters
+from specbench.results.slices import Slice
 from specbench.stats import Estimate
 
 
@@ -47,6 +51,9 @@ class GroupSummary(BaseModel):
     temperature: float
     batch_size: int  # concurrency; with request_rate, the cap on requests in flight (0: none)
     request_rate: float | None = None  # Poisson load (requests/s) of server request-rate cells
+    # The part of the group this summary covers (category, turn, input length, round; see
+    # specbench.results.slices); None: the whole group. Its id is the group id's last segment.
+    slice: Slice | None = None
     status: str  # ok | skipped | failed | partial
     reasons: list[str] = Field(default_factory=list)
     cells: list[CellStatusLine] = Field(default_factory=list)
@@ -79,6 +86,36 @@ class GroupSummary(BaseModel):
     scoring_note: str | None = None
     reference: dict[str, Any] | None = None  # published values for this group
     extra: dict[str, Any] = Field(default_factory=dict)
+
+    @model_serializer(mode="wrap")
+    def _no_empty_slice(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A group without slice is written as before the slice keys existed (no ``slice`` key)."""
+        data = handler(self)
+        if self.slice is None or self.slice.empty:
+            data.pop("slice", None)
+        return data
+
+    @property
+    def baseline_key(self) -> BaselineKey:
+        """Groups compared with each other (speedup, greedy identity): same target, dataset, T, load and slice."""
+        return baseline_key(self.target, self.dataset, self.temperature, self.batch_size, self.request_rate,
+                            self.slice.id if self.slice else "")
+
+
+def reference_applies(ref: Mapping[str, Any], *, target: str, methods: Iterable[str | None], dataset: str,
+                      temperature: float, k: int | None) -> bool:
+    """Whether a published value (a suite's ``references:`` entry) belongs to a group or headline row: same
+    target, one of ``methods`` (a group's method or its sweep's label), and the dataset, temperature and K
+    wherever the reference gives them."""
+    return (ref.get("target") == target and ref.get("method") in tuple(methods)
+            and ref.get("dataset") in (None, dataset) and ref.get("temperature") in (None, temperature)
+            and ref.get("k") in (None, k))
+
+
+def is_ratio_reference(ref: Mapping[str, Any]) -> bool:
+    """A published ratio against the reference method (the headline's), not a group's own metric."""
+    m = metric_catalog.spec(str(ref.get("metric", "tau")))
+    return m is not None and m.source == "headline"
 
 
 class RunSummary(BaseModel):

@@ -191,7 +191,8 @@ def test_cli_history_add_and_trend(tmp_path: Path, db: str) -> None:
     assert res.exit_code == 0, res.output
     md = (tmp_path / "trend" / "trend-gsm8k-gpu.md").read_text()
     html = (tmp_path / "trend" / "trend-gsm8k-gpu.html").read_text()
-    assert f"| {GROUP} | tau | 2.565 [2.511, 2.619] | 2.565 [2.511, 2.619] | +0.0% | REGRESSION 2.85 → 2.565 from " \
+    # τ with the catalogue's 2 decimals (trend had 3 before the catalogue)
+    assert f"| {GROUP} | tau | 2.56 [2.51, 2.62] | 2.56 [2.51, 2.62] | +0.0% | REGRESSION 2.85 → 2.565 from " \
            "20260505T120000Z-r4 |" in md
     assert md.count("| 20260501T120000Z-r0 |") >= 6  # one row per group table
     assert "| llama-3.1-8b/p-eagle/humaneval/T0/b8 | equivalence.overall | divergent | divergent | – | – |" in md

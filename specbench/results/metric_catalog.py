@@ -1,0 +1,205 @@
+"""Every metric specbench reports, declared once.
+
+One :class:`MetricSpec` per metric: where its value is held (a
+:class:`~specbench.results.summary.GroupSummary` field, a server cell's
+latency distribution, or a headline row), its name for people, unit,
+direction, digits, which commands use it, and a one-line definition with the
+unit of its n. compare, gate, history, trend, ``specbench.load()`` frames,
+the report's number formatting and early stopping read their metric sets from
+here (see the ``*_metrics`` functions); none keeps its own list.
+
+Names: a metric is addressed as its ``name``; an ``indexed`` one as
+``<name>.<i>`` (per position, 1-based) or ``<name>.<key>`` (accuracy's scorer
+keys); :func:`spec` resolves any of them. A group's slices (category, turn,
+input length, round) are dimensions, not metrics: :data:`DIMENSIONS`.
+
+Digits: the report's won where copies disagreed: τ, speedup and per-position
+acceptance have 2 decimals everywhere (compare had 2, 2 and 3, trend 3, 3 and
+3); ``digits=None`` means three significant digits (:func:`digits`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from specbench.results.slices import SLICE_KEYS
+
+Direction = Literal["higher", "lower", "none"]
+Source = Literal["group", "serving", "headline"]
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    name: str  # as commands, rule files and the history database address it
+    label: str
+    unit: str  # "" for a count or ratio without unit
+    direction: Direction  # which way is better; "none": neither (a count, a verdict)
+    digits: int | None  # decimals when printed; None: three significant digits
+    definition: str  # formula, and the unit of its n
+    source: Source = "group"
+    field: str | None = None  # where the value is held (default: ``name``); dotted for a nested model's field
+    indexed: Literal["position", "key"] | None = None  # per_position.<i> / accuracy.<key>
+    gate: bool = False  # compared by `compare` and gated by `gate` (rules and baselines name it)
+    history: bool = False  # stored per run in the history database (and trend)
+    speed: bool = False  # measured in time: within-run intervals miss drift between runs
+    stop: str | None = None  # the suite's `stop: {metric: …}` name when it can be early-stopped
+    verdict: bool = False  # a verdict text, not a number
+
+    @property
+    def summary_field(self) -> str:
+        return self.field or self.name
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.direction != "lower"
+
+    @property
+    def column(self) -> str:
+        """A table column's name: the label, with the unit when it is a time (``TPOT (s)``)."""
+        return f"{self.label} ({self.unit})" if self.unit == "s" else self.label
+
+
+_M = MetricSpec
+
+CATALOG: tuple[MetricSpec, ...] = (
+    _M("tau", "τ", "tokens/step", "higher", 2,
+       "1 + accepted draft tokens / drafts, pooled over the group's requests (bonus token counted); n: requests",
+       gate=True, history=True, stop="tau"),
+    _M("tau_per_request", "τ (request mean)", "tokens/step", "higher", 2,
+       "mean over requests of each request's 1 + accepted / drafts; n: requests", gate=True, history=True),
+    _M("per_position", "acceptance at position i", "", "higher", 2,
+       "accepted tokens at draft position i / drafts (pooled); n: requests", indexed="position", gate=True,
+       history=True),
+    _M("draft_acceptance_rate", "draft acceptance rate", "", "higher", 2,
+       "accepted draft tokens / draft tokens (pooled); n: requests", history=True),
+    _M("output_tps", "output tok/s per stream", "tok/s", "higher", None,
+       "Σ output tokens / Σ request latency; n: requests", gate=True, history=True, speed=True),
+    _M("throughput_tps", "throughput", "tok/s", "higher", None,
+       "Σ output tokens / cell wall time, t-interval over repeats; n: repeats", history=True),
+    _M("latency_s", "latency", "s", "lower", None, "mean request latency; n: requests", history=True),
+    _M("ttft_s", "TTFT", "s", "lower", None, "mean time to first token; n: requests", history=True),
+    _M("speedup", "speedup", "×", "higher", 2,
+       "(Σ tokens / Σ latency) over the baseline group's, paired by prompt; n: prompts",
+       gate=True, history=True, speed=True, stop="speedup"),
+    _M("greedy_match", "greedy identity", "", "higher", 3,
+       "share of prompts whose output equals the baseline's (T=0); n: prompts", gate=True, history=True),
+    _M("accuracy", "accuracy", "", "higher", 3, "share of prompts scored correct by <key>'s scorer; n: prompts",
+       indexed="key", gate=True, history=True, stop="accuracy"),
+    _M("accuracy_delta", "accuracy change", "", "higher", 3,
+       "accuracy minus the baseline group's, paired by prompt; n: prompts", indexed="key", history=True),
+    _M("latency_p50_s", "latency p50", "s", "lower", None, "median request latency; n: requests", history=True),
+    _M("latency_p90_s", "latency p90", "s", "lower", None, "90th percentile of request latency; n: requests",
+       history=True),
+    _M("latency_p99_s", "latency p99", "s", "lower", None, "99th percentile of request latency; n: requests",
+       history=True),
+    _M("tpot_s", "TPOT", "s", "lower", None,
+       "Σ (latency − TTFT) / Σ (output tokens − 1); n: requests", stop="tpot"),
+    _M("step_time_s", "time per decoding step", "s", "lower", None,
+       "Σ (latency − TTFT) / Σ verification steps; n: requests"),
+    _M("n_requests", "requests", "", "none", 0, "requests measured (latest record per prompt, sample, repeat)"),
+    _M("n_errors", "errors", "", "lower", 0, "requests that returned an error"),
+    _M("output_tokens", "output tokens", "tokens", "none", 0, "Σ output tokens of the group's requests"),
+    _M("counters.num_drafts", "drafts", "", "none", 0, "drafting steps (vLLM spec_decode_num_drafts)"),
+    _M("counters.num_draft_tokens", "draft tokens", "", "none", 0, "draft tokens proposed"),
+    _M("counters.num_accepted_tokens", "accepted tokens", "", "none", 0, "draft tokens accepted"),
+    _M("counters.accepted_per_pos", "accepted per position", "", "none", 0, "draft tokens accepted at each position"),
+    _M("verification.drafted_per_step", "drafted per step", "tokens/step", "none", 2,
+       "draft tokens sent to the target per verification step; n: requests"),
+    _M("verification.accepted_per_verified", "accepted per verified", "", "higher", 2,
+       "accepted / draft tokens verified; n: requests"),
+    _M("verification.wasted_per_emitted", "wasted per emitted", "", "lower", 2,
+       "(draft tokens − accepted) per output token; n: requests"),
+    _M("equivalence", "equivalence", "", "none", None,
+       "sampled output distribution against the baseline's (worst verdict; overall and per test)", history=True,
+       verdict=True),
+    *(_M(f"serving.{q}_{p}_s", f"{label} {p} (server)", "s", "lower", None,
+         f"{p[1:]}th percentile of the server cell's {label}; n: requests", source="serving", field=f"{q}.{p}",
+         history=True)
+      for q, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("latency", "latency"))
+      for p in ("p50", "p90", "p99")),
+    _M("tau_ratio", "τ ratio to the reference method", "×", "higher", 2,
+       "pooled τ of the method over the reference's on the prompts both measured; n: prompts",
+       source="headline", gate=True),
+    _M("speedup_ratio", "speedup ratio to the reference method", "×", "higher", 2,
+       "(Σ tokens / Σ latency) of the method over the reference's, paired by prompt; n: prompts",
+       source="headline", gate=True, speed=True),
+)
+
+BY_NAME: dict[str, MetricSpec] = {m.name: m for m in CATALOG}
+
+#: Dimensions of a group (not metrics): its key, and the optional slice keys (:mod:`specbench.results.slices`).
+GROUP_KEYS: tuple[str, ...] = ("k", "temperature", "batch_size", "request_rate")
+DIMENSIONS: tuple[str, ...] = GROUP_KEYS + SLICE_KEYS
+
+
+def family(metric: str) -> str:
+    """``per_position.2`` → ``per_position``; ``accuracy.strict`` → ``accuracy``; ``serving.ttft_p50_s`` kept."""
+    if metric in BY_NAME:
+        return metric
+    return metric.split(".", 1)[0]
+
+
+def spec(metric: str) -> MetricSpec | None:
+    """The declaration of a metric name (``per_position.3``, ``accuracy.strict`` included); None if unknown."""
+    return BY_NAME.get(family(metric))
+
+
+def label(metric: str) -> str:
+    """A metric's name for people (the name itself when unknown)."""
+    m = spec(metric)
+    return metric if m is None else m.label
+
+
+def higher_is_better(metric: str) -> bool:
+    """Unknown metrics count as higher-is-better, as compare always did."""
+    m = spec(metric)
+    return True if m is None else m.higher_is_better
+
+
+def digits(metric: str, value: float | None) -> int:
+    """Decimals for a value of ``metric``: its declared digits, else three significant digits."""
+    m = spec(metric)
+    if m is not None and m.digits is not None:
+        return m.digits
+    if value is not None and 0 < abs(value) < 1:
+        return min(6, 2 - math.floor(math.log10(abs(value))))
+    a = abs(value) if value is not None else 0.0
+    return 0 if a >= 100 else 1 if a >= 10 else 2
+
+
+# -- the metric sets of each consumer -------------------------------------------------------------
+
+
+def gate_metrics(source: Source = "group") -> tuple[MetricSpec, ...]:
+    """What ``compare`` compares and ``gate`` gates (per group, or the headline's ratios)."""
+    return tuple(m for m in CATALOG if m.gate and m.source == source)
+
+
+def history_metrics(source: Source = "group") -> tuple[MetricSpec, ...]:
+    """What the history database stores per run (and ``trend`` draws)."""
+    return tuple(m for m in CATALOG if m.history and m.source == source)
+
+
+def speed_metrics() -> frozenset[str]:
+    return frozenset(m.name for m in CATALOG if m.speed)
+
+
+def stop_metrics() -> dict[str, MetricSpec]:
+    """``{stop rule name: metric}`` of the metrics a suite can early-stop on."""
+    return {m.stop: m for m in CATALOG if m.stop is not None}
+
+
+def metric_pattern(source: Source = "group") -> str:
+    """A regex of the gated metric names (``per_position.<i>``, ``accuracy.<key>``)."""
+    alts = []
+    for m in gate_metrics(source):
+        alts.append(m.name + (r"\.[1-9][0-9]*" if m.indexed == "position" else r"\..+" if m.indexed == "key" else ""))
+    return "^(" + "|".join(alts) + ")$"
+
+
+def gate_names_help(source: Source = "group") -> str:
+    """``tau, tau_per_request, per_position.<i>, …`` for error messages."""
+    return ", ".join(m.name + (".<i>" if m.indexed == "position" else ".<key>" if m.indexed == "key" else "")
+                     for m in gate_metrics(source))
