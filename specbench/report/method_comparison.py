@@ -12,6 +12,7 @@ import io
 from collections import defaultdict
 from typing import Any
 
+from specbench.config.plan import load_label
 from specbench.report.document import Block, Para, Refs, Section, Table
 from specbench.results.fmt import fmt_est, fmt_load, fmt_metric, fmt_speedup
 from specbench.results.parts import HeadlineRow, KSweep
@@ -24,9 +25,7 @@ def _ms(e: Estimate | None) -> str:
 
 
 def _load_of(x: HeadlineRow | KSweep | GroupSummary) -> str:
-    if x.request_rate is None:
-        return str(x.batch_size)
-    return f"{x.request_rate:g} req/s"
+    return load_label(x.batch_size, x.request_rate)
 
 
 def _claims(r: HeadlineRow, refs: Refs) -> str:
