@@ -2,8 +2,9 @@
 records, the source of truth), ``requests`` (what an engine is asked to run),
 ``summary`` / ``parts`` (``summary.json``'s typed model), ``manifest``,
 ``migrations`` (schema versions and loaders of older files), ``rundir`` (the only
-reader and writer of a run directory's files) and ``fmt`` (how a number with its
-interval is written).
+reader and writer of a run directory's files), ``fmt`` (how a number with its
+interval is written), ``metric_catalog`` (every metric declared once: field, unit,
+direction, digits, definition) and ``slices`` (a group's optional slice keys).
 """
 
 from specbench._lazy import exports
@@ -22,5 +23,7 @@ __getattr__, __dir__ = exports(__name__, {
     "TimeBreakdown": "manifest",
     "SchemaError": "migrations",
     "fmt_est": "fmt",
+    "MetricSpec": "metric_catalog",
+    "Slice": "slices",
 })
 __all__ = sorted(__dir__())
