@@ -19,9 +19,10 @@ from pydantic import ValidationError
 
 from specbench import datasets
 from specbench.analysis.timing import Timeline
-from specbench.config.plan import Cell, Plan, cell_summary, expand, vllm_serve_command
+from specbench.config.plan import Cell, Plan, cell_summary, expand
 from specbench.config.suite import EquivalenceSpec, Suite, SuiteError, load_suite
 from specbench.engines.factory import resolve_engine
+from specbench.engines.vllm_args import vllm_serve_command
 from specbench.engines.vllm_patches import PATCHES as ENGINE_PATCHES
 from specbench.execution.driver import Progress, Runner, detect_platform
 from specbench.execution.driver import RunRefused as RunRefused  # the CLI reports it as bad input

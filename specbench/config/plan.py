@@ -14,14 +14,9 @@ requests in flight (``load.max_concurrency``; 0 = no cap).
 
 from __future__ import annotations
 
-import json
-import shlex
-import sys
-from typing import Any
-
 from pydantic import BaseModel, ConfigDict
 
-from specbench.config.methods import get_method
+from specbench.config.methods import VllmPassthrough, get_method
 from specbench.config.stop_rule import StopRule
 from specbench.config.suite import MethodSpec, Suite, TargetSpec
 
@@ -35,15 +30,7 @@ class EngineConfig(BaseModel):
     target: TargetSpec
     method: MethodSpec
     vllm_method: str | None
-    speculative_config: dict[str, Any] | None
-
-    def speculative_config_resolved(self, speculator_path: str | None) -> dict[str, Any] | None:
-        if self.speculative_config is None:
-            return None
-        cfg = dict(self.speculative_config)
-        if speculator_path is not None:
-            cfg["model"] = speculator_path
-        return cfg
+    speculative_config: VllmPassthrough | None
 
 
 class Cell(BaseModel):
@@ -238,74 +225,3 @@ def cell_summary(cells: list[Cell], suite: Suite) -> list[str]:
         out.append(f"T={temp:g} {what}{role}: {len(cs)} cells, load {', '.join(loads)}; "
                    f"{prompts} of {', '.join(sorted({c.dataset for c in cs}))} × {samples} sample(s)")
     return out
-
-
-# vLLM server options that are plain ``store_true`` (no ``--no-…`` form); every
-# other boolean of ``vllm serve`` (0.32) is a BooleanOptionalAction.
-STORE_TRUE_FLAGS = frozenset(
-    {
-        "disable_log_stats",
-        "headless",
-        "grpc",
-        "data_parallel_multi_port_external_lb",
-        "aggregate_engine_logging",
-    }
-)
-SERVER_MODULE = "vllm.entrypoints.openai.api_server"
-
-
-def server_cli_args(server_args: dict[str, Any]) -> list[str]:
-    """``vllm.LLM`` keyword arguments (as ``build_engine_kwargs`` makes them) → server flags.
-
-    The one kwargs → ``vllm serve`` translation (the launcher and ``--dry-run``).
-    ``model`` becomes ``--model``; dicts and lists are passed as JSON; ``None``
-    is omitted; ``True`` → ``--flag``; ``False`` → ``--no-flag`` (omitted for
-    the few ``store_true`` options, whose default is already off).
-    """
-    out: list[str] = []
-    for key, value in server_args.items():
-        if value is None:
-            continue
-        flag = "--" + key.replace("_", "-")
-        if isinstance(value, bool):
-            if value:
-                out.append(flag)
-            elif key not in STORE_TRUE_FLAGS:
-                out.append("--no-" + key.replace("_", "-"))
-        elif isinstance(value, dict | list):
-            out += [flag, json.dumps(value, sort_keys=True)]
-        else:
-            out += [flag, str(value)]
-    return out
-
-
-def server_argv(engine_kwargs: dict[str, Any], python: str = sys.executable) -> list[str]:
-    """The server command specbench launches for an engine (without ``--host``/``--port``).
-
-    The engine's ``vllm.LLM`` kwargs plus two server-only defaults: per-request
-    spec-decode metrics when speculating, no uvicorn access log. The module
-    form, because the ``vllm`` console script of the CPU build does not run.
-    """
-    args = dict(engine_kwargs)
-    if args.get("speculative_config") is not None:
-        args.setdefault("per_request_spec_decode_metrics", "detailed")
-    args.setdefault("disable_uvicorn_access_log", True)
-    return [python, "-m", SERVER_MODULE, *server_cli_args(args)]
-
-
-def vllm_serve_command(
-    cfg: EngineConfig, engine_kwargs: dict[str, Any], platform: str = "cpu", env: dict[str, str] | None = None
-) -> str:
-    """The shell line that serves an engine on ``platform`` (for --dry-run): exactly what is launched.
-
-    On cpu that is ``python -m vllm.entrypoints.openai.api_server …`` (the CPU
-    build's ``vllm`` script is broken); elsewhere ``vllm serve MODEL …`` with
-    the same flags. ``env`` (the engine's variables) prefixes the line.
-    """
-    kwargs = {"model": cfg.target.model, **engine_kwargs}
-    argv = server_argv(kwargs)
-    if platform != "cpu":
-        flags = argv[3:]
-        i = flags.index("--model")
-        argv = ["vllm", "serve", flags[i + 1], *flags[:i], *flags[i + 2:]]
-    return shlex.join([f"{k}={v}" for k, v in (env or {}).items()] + argv)

@@ -46,7 +46,7 @@ from specbench.execution.teacher_forcing import (
 )
 from specbench.execution.worker import now_iso, warmup_requests
 from specbench.results.records import CellRecord, RequestRecord
-from specbench.results.requests import CellRequest, PreparedPrompt, SamplingRequest
+from specbench.results.requests import CellRequest, PreparedPrompt, SamplingRequest, ScoreItem, ScoreRow
 from specbench.results.rundir import CELLS, PROMPTS, RECORDS, JsonlAppender, read_cells, read_requests
 from specbench.settings import settings
 
@@ -265,13 +265,13 @@ class Runner:
         late_ids = {j.job_id for j in late}
         return [j for j in jobs if j.job_id not in late_ids] + late
 
-    def _follow_up(self, job: EngineJob) -> list[dict[str, Any]]:
+    def _follow_up(self, job: EngineJob) -> list[ScoreItem]:
         """The target's not-yet-scored sampled outputs (every job of the target has run)."""
         self.progress("engine_start", None, f"teacher forcing on {job.job_id} (already up)")
         try:
             work = teacher_forcing_work(self.run_dir, self.suite, self.plan)
         except Exception as exc:  # noqa: BLE001 - the teacher-forcing job after the cells reports it
-            self._scores([{"target": None, "error": f"cannot read records: {type(exc).__name__}: {exc}"}])
+            self._scores([ScoreRow(target=None, error=f"cannot read records: {type(exc).__name__}: {exc}")])
             return []
         return work.get(job.engine.config.target.name, [])
 
@@ -279,14 +279,14 @@ class Runner:
         try:
             work = teacher_forcing_work(self.run_dir, self.suite, self.plan)
         except Exception as exc:  # noqa: BLE001 - recorded, not raised
-            self._scores([{"target": None, "error": f"cannot read records: {type(exc).__name__}: {exc}"}])
+            self._scores([ScoreRow(target=None, error=f"cannot read records: {type(exc).__name__}: {exc}")])
             return []
         jobs = []
         for target, items in work.items():
             try:
                 res = teacher_forcing_engine(self.plan, target, self.platform)
             except Exception as exc:  # noqa: BLE001
-                self._scores([{"target": target, "error": f"teacher-forcing engine did not start: {exc}"}])
+                self._scores([ScoreRow(target=target, error=f"teacher-forcing engine did not start: {exc}")])
                 continue
             jobs.append(EngineJob(
                 job_id=res.config.key, kind="teacher_forcing", run_id=self.run_id, run_dir=str(self.run_dir),
@@ -363,7 +363,7 @@ class Runner:
                 left = [self._cells[c] for c in job.cell_ids if c not in self._ended_cells]
                 self._fail_cells(job.job_id, left, ev.error)
             elif job is not None:
-                self._scores([{"target": job.engine.config.target.name, "error": ev.error}])
+                self._scores([ScoreRow(target=job.engine.config.target.name, error=ev.error)])
 
     def _engine_state(self, ev: EngineState) -> None:
         status = self.engine_status.setdefault(ev.job_id, {})
@@ -393,9 +393,9 @@ class Runner:
             self._ended_cells.add(c.cell_id)
             self.progress("cell_failed", c, reason)
 
-    def _scores(self, rows: list[dict[str, Any]]) -> None:
+    def _scores(self, rows: list[ScoreRow]) -> None:
         if self._scores_out is None:
             self._scores_out = JsonlAppender(self.run_dir / EQUIVALENCE)
         for row in rows:
-            self._scores_out.append(row)
+            self._scores_out.append(row.stored())
 

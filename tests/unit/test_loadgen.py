@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from specbench.config.plan import Cell, EngineConfig, server_cli_args
+from specbench.config.plan import Cell, EngineConfig
 from specbench.config.suite import MethodSpec, TargetSpec
 from specbench.engines.loadgen import (
     LoadProfile,
@@ -39,6 +39,7 @@ from specbench.engines.loadgen import (
 )
 from specbench.engines.prom import parse_metrics
 from specbench.engines.protocol import CellFailed
+from specbench.engines.vllm_args import server_cli_args
 from specbench.engines.vllm_server import VllmServerEngine, start_failure
 from specbench.results.records import RequestRecord, SpecCounters
 from specbench.results.requests import CellRequest, PreparedPrompt, SamplingRequest, request_seed
