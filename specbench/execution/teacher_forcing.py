@@ -431,14 +431,14 @@ def score_rows(items: Sequence[ScoreItem], results: Sequence[ScoreResult]) -> li
     return rows
 
 
-def teacher_forcing_work(run_dir: Path, suite: Any, plan: Plan) -> dict[str, list[ScoreItem]]:
+def teacher_forcing_work(run_dir: Path, plan: Plan) -> dict[str, list[ScoreItem]]:
     """Per target, the score payloads of every not-yet-scored T>0 record of the run.
 
     Raises what reading the records raises (the driver records it as an error row).
     """
     run_dir = Path(run_dir)
     cells = {c.cell_id: c for c in plan.cells}
-    top_p = float(getattr(getattr(suite, "sampling", None), "top_p", 1.0))
+    top_p = plan.decisions().top_p
     done, _, _ = _latest_scores(read_scores(run_dir))
     records = rundir.read_requests(run_dir)
     prompts = {(str(o.get("dataset")), str(o.get("prompt_id"))): o for o in rundir.iter_jsonl(run_dir / rundir.PROMPTS)}

@@ -11,8 +11,8 @@ from __future__ import annotations
 import datetime as dt
 import os
 import socket
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from specbench.analysis.early_stopping import CellStopper
