@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from specbench.config.methods import VllmPassthrough
 from specbench.engines.factory import ResolvedEngine
 from specbench.engines.loadgen import LoadProfile
+from specbench.results.manifest import Placement
 from specbench.results.records import CellRecord, RequestRecord, SpecCounters
 from specbench.results.requests import CellRequest, ScoreItem, ScoreRow
 
@@ -64,19 +65,6 @@ class EngineJob(BaseModel):
     @property
     def cell_ids(self) -> list[str]:
         return [w.request.cell.cell_id for w in self.cells]
-
-
-class Placement(BaseModel):
-    """Where a job ran."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    executor: str
-    hostname: str
-    node_id: str | None = None
-    node_ip: str | None = None
-    pid: int
-    gpu_ids: list[str] = Field(default_factory=list)
 
 
 class EngineState(BaseModel):
