@@ -21,7 +21,13 @@ from typing import Any
 from specbench.config.methods import VllmPassthrough
 from specbench.config.plan import EngineConfig
 from specbench.engines.procs import LIVE, end_process
-from specbench.engines.protocol import CellFailed, EmitRecord, EngineCapabilities, EngineUnavailable
+from specbench.engines.protocol import (
+    CellFailed,
+    EmitRecord,
+    EngineCapabilities,
+    EngineUnavailable,
+    cannot_score,
+)
 from specbench.engines.vllm_offline import _as_worker, _log_to, tail
 from specbench.results.records import RequestRecord
 from specbench.results.requests import CellOutcome, CellRequest, ScoreItem, ScoreResult
@@ -212,6 +218,8 @@ class ChildEngine:
                                  log_tail=payload["log_tail"] or tail(self.log_path))
 
     def score(self, items: list[ScoreItem]) -> list[ScoreResult]:
+        if not self._capabilities.scores:
+            raise cannot_score(self)
         if self._proc is None or not self._proc.is_alive():
             raise CellFailed("engine is not running", engine_dead=True, log_tail=tail(self.log_path))
         self._conn.send(("score", [it.model_dump(mode="json") for it in items]))

@@ -226,8 +226,8 @@ def _signals_kept(on_raise: Callable[[BaseException], None]) -> Iterator[None]:
                 old[sig] = signal.signal(sig, wrapped)
         yield
     finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
+        for signum, handler in old.items():
+            signal.signal(signum, handler)
 
 
 class VllmServerEngine:

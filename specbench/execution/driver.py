@@ -18,7 +18,9 @@ import json
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
 
 from specbench import datasets
 from specbench.config.plan import Cell, Plan, RunDecisions
@@ -49,7 +51,19 @@ from specbench.results.requests import CellRequest, PreparedPrompt, SamplingRequ
 from specbench.results.rundir import CELLS, PROMPTS, RECORDS, JsonlAppender, read_cells, read_requests
 from specbench.settings import settings
 
-Progress = Callable[[str, Cell | None, str], None]  # (event, cell, message)
+
+class RunProgress(BaseModel):
+    """What the driver tells a progress display: an engine starting, a cell starting or
+    ending (``cell_<status>``), a request recorded; ``cell`` where one is concerned."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["engine_start", "cell_start", "request", "cell_ok", "cell_failed", "cell_skipped"]
+    cell: Cell | None = None
+    message: str = ""
+
+
+Progress = Callable[[RunProgress], None]
 
 
 def detect_platform() -> str:
@@ -104,7 +118,7 @@ class Runner:
         self.run_dir = run_dir
         self.run_id = run_id
         self.limit = limit
-        self.progress = progress or (lambda event, cell, msg: None)
+        self.progress = progress or (lambda event: None)
         self.platform = platform or detect_platform()
         self.assets_factory = assets_factory
         self.executor: Executor = executor or LocalExecutor()
@@ -259,7 +273,7 @@ class Runner:
 
     def _follow_up(self, job: EngineJob) -> list[ScoreItem]:
         """The target's not-yet-scored sampled outputs (every job of the target has run)."""
-        self.progress("engine_start", None, f"teacher forcing on {job.job_id} (already up)")
+        self.progress(RunProgress(kind="engine_start", message=f"teacher forcing on {job.job_id} (already up)"))
         try:
             work = teacher_forcing_work(self.run_dir, self.plan)
         except Exception as exc:  # noqa: BLE001 - the teacher-forcing job after the cells reports it
@@ -311,7 +325,7 @@ class Runner:
             else:
                 self._execute(jobs)
             if self.run_plan.teacher_forcing:
-                self.progress("engine_start", None, "teacher forcing (target without speculation)")
+                self.progress(RunProgress(kind="engine_start", message="teacher forcing (target without speculation)"))
                 self._execute(self.teacher_forcing_jobs())
         except BaseException:
             self.executor.shutdown()  # a stop signal, or a bug: no engine outlives the run
@@ -333,14 +347,15 @@ class Runner:
         if isinstance(ev, RequestDone):
             assert self._records is not None
             self._records.append(ev.record)
-            self.progress("request", self._cells.get(ev.record.cell_id), ev.record.prompt_id)
+            self.progress(RunProgress(kind="request", cell=self._cells.get(ev.record.cell_id), message=ev.record.prompt_id))
         elif isinstance(ev, CellDone):
             assert self._cells_out is not None
             self._cells_out.append(ev.record)
             self._ended_cells.add(ev.record.cell_id)
-            self.progress("cell_" + ev.record.status, self._cells.get(ev.record.cell_id), ev.record.reason or "")
+            self.progress(RunProgress(kind=f"cell_{ev.record.status}", cell=self._cells.get(ev.record.cell_id),
+                                      message=ev.record.reason or ""))
         elif isinstance(ev, CellStarted):
-            self.progress("cell_start", self._cells.get(ev.cell_id), f"{ev.prompts} prompts")
+            self.progress(RunProgress(kind="cell_start", cell=self._cells.get(ev.cell_id), message=f"{ev.prompts} prompts"))
         elif isinstance(ev, EngineState):
             self._engine_state(ev)
         elif isinstance(ev, ScoresDone):
@@ -362,7 +377,7 @@ class Runner:
         if ev.placement is not None:
             status["placement"] = ev.placement.model_dump(mode="json")
         if ev.state == "starting":
-            self.progress("engine_start", None, ev.job_id)
+            self.progress(RunProgress(kind="engine_start", message=ev.job_id))
         elif ev.state == "started":
             describe = dict(ev.describe)
             attention = describe.pop("draft_attention", None)
@@ -383,7 +398,7 @@ class Runner:
                 finished_at=now_iso(),
             ))
             self._ended_cells.add(c.cell_id)
-            self.progress("cell_failed", c, reason)
+            self.progress(RunProgress(kind="cell_failed", cell=c, message=reason))
 
     def _scores(self, rows: list[ScoreRow]) -> None:
         if self._scores_out is None:

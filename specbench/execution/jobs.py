@@ -137,7 +137,7 @@ class EventBox(BaseModel):
     event: Event
 
 
-def parse_event(data: dict[str, Any]) -> Any:
+def parse_event(data: dict[str, Any]) -> Event:
     return EventBox.model_validate({"event": data}).event
 
 

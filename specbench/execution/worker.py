@@ -13,7 +13,6 @@ import os
 import socket
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from specbench.analysis.early_stopping import CellStopper
 from specbench.config.methods import get_method
@@ -25,6 +24,7 @@ from specbench.execution.jobs import (
     CellWork,
     EngineJob,
     EngineState,
+    Event,
     JobEnded,
     PhaseTimed,
     Placement,
@@ -36,7 +36,7 @@ from specbench.results.records import CellRecord, RequestRecord
 from specbench.results.requests import CellOutcome, CellRequest, ScoreItem, ScoreResult, ScoreRow
 from specbench.zoo.draft_attention import checkpoint_block_attention
 
-Emit = Callable[[Any], None]
+Emit = Callable[[Event], None]
 
 
 def now_iso() -> str:
