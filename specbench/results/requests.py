@@ -6,7 +6,7 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from specbench.config.plan import Cell
 from specbench.results.records import SpecCounters
@@ -117,7 +117,8 @@ class ScoreResult(BaseModel):
 class ScoreRow(BaseModel):
     """One row of ``equivalence.jsonl``: a scored item (its key, ``order``, ``scorer`` and
     ``f_minus``/``p`` or ``error``), or ``{"target", "error"}`` for work that never reached
-    an engine. Stored with only the fields that were set (:meth:`stored`)."""
+    an engine. Dumped with only the fields that were set, so a row keeps its stored shape
+    when it crosses a process boundary (a Ray worker's events) and comes back."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -134,6 +135,10 @@ class ScoreRow(BaseModel):
     f_minus: list[float] | None = None
     p: list[float] | None = None
 
+    @model_serializer(mode="wrap")
+    def _set_fields_only(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if k in self.model_fields_set}
+
     def stored(self) -> dict[str, Any]:
         """The row as ``equivalence.jsonl`` holds it (the keys that were set, in field order)."""
-        return self.model_dump(mode="json", exclude_unset=True)
+        return self.model_dump(mode="json")

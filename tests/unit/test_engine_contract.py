@@ -18,6 +18,7 @@ from specbench.engines.reference import ReferenceEngine
 from specbench.engines.vllm_offline import VllmOfflineEngine
 from specbench.engines.vllm_server import VllmServerEngine
 from specbench.execution.driver import sampling_for
+from specbench.execution.jobs import ScoresDone, parse_event
 from specbench.execution.teacher_forcing import ORDER, SCORER, score_rows
 from specbench.results.manifest import load_manifest_dict
 from specbench.results.requests import ScoreItem, ScoreKey, ScoreResult, ScoreRow
@@ -69,6 +70,9 @@ def test_score_rows_keep_the_stored_shape() -> None:
     assert bad.stored()["error"] == "boom" and "f_minus" not in bad.stored()
     # An engine that never started: only the target (None when unknown) and the error.
     assert ScoreRow(target=None, error="x").stored() == {"target": None, "error": "x"}
+    # Through an event's JSON form (how a Ray worker's events come back) the shape stays.
+    ev = parse_event(ScoresDone(job_id="j", rows=[ok, bad], done=2, total=2).model_dump(mode="json"))
+    assert isinstance(ev, ScoresDone) and [r.stored() for r in ev.rows] == [ok.stored(), bad.stored()]
 
 
 def test_the_plan_carries_the_run_decisions_and_the_stored_plan_does_not() -> None:
