@@ -167,7 +167,7 @@ def _checkpoints(manifest: RunManifest) -> dict[tuple[str, str], str]:
     (for the local zoo, a path whose cache key names the exact build)."""
     loaded: dict[str | None, str] = {}
     for e in manifest.engines:
-        desc = (e.model_extra or {}).get("describe") or {}
+        desc = e.describe or {}
         spec_cfg = (desc.get("llm_kwargs") or {}).get("speculative_config") or {}
         if isinstance(spec_cfg, dict) and spec_cfg.get("model"):
             loaded[e.key] = str(spec_cfg["model"])
