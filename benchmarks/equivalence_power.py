@@ -573,7 +573,7 @@ def _vllm_pools(args: argparse.Namespace) -> tuple[dict[str, list[np.ndarray]], 
             scored = []
             for i in range(0, len(items), 16):
                 scored += keep.score(items[i : i + 16])
-            pools[name] = [np.array([r["f_minus"], r["p"]]) for r in scored if "f_minus" in r]
+            pools[name] = [np.array([r.f_minus, r.p]) for r in scored if r.f_minus is not None]
     finally:
         keep.close()
     return pools, taus

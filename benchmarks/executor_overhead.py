@@ -75,7 +75,7 @@ def timed_run(suite_path: Path, out: Path, executor: str, slots: int | None) -> 
     plan = expand(suite)
     run_dir = out / f"{executor}-{slots}-{new_run_id()}"
     run_dir.mkdir(parents=True)
-    runner = Runner(suite, plan, run_dir, new_run_id(), executor=make_executor(executor, max_parallel=slots))
+    runner = Runner(plan, run_dir, new_run_id(), executor=make_executor(executor, max_parallel=slots))
     marks: list[tuple[str, float]] = []
     on_event = runner.on_event
 

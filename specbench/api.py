@@ -19,9 +19,10 @@ from pydantic import ValidationError
 
 from specbench import datasets
 from specbench.analysis.timing import Timeline
-from specbench.config.plan import Cell, Plan, cell_summary, expand, vllm_serve_command
+from specbench.config.plan import Cell, Plan, cell_summary, expand, with_decisions
 from specbench.config.suite import EquivalenceSpec, Suite, SuiteError, load_suite
 from specbench.engines.factory import resolve_engine
+from specbench.engines.vllm_args import vllm_serve_command
 from specbench.engines.vllm_patches import PATCHES as ENGINE_PATCHES
 from specbench.execution.driver import Progress, Runner, detect_platform
 from specbench.execution.driver import RunRefused as RunRefused  # the CLI reports it as bad input
@@ -207,7 +208,7 @@ def _run(
         run_dir = Path(resume)
         manifest = rundir.read_manifest(run_dir)
         suite = load_suite(manifest.get("suite_path") or suite_path)
-        plan = Plan.model_validate(manifest["plan"])
+        plan = with_decisions(Plan.model_validate(manifest["plan"]), suite)
         run_id = manifest["run_id"]
         limit = manifest.get("limit") if limit is None else limit
         manifest.setdefault("resumed_at", []).append(dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
@@ -229,7 +230,7 @@ def _run(
     manifest["status"] = "running"
     manifest.pop("interrupted_by", None)
     rundir.write_json(run_dir / rundir.MANIFEST, manifest)
-    runner = Runner(suite, plan, run_dir, run_id, limit=limit, progress=progress, platform=platform, executor=runs_on)
+    runner = Runner(plan, run_dir, run_id, limit=limit, progress=progress, platform=platform, executor=runs_on)
     try:
         runner.run()
         manifest["status"] = "complete"

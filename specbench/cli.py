@@ -24,6 +24,7 @@ from specbench import api
 from specbench.config.methods import METHODS
 from specbench.config.suite import SuiteError
 from specbench.datasets import DatasetError
+from specbench.execution.driver import RunProgress
 from specbench.execution.interrupt import SIGNALS, StopRequested
 
 app = typer.Typer(
@@ -105,17 +106,19 @@ class _RichProgress:
         self.p = progress
         self.task = progress.add_task("cells", total=total)
 
-    def __call__(self, event: str, cell, msg: str) -> None:
+    def __call__(self, ev: RunProgress) -> None:
+        event, cell, msg = ev.kind, ev.cell, ev.message
         if event == "engine_start":
             self.p.update(self.task, description=f"starting {msg}")
         elif event == "cell_start":
-            self.p.update(self.task, description=cell.cell_id)
+            self.p.update(self.task, description=cell.cell_id if cell is not None else "")
         elif event in ("cell_ok", "cell_failed", "cell_skipped"):
             self.p.advance(self.task)
             if event != "cell_ok":
                 label = "failed" if event == "cell_failed" else "skipped"
                 first = _headline(msg)
-                self.p.console.print(f"[yellow]{label}[/yellow] {cell.cell_id}: {first}", highlight=False)
+                where = cell.cell_id if cell is not None else "?"
+                self.p.console.print(f"[yellow]{label}[/yellow] {where}: {first}", highlight=False)
 
 
 @app.command()

@@ -44,16 +44,13 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel
-
-from specbench.results.manifest import EngineTime, GroupTime, PhaseTime, TimeBreakdown
+from specbench.results.manifest import EngineTime, GroupTime, Phase, PhaseTime, Span, TimeBreakdown
 
 __all__ = ["PHASES", "PRECEDENCE", "EngineTime", "GroupTime", "PhaseTime", "Span", "TimeBreakdown", "Timeline", "breakdown",
            "fmt_duration", "fmt_share", "harness_parts", "parse_time", "spans_from_phases"]
 
-Phase = Literal["engine_start", "warmup", "cells", "teacher_forcing", "scoring", "analysis", "reports", "other"]
 #: Every phase, in the order a run goes through them (the breakdown's order).
 PHASES: tuple[str, ...] = (
     "engine_start", "warmup", "cells", "teacher_forcing", "scoring", "analysis", "reports", "other",
@@ -76,21 +73,6 @@ PHASE_LABELS = {
 }
 #: The phases that are not the harness's own (the rest, and the unaccounted remainder, are).
 NOT_HARNESS = ("engine_start", "cells")
-
-
-class Span(BaseModel):
-    """One stretch of work: ``start``/``end`` in wall-clock seconds (``time.time()``)."""
-
-    phase: Phase
-    start: float
-    end: float
-    engine: str | None = None
-    groups: list[str] | None = None
-    gpus: int | None = None
-
-    @property
-    def seconds(self) -> float:
-        return max(0.0, self.end - self.start)
 
 
 def _union(intervals: Iterable[tuple[float, float]]) -> float:

@@ -17,6 +17,7 @@ __getattr__, __dir__ = exports(__name__, {
     "Plan": "plan",
     "Cell": "plan",
     "EngineConfig": "plan",
+    "VllmPassthrough": "methods",
     "expand": "plan",
 })
 __all__ = sorted(__dir__())

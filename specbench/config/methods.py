@@ -11,6 +11,11 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
+# Arguments passed through to vLLM unread (``speculative_config``, ``vllm.LLM``
+# keyword arguments, an engine's ``describe()``): the one untyped mapping the
+# plan, jobs, events and manifest carry. vLLM validates them, not specbench.
+VllmPassthrough = dict[str, Any]
+
 
 @dataclass(frozen=True)
 class MethodInfo:
@@ -34,8 +39,8 @@ class MethodInfo:
         self,
         k: int | None,
         speculator: str | None,
-        extra: dict[str, Any] | None = None,
-    ) -> dict[str, Any] | None:
+        extra: VllmPassthrough | None = None,
+    ) -> VllmPassthrough | None:
         """The ``speculative_config`` dict handed to vLLM (None for baseline)."""
         if self.vllm_method is None:
             return None

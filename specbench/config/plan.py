@@ -14,16 +14,13 @@ requests in flight (``load.max_concurrency``; 0 = no cap).
 
 from __future__ import annotations
 
-import json
-import shlex
-import sys
-from typing import Any
+from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
-from specbench.config.methods import get_method
+from specbench.config.methods import VllmPassthrough, get_method
 from specbench.config.stop_rule import StopRule
-from specbench.config.suite import MethodSpec, Suite, TargetSpec
+from specbench.config.suite import DatasetSpec, MethodSpec, Suite, TargetSpec
 
 
 class EngineConfig(BaseModel):
@@ -35,15 +32,7 @@ class EngineConfig(BaseModel):
     target: TargetSpec
     method: MethodSpec
     vllm_method: str | None
-    speculative_config: dict[str, Any] | None
-
-    def speculative_config_resolved(self, speculator_path: str | None) -> dict[str, Any] | None:
-        if self.speculative_config is None:
-            return None
-        cfg = dict(self.speculative_config)
-        if speculator_path is not None:
-            cfg["model"] = speculator_path
-        return cfg
+    speculative_config: VllmPassthrough | None
 
 
 class Cell(BaseModel):
@@ -127,15 +116,104 @@ def plan_loads(suite: Suite) -> list[tuple[int, float | None]]:
     return [(bs, None) for bs in closed] + [(load.max_concurrency or 0, float(r)) for r in rates]
 
 
+class CellSampling(BaseModel):
+    """How the cells at one temperature sample: how many samples per prompt, whether they
+    record top-k logprobs (greedy equivalence) and how many prompts they take (the first
+    N of each dataset for the cells added for the sampled test; None: all)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    temperature: float
+    samples_per_prompt: int = 1
+    logprobs: int | None = None
+    prompt_limit: int | None = None
+
+
+class LoadBounds(BaseModel):
+    """What every server cell's load shares: its bounds and unrecorded warmup requests."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    num_requests: int | None = None
+    duration_s: float | None = None
+    warmup_requests: int = 0
+
+
+class RunDecisions(BaseModel):
+    """Every decision the driver, its jobs and the engines act on beyond the cells,
+    made once from the suite by :func:`expand` (not stored: the manifest keeps the
+    suite, which decides them again on ``--resume``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    datasets: list[DatasetSpec]
+    dataset_base: str | None = None  # relative dataset paths resolve against it (the suite's directory; None: cwd)
+    max_tokens: int
+    top_p: float = 1.0
+    seed: int = 0  # sampling seeds and the seeded prompt order of early-stopping cells
+    samplings: list[CellSampling] = Field(default_factory=list)
+    load: LoadBounds = Field(default_factory=LoadBounds)
+    warmup: bool = True
+    teacher_forcing: bool = False  # sampled equivalence: score T>0 outputs under the plain target
+
+    def sampling_at(self, temperature: float) -> CellSampling:
+        return next((s for s in self.samplings if s.temperature == temperature), CellSampling(temperature=temperature))
+
+    def dataset(self, name: str) -> DatasetSpec:
+        return next(d for d in self.datasets if d.name == name)
+
+
 class Plan(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     suite_name: str
     engines: list[EngineConfig]
     cells: list[Cell]
+    # What the run does beyond its cells; not part of the stored plan (manifest.json).
+    run: RunDecisions | None = Field(None, exclude=True)
 
     def cells_for(self, engine_key: str) -> list[Cell]:
         return [c for c in self.cells if c.engine_key == engine_key]
+
+    def target(self, name: str) -> TargetSpec:
+        return next(e.target for e in self.engines if e.target.name == name)
+
+    def decisions(self) -> RunDecisions:
+        """The run's decisions (a plan read back from a manifest has none: :func:`with_decisions`)."""
+        if self.run is None:
+            raise ValueError("this plan carries no run decisions (read back from a manifest: re-plan from its suite)")
+        return self.run
+
+
+def run_decisions(suite: Suite) -> RunDecisions:
+    """What the driver needs of ``suite`` besides the cells (see :class:`RunDecisions`)."""
+    s, eq = suite.sampling, suite.equivalence
+    sampled_t = sampled_equivalence_temperature(suite)
+    temps = list(dict.fromkeys([*s.temperatures, *([sampled_t] if sampled_t is not None else [])]))
+    samplings = []
+    for temp in temps:
+        samples = s.samples_per_prompt if temp > 0 else 1
+        if eq.sampled is not None and eq.sampled.samples_per_prompt and temp == sampled_t:
+            samples = eq.sampled.samples_per_prompt
+        samplings.append(CellSampling(
+            temperature=temp, samples_per_prompt=samples,
+            logprobs=eq.logprobs if eq.greedy and temp == 0 else None,
+            prompt_limit=sampled_prompt_limit(suite, temp),
+        ))
+    return RunDecisions(
+        datasets=list(suite.datasets),
+        dataset_base=str(Path(suite.source_path).parent) if suite.source_path else None,
+        max_tokens=s.max_tokens, top_p=s.top_p, seed=s.seed, samplings=samplings,
+        load=LoadBounds(num_requests=suite.load.num_requests, duration_s=suite.load.duration_s,
+                        warmup_requests=suite.load.warmup_requests),
+        warmup=suite.warmup,
+        teacher_forcing=eq.sampled is not None,
+    )
+
+
+def with_decisions(stored: Plan, suite: Suite) -> Plan:
+    """A plan read back from a manifest (``--resume``), with ``suite``'s run decisions."""
+    return stored.model_copy(update={"run": run_decisions(suite)})
 
 
 def engine_key(target: TargetSpec, method: MethodSpec) -> str:
@@ -216,7 +294,7 @@ def expand(suite: Suite) -> Plan:
                                     stop=None if temp == sampled_t and sampled_loads else (m.stop or suite.stop),
                                 )
                             )
-    return Plan(suite_name=suite.name, engines=engines, cells=cells)
+    return Plan(suite_name=suite.name, engines=engines, cells=cells, run=run_decisions(suite))
 
 
 def sampled_equivalence_temperature(suite: Suite) -> float | None:
@@ -252,74 +330,3 @@ def cell_summary(cells: list[Cell], suite: Suite) -> list[str]:
         out.append(f"T={temp:g} {what}{role}: {len(cs)} cells, load {', '.join(loads)}; "
                    f"{prompts} of {', '.join(sorted({c.dataset for c in cs}))} × {samples} sample(s)")
     return out
-
-
-# vLLM server options that are plain ``store_true`` (no ``--no-…`` form); every
-# other boolean of ``vllm serve`` (0.32) is a BooleanOptionalAction.
-STORE_TRUE_FLAGS = frozenset(
-    {
-        "disable_log_stats",
-        "headless",
-        "grpc",
-        "data_parallel_multi_port_external_lb",
-        "aggregate_engine_logging",
-    }
-)
-SERVER_MODULE = "vllm.entrypoints.openai.api_server"
-
-
-def server_cli_args(server_args: dict[str, Any]) -> list[str]:
-    """``vllm.LLM`` keyword arguments (as ``build_engine_kwargs`` makes them) → server flags.
-
-    The one kwargs → ``vllm serve`` translation (the launcher and ``--dry-run``).
-    ``model`` becomes ``--model``; dicts and lists are passed as JSON; ``None``
-    is omitted; ``True`` → ``--flag``; ``False`` → ``--no-flag`` (omitted for
-    the few ``store_true`` options, whose default is already off).
-    """
-    out: list[str] = []
-    for key, value in server_args.items():
-        if value is None:
-            continue
-        flag = "--" + key.replace("_", "-")
-        if isinstance(value, bool):
-            if value:
-                out.append(flag)
-            elif key not in STORE_TRUE_FLAGS:
-                out.append("--no-" + key.replace("_", "-"))
-        elif isinstance(value, dict | list):
-            out += [flag, json.dumps(value, sort_keys=True)]
-        else:
-            out += [flag, str(value)]
-    return out
-
-
-def server_argv(engine_kwargs: dict[str, Any], python: str = sys.executable) -> list[str]:
-    """The server command specbench launches for an engine (without ``--host``/``--port``).
-
-    The engine's ``vllm.LLM`` kwargs plus two server-only defaults: per-request
-    spec-decode metrics when speculating, no uvicorn access log. The module
-    form, because the ``vllm`` console script of the CPU build does not run.
-    """
-    args = dict(engine_kwargs)
-    if args.get("speculative_config") is not None:
-        args.setdefault("per_request_spec_decode_metrics", "detailed")
-    args.setdefault("disable_uvicorn_access_log", True)
-    return [python, "-m", SERVER_MODULE, *server_cli_args(args)]
-
-
-def vllm_serve_command(
-    cfg: EngineConfig, engine_kwargs: dict[str, Any], platform: str = "cpu", env: dict[str, str] | None = None
-) -> str:
-    """The shell line that serves an engine on ``platform`` (for --dry-run): exactly what is launched.
-
-    On cpu that is ``python -m vllm.entrypoints.openai.api_server …`` (the CPU
-    build's ``vllm`` script is broken); elsewhere ``vllm serve MODEL …`` with
-    the same flags. ``env`` (the engine's variables) prefixes the line.
-    """
-    kwargs = {"model": cfg.target.model, **engine_kwargs}
-    argv = server_argv(kwargs)
-    if platform != "cpu":
-        flags = argv[3:]
-        i = flags.index("--model")
-        argv = ["vllm", "serve", flags[i + 1], *flags[:i], *flags[i + 2:]]
-    return shlex.join([f"{k}={v}" for k, v in (env or {}).items()] + argv)

@@ -3,7 +3,7 @@
 The reference engine loads transformers models; run inside the driver, a run's
 own process would hold them and a crash in them would end the run. The child
 builds the engine from an importable class and its arguments, and answers
-``start`` / ``cell`` / ``close`` over a pipe, forwarding each request record
+``start`` / ``cell`` / ``score`` / ``close`` over a pipe, forwarding each request record
 as it is produced.
 """
 
@@ -18,12 +18,19 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from specbench.config.methods import VllmPassthrough
 from specbench.config.plan import EngineConfig
 from specbench.engines.procs import LIVE, end_process
-from specbench.engines.protocol import CellFailed, EmitRecord, EngineUnavailable
+from specbench.engines.protocol import (
+    CellFailed,
+    EmitRecord,
+    EngineCapabilities,
+    EngineUnavailable,
+    cannot_score,
+)
 from specbench.engines.vllm_offline import _as_worker, _log_to, tail
 from specbench.results.records import RequestRecord
-from specbench.results.requests import CellOutcome, CellRequest
+from specbench.results.requests import CellOutcome, CellRequest, ScoreItem, ScoreResult
 from specbench.settings import settings
 
 
@@ -47,6 +54,14 @@ def _serve(conn: Any, target: str, args: tuple) -> bool:
             engine.close()
             conn.send(("closed", None))
             return True
+        if msg[0] == "score":
+            try:
+                results = engine.score([ScoreItem.model_validate(d) for d in msg[1]])
+            except CellFailed as exc:
+                conn.send(("cell_failed", {"reason": exc.reason, "engine_dead": exc.engine_dead, "log_tail": exc.log_tail}))
+                continue
+            conn.send(("scored", [r.model_dump(mode="json") for r in results]))
+            continue
         request = CellRequest.model_validate(msg[1])
         try:
             outcome = engine.run_cell(request, lambda r: conn.send(("record", r.model_dump(mode="json"))))
@@ -116,23 +131,30 @@ def close_hosts() -> None:
 
 
 class ChildEngine:
-    """``ChildEngine(config, log_path, "module:Class", args)``: ``Class(*args)`` in a child process."""
+    """``ChildEngine(config, log_path, "module:Class", args, capabilities)``: ``Class(*args)`` in a
+    child process; ``capabilities`` are those of ``Class`` (declared by the factory, which knows it)."""
 
-    def __init__(self, config: EngineConfig, log_path: Path, target: str, args: tuple):
+    def __init__(self, config: EngineConfig, log_path: Path, target: str, args: tuple,
+                 capabilities: EngineCapabilities):
         self.config = config
+        self._capabilities = capabilities
         self.log_path = Path(log_path)
         self._target = target
         self._args = args
         self._proc: Any = None
         self._conn: Any = None
-        self._describe: dict[str, Any] = {}
+        self._describe: VllmPassthrough = {}
         self._live: int | None = None  # this child's entry in procs.LIVE
 
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
-    def describe(self) -> dict[str, Any]:
+    @property
+    def capabilities(self) -> EngineCapabilities:
+        return self._capabilities
+
+    def describe(self) -> VllmPassthrough:
         return dict(self._describe)
 
     def start(self) -> None:
@@ -194,6 +216,18 @@ class ChildEngine:
             elif kind == "cell_failed":
                 raise CellFailed(payload["reason"], engine_dead=payload["engine_dead"],
                                  log_tail=payload["log_tail"] or tail(self.log_path))
+
+    def score(self, items: list[ScoreItem]) -> list[ScoreResult]:
+        if not self._capabilities.scores:
+            raise cannot_score(self)
+        if self._proc is None or not self._proc.is_alive():
+            raise CellFailed("engine is not running", engine_dead=True, log_tail=tail(self.log_path))
+        self._conn.send(("score", [it.model_dump(mode="json") for it in items]))
+        kind, payload = self._recv(settings().cell_timeout)
+        if kind == "cell_failed":
+            raise CellFailed(payload["reason"], engine_dead=payload["engine_dead"],
+                             log_tail=payload["log_tail"] or tail(self.log_path))
+        return [ScoreResult.model_validate(r) for r in payload]
 
     @property
     def alive(self) -> bool:

@@ -12,11 +12,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from specbench.config.methods import get_method
+from specbench.config.methods import VllmPassthrough, get_method
 from specbench.config.plan import EngineConfig
 from specbench.engines.loadgen import LoadProfile
 from specbench.engines.protocol import Engine
-from specbench.engines.vllm_offline import VllmOfflineEngine, build_engine_kwargs
+from specbench.engines.vllm_args import build_engine_kwargs, platform_defaults
+from specbench.engines.vllm_offline import VllmOfflineEngine
 from specbench.engines.vllm_patches import patch_env
 
 
@@ -28,7 +29,7 @@ class ResolvedEngine(BaseModel):
     config: EngineConfig
     model_path: str
     speculator_path: str | None
-    engine_kwargs: dict[str, Any]
+    engine_kwargs: VllmPassthrough
     env: dict[str, str] = Field(default_factory=dict)
 
     def local_paths(self) -> list[str]:
@@ -61,12 +62,7 @@ def resolve_engine(cfg: EngineConfig, platform: str, assets_factory: Callable[[]
     elif spec_ref is not None:
         spec_path = spec_ref
     kwargs = build_engine_kwargs(cfg, model_path, spec_path)
-    env: dict[str, str] = {}
-    if platform == "cpu":
-        kwargs.setdefault("enforce_eager", True)
-        env["VLLM_CPU_KVCACHE_SPACE"] = os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")
-        # One process per engine: a killed engine leaves no EngineCore orphan.
-        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    env = platform_defaults(kwargs, platform)
     if uses_zoo(cfg):
         env["HF_HUB_OFFLINE"] = "1"
         env["TRANSFORMERS_OFFLINE"] = "1"
@@ -85,8 +81,12 @@ def engine_gpus(cfg: EngineConfig, platform: str) -> int:
     return cfg.target.tensor_parallel_size * pp
 
 
-def make_engine(res: ResolvedEngine, run_dir: Path, load: LoadProfile | None = None) -> Engine:
+def make_engine(res: ResolvedEngine, run_dir: Path, load: LoadProfile | None = None, *,
+                prepare_next: bool = False) -> Engine:
     """The engine for a resolved config; its log goes to ``run_dir/engines/<key>.log``.
+
+    ``prepare_next``: another vLLM offline engine starts after this one (a spare worker
+    imports vLLM for it meanwhile; only the offline engine uses it).
 
     The reference engine (transformers) runs in a child process like the vLLM
     engines, so a run's own process never loads a model.
@@ -94,14 +94,15 @@ def make_engine(res: ResolvedEngine, run_dir: Path, load: LoadProfile | None = N
     log = Path(run_dir) / "engines" / f"{res.config.key}.log"
     engine = res.config.target.engine
     if engine == "vllm-offline":
-        return VllmOfflineEngine(res.config, res.engine_kwargs, log, res.env)
+        return VllmOfflineEngine(res.config, res.engine_kwargs, log, res.env, prepare_next=prepare_next)
     if engine == "vllm-server":
         from specbench.engines.vllm_server import VllmServerEngine
 
         return VllmServerEngine(res.config, res.engine_kwargs, log, res.env, base_url=res.config.target.base_url, load=load)
     if engine == "reference":
         from specbench.engines.child import ChildEngine
+        from specbench.engines.reference import ReferenceEngine
 
         return ChildEngine(res.config, log, "specbench.engines.reference:ReferenceEngine",
-                           (res.config, res.model_path, res.speculator_path))
+                           (res.config, res.model_path, res.speculator_path), ReferenceEngine.CAPABILITIES)
     raise ValueError(f"unknown engine {engine!r}")

@@ -87,34 +87,31 @@ class LoadProfile(BaseModel):
     request_timeout_s: float = Field(600.0, gt=0)
 
     @classmethod
-    def for_cell(cls, cell: Cell, load: Any | None = None, *, seed: int | None = None) -> LoadProfile:
+    def for_cell(cls, cell: Cell, load: LoadProfile | None = None, *, seed: int | None = None) -> LoadProfile:
         """The profile of a plan cell.
 
         The load shape comes from the cell: ``request_rate`` (Poisson, capped
         at ``batch_size`` in flight when that is > 0) or ``concurrency =
-        batch_size``. Bounds and warmup come from ``load``, a suite's
-        ``LoadSpec`` or a default ``LoadProfile`` (``num_requests``,
-        ``duration_s``, ``warmup_requests``, ``request_timeout_s``, ``seed``).
-        The seed (``seed``, else ``load.seed``, else 0) mixes in the repeat so
-        repeats see different arrival sequences, reproducibly.
+        batch_size``. Bounds, warmup and timeout come from ``load`` (the profile
+        every cell of a run shares, built from the plan's load bounds; defaults
+        when None). The seed (``seed``, else ``load.seed``) mixes in the repeat
+        so repeats see different arrival sequences, reproducibly.
         """
-        base = seed if seed is not None else (getattr(load, "seed", 0) or 0)
+        load = load if load is not None else cls()
+        base = seed if seed is not None else load.seed
         if cell.request_rate is not None:
             rate: float | None = float(cell.request_rate)
             concurrency = cell.batch_size if cell.batch_size > 0 else None
         else:
             rate, concurrency = None, max(1, cell.batch_size)
-        extra: dict[str, Any] = {}
-        if getattr(load, "request_timeout_s", None):
-            extra["request_timeout_s"] = load.request_timeout_s  # type: ignore[union-attr]
         return cls(
             concurrency=concurrency,
             request_rate=rate,
-            num_requests=getattr(load, "num_requests", None),
-            duration_s=getattr(load, "duration_s", None),
-            warmup_requests=getattr(load, "warmup_requests", 0) or 0,
+            num_requests=load.num_requests,
+            duration_s=load.duration_s,
+            warmup_requests=load.warmup_requests,
             seed=base + 104729 * cell.repeat,
-            **extra,
+            request_timeout_s=load.request_timeout_s,
         )
 
     @property

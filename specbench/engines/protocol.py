@@ -11,11 +11,14 @@ delta.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
+from pydantic import BaseModel, ConfigDict
+
+from specbench.config.methods import VllmPassthrough
 from specbench.config.plan import EngineConfig
 from specbench.results.records import RequestRecord
-from specbench.results.requests import CellOutcome, CellRequest
+from specbench.results.requests import CellOutcome, CellRequest, ScoreItem, ScoreResult
 
 
 class EngineUnavailable(Exception):
@@ -46,16 +49,56 @@ class CellFailed(Exception):
 EmitRecord = Callable[[RequestRecord], None]
 
 
+class EngineCapabilities(BaseModel):
+    """What an engine declares it can do; the runner asks these, never the engine's type."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: str  # the suite's ``target.engine``: "vllm-offline", "vllm-server", "reference"
+    scores: bool = False  # teacher forcing (:meth:`Engine.score`)
+    server: bool = False  # an HTTP server driven by a load generator (launched or attached)
+    multi_turn: bool = False  # conversations of several turns in one cell (none yet)
+
+
 class Engine(Protocol):
+    """An engine's whole life: ``start`` → ``run_cell``/``score`` … → ``close``
+    (or ``kill`` when the run stops); ``alive`` says whether it can take more work."""
+
     config: EngineConfig
+
+    @property
+    def capabilities(self) -> EngineCapabilities:
+        """What this engine can do (fixed at construction)."""
+        ...
 
     def start(self) -> None:
         """Start (raises :class:`EngineUnavailable`)."""
 
     def run_cell(self, request: CellRequest, emit: EmitRecord) -> CellOutcome:
         """Run one cell (raises :class:`CellFailed`)."""
+        ...
 
-    def close(self) -> None: ...
+    def score(self, items: list[ScoreItem]) -> list[ScoreResult]:
+        """Teacher-force ``items``, one result each (raises :class:`CellFailed`; an engine
+        without ``capabilities.scores`` raises it for every call)."""
+        ...
 
-    def describe(self) -> dict[str, Any]:
+    @property
+    def alive(self) -> bool:
+        """The engine is running and can take work."""
+        ...
+
+    def kill(self) -> None:
+        """End the engine at once (a stop signal): no graceful shutdown."""
+
+    def close(self) -> None:
+        """End the engine gracefully (a no-op when it is not running)."""
+
+    def describe(self) -> VllmPassthrough:
         """The exact configuration, for the manifest and --dry-run."""
+        ...
+
+
+def cannot_score(engine: Engine) -> CellFailed:
+    """The error an engine without ``capabilities.scores`` raises from :meth:`Engine.score`."""
+    return CellFailed(f"engine {engine.config.key} ({engine.capabilities.kind}) cannot teacher-force")

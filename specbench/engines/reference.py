@@ -30,10 +30,17 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from specbench.config.methods import VllmPassthrough
 from specbench.config.plan import EngineConfig
-from specbench.engines.protocol import CellFailed, EmitRecord, EngineUnavailable
+from specbench.engines.protocol import (
+    CellFailed,
+    EmitRecord,
+    EngineCapabilities,
+    EngineUnavailable,
+    cannot_score,
+)
 from specbench.results.records import RequestRecord, SpecCounters
-from specbench.results.requests import CellOutcome, CellRequest, PreparedPrompt
+from specbench.results.requests import CellOutcome, CellRequest, PreparedPrompt, ScoreItem, ScoreResult
 
 SIMULATED = ("baseline", "eagle3", "p-eagle", "dflash", "dspark", "draft_model")
 
@@ -61,7 +68,18 @@ class ReferenceEngine:
         self.proposer: Any = None
         self.stats: dict[str, Any] = {"rounds": 0, "drafter_forward_passes": 0, "requests": 0, "cells": {}}
 
-    def describe(self) -> dict[str, Any]:
+    CAPABILITIES = EngineCapabilities(kind="reference")
+
+    @property
+    def capabilities(self) -> EngineCapabilities:
+        return self.CAPABILITIES
+
+    @property
+    def alive(self) -> bool:
+        """Started and not closed (it runs in this process)."""
+        return self.target is not None
+
+    def describe(self) -> VllmPassthrough:
         return {
             "engine": "reference",
             "model": self.model_path,
@@ -108,6 +126,13 @@ class ReferenceEngine:
 
     def close(self) -> None:
         self.tok = self.target = self.proposer = None
+
+    def kill(self) -> None:
+        """In-process: nothing to kill beyond dropping the models (its host process is killed by :class:`ChildEngine`)."""
+        self.close()
+
+    def score(self, items: list[ScoreItem]) -> list[ScoreResult]:
+        raise cannot_score(self)
 
     # ------------------------------------------------------------------
 

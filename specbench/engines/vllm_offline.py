@@ -23,11 +23,13 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from specbench.config.methods import VllmPassthrough
 from specbench.config.plan import EngineConfig
 from specbench.engines.procs import LIVE, end_process, group_dies_with_parent, kill_tree
-from specbench.engines.protocol import CellFailed, EmitRecord, EngineUnavailable
+from specbench.engines.protocol import CellFailed, EmitRecord, EngineCapabilities, EngineUnavailable
+from specbench.engines.vllm_args import num_speculative_tokens
 from specbench.results.records import RequestRecord, SpecCounters
-from specbench.results.requests import CellOutcome, CellRequest, request_seed
+from specbench.results.requests import CellOutcome, CellRequest, ScoreItem, ScoreResult, request_seed
 from specbench.settings import settings
 
 # Phrases in a start-up log that say a configuration cannot run on this
@@ -142,7 +144,7 @@ def _flat_rows(plp: Any, start: int, n: int, vocab: int) -> Any:
     return out
 
 
-def _score_items(llm: Any, tokenizer: Any, items: list[dict[str, Any]], opts: dict[str, Any]) -> list[dict[str, Any]]:
+def _score_items(llm: Any, tokenizer: Any, payload: list[dict[str, Any]], opts: dict[str, Any]) -> list[dict[str, Any]]:
     """Teacher forcing: score each item's generated tokens under this engine's target.
 
     One prefill of prompt + generated ids with full-vocabulary prompt
@@ -155,23 +157,24 @@ def _score_items(llm: Any, tokenizer: Any, items: list[dict[str, Any]], opts: di
 
     from specbench.analysis.pit import pit_parts, process_logprobs
 
+    items = [ScoreItem.model_validate(d) for d in payload]
     vocab = int(llm.llm_engine.model_config.get_vocab_size())
     results: list[dict[str, Any] | None] = [None] * len(items)
     prompts, params, where = [], [], []
     for i, it in enumerate(items):
-        if it.get("messages") is not None:
-            text = _render_chat(tokenizer, it["messages"], opts)
-        elif it.get("text") is not None:
-            text = it["text"]
+        if it.messages is not None:
+            text = _render_chat(tokenizer, it.messages, opts)
+        elif it.text is not None:
+            text = it.text
         else:
             results[i] = {"error": "prompt not found (prompts.jsonl)"}
             continue
         pids = list(tokenizer(text).input_ids)
-        want = it.get("prompt_tokens")
+        want = it.prompt_tokens
         if want is not None and want != len(pids):
             results[i] = {"error": f"prompt re-tokenizes to {len(pids)} tokens, the run had {want}"}
             continue
-        prompts.append(TokensPrompt(prompt_token_ids=pids + [int(t) for t in it["output_token_ids"]]))
+        prompts.append(TokensPrompt(prompt_token_ids=pids + list(it.output_token_ids)))
         sp: dict[str, Any] = dict(max_tokens=1, temperature=0.0, prompt_logprobs=-1, detokenize=False)
         try:
             params.append(SamplingParams(**sp, flat_logprobs=True))
@@ -183,9 +186,9 @@ def _score_items(llm: Any, tokenizer: Any, items: list[dict[str, Any]], opts: di
         for (i, n_prompt), o in zip(where, outs, strict=False):
             it = items[i]
             try:
-                toks = [int(t) for t in it["output_token_ids"]]
+                toks = list(it.output_token_ids)
                 raw = _flat_rows(o.prompt_logprobs, n_prompt, len(toks), vocab)
-                probs = process_logprobs(raw, float(it["temperature"]), float(it.get("top_p", 1.0)))
+                probs = process_logprobs(raw, it.temperature, it.top_p)
                 f, p = pit_parts(probs, toks)
                 results[i] = {"f_minus": f.tolist(), "p": p.tolist()}
             except Exception as exc:  # noqa: BLE001 - one request's failure
@@ -255,8 +258,7 @@ def _worker_main(
     tokenizer = llm.get_tokenizer()
     # The dtype vLLM resolved ("auto" → the checkpoint's): it sets the greedy near-tie tolerance.
     conn.send(("ready", {"dtype": str(llm.llm_engine.model_config.dtype).removeprefix("torch.")}))
-    spec = engine_kwargs.get("speculative_config") or {}
-    k = spec.get("num_speculative_tokens")
+    k = num_speculative_tokens(engine_kwargs)
     while True:
         msg = conn.recv()
         if msg[0] == "close":
@@ -315,33 +317,11 @@ def _worker_main(
 # parent side
 
 
-def build_engine_kwargs(cfg: EngineConfig, model_path: str, speculator_path: str | None) -> dict[str, Any]:
-    """``vllm.LLM`` keyword arguments for an engine config."""
-    t = cfg.target
-    kwargs: dict[str, Any] = {
-        "model": model_path,
-        "tensor_parallel_size": t.tensor_parallel_size,
-        "dtype": t.dtype,
-        "seed": 0,
-        # get_metrics() needs stat logging (the offline LLM disables it by default).
-        "disable_log_stats": False,
-    }
-    if t.max_model_len is not None:
-        kwargs["max_model_len"] = t.max_model_len
-    if t.gpu_memory_utilization is not None:
-        kwargs["gpu_memory_utilization"] = t.gpu_memory_utilization
-    spec = cfg.speculative_config_resolved(speculator_path)
-    if spec is not None:
-        kwargs["speculative_config"] = spec
-        kwargs["per_request_spec_decode_metrics"] = "detailed"
-    kwargs.update(t.engine_args)
-    return kwargs
-
-
 class VllmOfflineEngine:
     """One ``vllm.LLM`` in a child process."""
 
-    def __init__(self, config: EngineConfig, engine_kwargs: dict[str, Any], log_path: Path, env: dict[str, str]):
+    def __init__(self, config: EngineConfig, engine_kwargs: VllmPassthrough, log_path: Path, env: dict[str, str],
+                 *, prepare_next: bool = False):
         self.config = config
         self.engine_kwargs = engine_kwargs
         self.log_path = log_path
@@ -351,10 +331,14 @@ class VllmOfflineEngine:
         self._live: int | None = None  # this worker's entry in procs.LIVE
         self._busy = False  # a cell or scoring request is in the worker's hands
         self.dtype: str | None = None  # as vLLM resolved it, once started
-        # Set by the runner when another offline engine will start after this one.
-        self.prepare_next = False
+        # Another offline engine starts after this one: a spare worker imports vLLM for it meanwhile.
+        self.prepare_next = prepare_next
 
-    def describe(self) -> dict[str, Any]:
+    @property
+    def capabilities(self) -> EngineCapabilities:
+        return EngineCapabilities(kind="vllm-offline", scores=True)
+
+    def describe(self) -> VllmPassthrough:
         out: dict[str, Any] = {"engine": "vllm-offline", "llm_kwargs": self.engine_kwargs}
         if self.dtype is not None:
             out["dtype"] = self.dtype
@@ -446,25 +430,22 @@ class VllmOfflineEngine:
             elif kind == "cell_error":
                 raise CellFailed(payload, log_tail=tail(self.log_path))
 
-    def score(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Teacher-force items (``text``/``messages``, ``prompt_tokens``,
-        ``output_token_ids``, ``temperature``, ``top_p``) through this engine.
-
-        Returns, per item, ``{"f_minus": [...], "p": [...]}`` (one entry per
-        generated token, under the processed full-vocabulary distribution)
-        or ``{"error": ...}``. The engine must be a plain target started with
-        ``max_logprobs=-1``. Raises :class:`CellFailed` when the engine fails.
+    def score(self, items: list[ScoreItem]) -> list[ScoreResult]:
+        """Teacher-force items through this engine: per item ``F(x-)`` and ``p(x)`` of each
+        generated token under the processed full-vocabulary distribution, or its error.
+        The engine must be a plain target started with ``max_logprobs=-1``. Raises
+        :class:`CellFailed` when the engine fails.
         """
         if self._proc is None or not self._proc.is_alive():
             raise CellFailed("engine is not running", engine_dead=True, log_tail=tail(self.log_path))
         opts = {"chat_template_kwargs": self.config.target.chat_template_kwargs}
         self._busy = True
-        self._conn.send(("score", items, opts))
+        self._conn.send(("score", [it.model_dump(mode="json") for it in items], opts))
         kind, payload = self._recv(settings().cell_timeout)
         self._busy = False
         if kind == "score_error":
             raise CellFailed(payload, log_tail=tail(self.log_path))
-        return payload
+        return [ScoreResult.model_validate(r) for r in payload]
 
     @property
     def alive(self) -> bool:

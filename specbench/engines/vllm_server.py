@@ -50,7 +50,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TypeVar
 
-from specbench.config.plan import EngineConfig, server_argv
+from specbench.config.methods import VllmPassthrough
+from specbench.config.plan import EngineConfig
 from specbench.engines.loadgen import (
     LoadProfile,
     LoadReport,
@@ -64,9 +65,16 @@ from specbench.engines.loadgen import (
 )
 from specbench.engines.procs import LIVE, descendants, kill_tree, pdeathsig_preexec
 from specbench.engines.prom import CounterReset, PromSnapshot, scrape_settled, served_mismatch
-from specbench.engines.protocol import CellFailed, EmitRecord, EngineUnavailable
+from specbench.engines.protocol import (
+    CellFailed,
+    EmitRecord,
+    EngineCapabilities,
+    EngineUnavailable,
+    cannot_score,
+)
+from specbench.engines.vllm_args import num_speculative_tokens, server_argv
 from specbench.engines.vllm_offline import tail
-from specbench.results.requests import CellOutcome, CellRequest
+from specbench.results.requests import CellOutcome, CellRequest, ScoreItem, ScoreResult
 from specbench.settings import settings
 
 HOST = "127.0.0.1"
@@ -218,14 +226,14 @@ def _signals_kept(on_raise: Callable[[BaseException], None]) -> Iterator[None]:
                 old[sig] = signal.signal(sig, wrapped)
         yield
     finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
+        for signum, handler in old.items():
+            signal.signal(signum, handler)
 
 
 class VllmServerEngine:
     """A vLLM OpenAI-compatible server, launched here or attached to via ``base_url``.
 
-    ``server_args`` is the same dict :func:`~specbench.engines.vllm_offline.build_engine_kwargs`
+    ``server_args`` is the same dict :func:`~specbench.engines.vllm_args.build_engine_kwargs`
     makes for ``vllm.LLM``; it becomes the server's command line. ``load``
     gives every cell its bounds, warmup and seed (``run_cell(..., load=…)``
     replaces the whole profile for one call); the load shape comes from the
@@ -260,8 +268,8 @@ class VllmServerEngine:
         self._live: int | None = None  # this server's entry in procs.LIVE
         # Attach mode: what the server reported (/v1/models) and what its counters said of the claim.
         self.served: dict[str, Any] = {}
-        spec = self.server_args.get("speculative_config") or config.speculative_config or {}
-        self.k: int | None = spec.get("num_speculative_tokens") if spec else None
+        self.k: int | None = num_speculative_tokens(self.server_args) or num_speculative_tokens(
+            {"speculative_config": config.speculative_config})
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -270,7 +278,7 @@ class VllmServerEngine:
         """The server's process id (also its process group id); ``None`` in attach mode."""
         return self._proc.pid if self._proc is not None else None
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> VllmPassthrough:
         return {
             "engine": "vllm-server",
             "mode": "attach" if self.attach_url else "launch",
@@ -411,6 +419,11 @@ class VllmServerEngine:
         if why is not None:
             raise CellFailed(f"attached server does not serve the suite's method: {why}")
 
+    @property
+    def capabilities(self) -> EngineCapabilities:
+        return EngineCapabilities(kind="vllm-server", server=True)
+
+    @property
     def alive(self) -> bool:
         if self._proc is not None:
             return self._proc.poll() is None
@@ -471,6 +484,9 @@ class VllmServerEngine:
         if self._atexit_registered:
             atexit.unregister(self.close)
             self._atexit_registered = False
+
+    def score(self, items: list[ScoreItem]) -> list[ScoreResult]:
+        raise cannot_score(self)
 
     # -- cells -------------------------------------------------------------
 
@@ -534,7 +550,7 @@ class VllmServerEngine:
             "wall_time_s": report.wall_time_s,
             "aborted": report.aborted,
         }
-        if report.aborted is not None or not self.alive():
+        if report.aborted is not None or not self.alive:
             done = sum(r.ok for r in report.results)
             raise CellFailed(
                 f"vLLM server died during the cell ({report.aborted or 'not alive'}): {done} requests completed, "

@@ -18,11 +18,12 @@ import json
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
 
 from specbench import datasets
-from specbench.config.plan import Cell, Plan, sampled_equivalence_temperature, sampled_prompt_limit
-from specbench.config.suite import Suite
+from specbench.config.plan import Cell, Plan, RunDecisions
 from specbench.engines.factory import engine_gpus, resolve_engine
 from specbench.engines.loadgen import LoadProfile
 from specbench.execution.executors import Executor
@@ -46,11 +47,23 @@ from specbench.execution.teacher_forcing import (
 )
 from specbench.execution.worker import now_iso, warmup_requests
 from specbench.results.records import CellRecord, RequestRecord
-from specbench.results.requests import CellRequest, PreparedPrompt, SamplingRequest
+from specbench.results.requests import CellRequest, PreparedPrompt, SamplingRequest, ScoreItem, ScoreRow
 from specbench.results.rundir import CELLS, PROMPTS, RECORDS, JsonlAppender, read_cells, read_requests
 from specbench.settings import settings
 
-Progress = Callable[[str, Cell | None, str], None]  # (event, cell, message)
+
+class RunProgress(BaseModel):
+    """What the driver tells a progress display: an engine starting, a cell starting or
+    ending (``cell_<status>``), a request recorded; ``cell`` where one is concerned."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["engine_start", "cell_start", "request", "cell_ok", "cell_failed", "cell_skipped"]
+    cell: Cell | None = None
+    message: str = ""
+
+
+Progress = Callable[[RunProgress], None]
 
 
 def detect_platform() -> str:
@@ -66,22 +79,16 @@ def detect_platform() -> str:
         return "cpu"
 
 
-def sampling_for(suite: Suite, cell: Cell) -> SamplingRequest:
-    s = suite.sampling
-    samples = s.samples_per_prompt if cell.temperature > 0 else 1
-    sampled = suite.equivalence.sampled
-    if sampled is not None and sampled.samples_per_prompt and cell.temperature == sampled_equivalence_temperature(suite):
-        samples = sampled.samples_per_prompt
-    logprobs = None
-    if suite.equivalence.greedy and cell.temperature == 0:
-        logprobs = suite.equivalence.logprobs
+def sampling_for(run: RunDecisions, cell: Cell) -> SamplingRequest:
+    """What an engine samples for ``cell`` (the planner decided it per temperature)."""
+    at = run.sampling_at(cell.temperature)
     return SamplingRequest(
         temperature=cell.temperature,
-        max_tokens=s.max_tokens,
-        top_p=s.top_p,
-        seed=s.seed,
-        samples_per_prompt=samples,
-        logprobs=logprobs,
+        max_tokens=run.max_tokens,
+        top_p=run.top_p,
+        seed=run.seed,
+        samples_per_prompt=at.samples_per_prompt,
+        logprobs=at.logprobs,
     )
 
 
@@ -96,7 +103,6 @@ class RunRefused(ValueError):
 class Runner:
     def __init__(
         self,
-        suite: Suite,
         plan: Plan,
         run_dir: Path,
         run_id: str,
@@ -107,12 +113,12 @@ class Runner:
         assets_factory: Callable[[], Any] | None = None,
         executor: Executor | None = None,
     ):
-        self.suite = suite
         self.plan = plan
+        self.run_plan = plan.decisions()  # everything decided from the suite besides the cells
         self.run_dir = run_dir
         self.run_id = run_id
         self.limit = limit
-        self.progress = progress or (lambda event, cell, msg: None)
+        self.progress = progress or (lambda event: None)
         self.platform = platform or detect_platform()
         self.assets_factory = assets_factory
         self.executor: Executor = executor or LocalExecutor()
@@ -131,15 +137,14 @@ class Runner:
     def prompts(self, dataset: str, chat: bool) -> list[PreparedPrompt]:
         key = (dataset, chat)
         if key not in self._prompts:
-            spec = next(d for d in self.suite.datasets if d.name == dataset)
-            base = Path(self.suite.source_path).parent if self.suite.source_path else Path.cwd()
-            ps = datasets.prepare(spec, base, chat=chat)
+            run = self.run_plan
+            base = Path(run.dataset_base) if run.dataset_base is not None else Path.cwd()
+            ps = datasets.prepare(run.dataset(dataset), base, chat=chat)
             self._prompts[key] = ps[: self.limit] if self.limit else ps
         return self._prompts[key]
 
     def _chat(self, cell: Cell) -> bool:
-        target = next(t for t in self.suite.targets if t.name == cell.target)
-        return target.chat_template
+        return self.plan.target(cell.target).chat_template
 
     def _write_prompts(self) -> None:
         """``prompts.jsonl``: every prompt with its dataset and reference (for scoring)."""
@@ -173,20 +178,20 @@ class Runner:
 
     def _cell_request(self, cell: Cell, earlier: list[RequestRecord]) -> CellWork:
         prompts = self.prompts(cell.dataset, self._chat(cell))
-        subset = sampled_prompt_limit(self.suite, cell.temperature)
+        subset = self.run_plan.sampling_at(cell.temperature).prompt_limit
         if subset is not None:
             prompts = prompts[:subset]  # the sampled-equivalence cells take the first N prompts
         # Errored requests (server died, timeout) are tried again; their records stay as attempts.
         earlier = [r for r in earlier if r.error is None]
         request = CellRequest(
-            run_id=self.run_id, cell=cell, prompts=prompts, sampling=sampling_for(self.suite, cell),
+            run_id=self.run_id, cell=cell, prompts=prompts, sampling=sampling_for(self.run_plan, cell),
             skip={(r.prompt_id, r.sample_index) for r in earlier},
         )
         work = CellWork(request=request, earlier_requests=len(earlier), earlier_counters=[r.spec for r in earlier])
         if cell.stop is not None:
             work.earlier_records = earlier
-            work.dataset_kind = next(d.kind for d in self.suite.datasets if d.name == cell.dataset)
-            work.order_seed = self.suite.sampling.seed
+            work.dataset_kind = self.run_plan.dataset(cell.dataset).kind
+            work.order_seed = self.run_plan.seed
         return work
 
     def _needs_pairs(self) -> bool:
@@ -210,11 +215,12 @@ class Runner:
         # The load shape comes from each cell (concurrency in batch_size, or a Poisson
         # request_rate capped at batch_size in flight); these are the bounds, warmup and
         # seed every cell shares (see LoadProfile.for_cell).
+        bounds = self.run_plan.load
         return LoadProfile(
-            num_requests=self.suite.load.num_requests,
-            duration_s=self.suite.load.duration_s,
-            warmup_requests=self.suite.load.warmup_requests,
-            seed=self.suite.sampling.seed,
+            num_requests=bounds.num_requests,
+            duration_s=bounds.duration_s,
+            warmup_requests=bounds.warmup_requests,
+            seed=self.run_plan.seed,
             request_timeout_s=settings().request_timeout,
         )
 
@@ -237,14 +243,14 @@ class Runner:
                 load=self._load() if cfg.target.engine == "vllm-server" else None, cells=works,
                 # The reference simulator's time is not a vLLM measurement: nothing to warm up.
                 warmup=warmup_requests([w.request for w in works])
-                if self.suite.warmup and cfg.target.engine != "reference" else [],
+                if self.run_plan.warmup and cfg.target.engine != "reference" else [],
                 gpus=engine_gpus(cfg, self.platform),
             ))
         if isinstance(self.executor, LocalExecutor):
             jobs = self._teacher_forcing_on_baselines(jobs)
             for i, job in enumerate(jobs):  # a spare worker imports vLLM for the next offline engine
                 later = jobs[i + 1 :]
-                job.offline_engine_follows = self.suite.equivalence.sampled is not None or any(
+                job.offline_engine_follows = self.run_plan.teacher_forcing or any(
                     j.engine.config.target.engine == "vllm-offline" for j in later)
         return jobs
 
@@ -252,7 +258,7 @@ class Runner:
         """Local runs with a sampled test: each target's vLLM baseline runs last, started with
         full-vocabulary logprobs, and teacher-forces its target's outputs once its cells are done
         (no engine start of its own). Not with speedup stop rules (baselines run first there)."""
-        if self.suite.equivalence.sampled is None or self._needs_pairs():
+        if not self.run_plan.teacher_forcing or self._needs_pairs():
             return jobs
         late = []
         for job in jobs:
@@ -265,28 +271,28 @@ class Runner:
         late_ids = {j.job_id for j in late}
         return [j for j in jobs if j.job_id not in late_ids] + late
 
-    def _follow_up(self, job: EngineJob) -> list[dict[str, Any]]:
+    def _follow_up(self, job: EngineJob) -> list[ScoreItem]:
         """The target's not-yet-scored sampled outputs (every job of the target has run)."""
-        self.progress("engine_start", None, f"teacher forcing on {job.job_id} (already up)")
+        self.progress(RunProgress(kind="engine_start", message=f"teacher forcing on {job.job_id} (already up)"))
         try:
-            work = teacher_forcing_work(self.run_dir, self.suite, self.plan)
+            work = teacher_forcing_work(self.run_dir, self.plan)
         except Exception as exc:  # noqa: BLE001 - the teacher-forcing job after the cells reports it
-            self._scores([{"target": None, "error": f"cannot read records: {type(exc).__name__}: {exc}"}])
+            self._scores([ScoreRow(target=None, error=f"cannot read records: {type(exc).__name__}: {exc}")])
             return []
         return work.get(job.engine.config.target.name, [])
 
     def teacher_forcing_jobs(self) -> list[EngineJob]:
         try:
-            work = teacher_forcing_work(self.run_dir, self.suite, self.plan)
+            work = teacher_forcing_work(self.run_dir, self.plan)
         except Exception as exc:  # noqa: BLE001 - recorded, not raised
-            self._scores([{"target": None, "error": f"cannot read records: {type(exc).__name__}: {exc}"}])
+            self._scores([ScoreRow(target=None, error=f"cannot read records: {type(exc).__name__}: {exc}")])
             return []
         jobs = []
         for target, items in work.items():
             try:
                 res = teacher_forcing_engine(self.plan, target, self.platform)
             except Exception as exc:  # noqa: BLE001
-                self._scores([{"target": target, "error": f"teacher-forcing engine did not start: {exc}"}])
+                self._scores([ScoreRow(target=target, error=f"teacher-forcing engine did not start: {exc}")])
                 continue
             jobs.append(EngineJob(
                 job_id=res.config.key, kind="teacher_forcing", run_id=self.run_id, run_dir=str(self.run_dir),
@@ -318,8 +324,8 @@ class Runner:
                 self._execute(rest)
             else:
                 self._execute(jobs)
-            if self.suite.equivalence.sampled is not None:
-                self.progress("engine_start", None, "teacher forcing (target without speculation)")
+            if self.run_plan.teacher_forcing:
+                self.progress(RunProgress(kind="engine_start", message="teacher forcing (target without speculation)"))
                 self._execute(self.teacher_forcing_jobs())
         except BaseException:
             self.executor.shutdown()  # a stop signal, or a bug: no engine outlives the run
@@ -341,14 +347,15 @@ class Runner:
         if isinstance(ev, RequestDone):
             assert self._records is not None
             self._records.append(ev.record)
-            self.progress("request", self._cells.get(ev.record.cell_id), ev.record.prompt_id)
+            self.progress(RunProgress(kind="request", cell=self._cells.get(ev.record.cell_id), message=ev.record.prompt_id))
         elif isinstance(ev, CellDone):
             assert self._cells_out is not None
             self._cells_out.append(ev.record)
             self._ended_cells.add(ev.record.cell_id)
-            self.progress("cell_" + ev.record.status, self._cells.get(ev.record.cell_id), ev.record.reason or "")
+            self.progress(RunProgress(kind=f"cell_{ev.record.status}", cell=self._cells.get(ev.record.cell_id),
+                                      message=ev.record.reason or ""))
         elif isinstance(ev, CellStarted):
-            self.progress("cell_start", self._cells.get(ev.cell_id), f"{ev.prompts} prompts")
+            self.progress(RunProgress(kind="cell_start", cell=self._cells.get(ev.cell_id), message=f"{ev.prompts} prompts"))
         elif isinstance(ev, EngineState):
             self._engine_state(ev)
         elif isinstance(ev, ScoresDone):
@@ -363,14 +370,14 @@ class Runner:
                 left = [self._cells[c] for c in job.cell_ids if c not in self._ended_cells]
                 self._fail_cells(job.job_id, left, ev.error)
             elif job is not None:
-                self._scores([{"target": job.engine.config.target.name, "error": ev.error}])
+                self._scores([ScoreRow(target=job.engine.config.target.name, error=ev.error)])
 
     def _engine_state(self, ev: EngineState) -> None:
         status = self.engine_status.setdefault(ev.job_id, {})
         if ev.placement is not None:
             status["placement"] = ev.placement.model_dump(mode="json")
         if ev.state == "starting":
-            self.progress("engine_start", None, ev.job_id)
+            self.progress(RunProgress(kind="engine_start", message=ev.job_id))
         elif ev.state == "started":
             describe = dict(ev.describe)
             attention = describe.pop("draft_attention", None)
@@ -391,11 +398,11 @@ class Runner:
                 finished_at=now_iso(),
             ))
             self._ended_cells.add(c.cell_id)
-            self.progress("cell_failed", c, reason)
+            self.progress(RunProgress(kind="cell_failed", cell=c, message=reason))
 
-    def _scores(self, rows: list[dict[str, Any]]) -> None:
+    def _scores(self, rows: list[ScoreRow]) -> None:
         if self._scores_out is None:
             self._scores_out = JsonlAppender(self.run_dir / EQUIVALENCE)
         for row in rows:
-            self._scores_out.append(row)
+            self._scores_out.append(row.stored())
 

@@ -14,10 +14,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from specbench.config.methods import VllmPassthrough
 from specbench.engines.factory import ResolvedEngine
 from specbench.engines.loadgen import LoadProfile
+from specbench.results.manifest import Placement
 from specbench.results.records import CellRecord, RequestRecord, SpecCounters
-from specbench.results.requests import CellRequest
+from specbench.results.requests import CellRequest, ScoreItem, ScoreRow
 
 
 class CellWork(BaseModel):
@@ -49,7 +51,7 @@ class EngineJob(BaseModel):
     load: LoadProfile | None = None  # server engines: bounds, warmup and seed every cell shares
     cells: list[CellWork] = Field(default_factory=list)
     warmup: list[CellRequest] = Field(default_factory=list)
-    score_items: list[dict[str, Any]] = Field(default_factory=list)  # teacher forcing
+    score_items: list[ScoreItem] = Field(default_factory=list)  # teacher forcing
     score_batch: int = 64
     gpus: int = 0  # GPUs the engine holds (TP × PP on CUDA)
     max_restarts: int = 1
@@ -65,26 +67,13 @@ class EngineJob(BaseModel):
         return [w.request.cell.cell_id for w in self.cells]
 
 
-class Placement(BaseModel):
-    """Where a job ran."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    executor: str
-    hostname: str
-    node_id: str | None = None
-    node_ip: str | None = None
-    pid: int
-    gpu_ids: list[str] = Field(default_factory=list)
-
-
 class EngineState(BaseModel):
     kind: Literal["engine"] = "engine"
     job_id: str
     state: Literal["starting", "started", "failed", "skipped", "restarting", "closed"]
     reason: str | None = None
     log_tail: str | None = None
-    describe: dict[str, Any] = Field(default_factory=dict)
+    describe: VllmPassthrough = Field(default_factory=dict)
     placement: Placement | None = None
 
 
@@ -112,7 +101,7 @@ class ScoresDone(BaseModel):
 
     kind: Literal["scores"] = "scores"
     job_id: str
-    rows: list[dict[str, Any]]
+    rows: list[ScoreRow]
     done: int
     total: int
 
@@ -148,7 +137,7 @@ class EventBox(BaseModel):
     event: Event
 
 
-def parse_event(data: dict[str, Any]) -> Any:
+def parse_event(data: dict[str, Any]) -> Event:
     return EventBox.model_validate({"event": data}).event
 
 

@@ -52,6 +52,7 @@ from specbench.engines.factory import ResolvedEngine, resolve_engine
 from specbench.results import rundir
 from specbench.results.parts import Equivalence
 from specbench.results.records import RequestRecord
+from specbench.results.requests import ScoreItem, ScoreKey, ScoreResult, ScoreRow
 from specbench.results.rundir import EQUIVALENCE
 
 SCORER = "vllm prompt_logprobs=-1 (full vocabulary, raw), temperature/top-p applied by specbench"
@@ -397,55 +398,47 @@ def score_items_for(
     cells: dict[str, Cell],
     prompts: dict[tuple[str, str], dict],
     top_p: float,
-) -> list[dict[str, Any]]:
+) -> list[ScoreItem]:
     """The engine's ``score`` payloads for records (prompt text/messages + generated ids)."""
     items = []
     for r in records:
         c = cells[r.cell_id]
         p = prompts.get((c.dataset, r.prompt_id)) or {}
-        items.append(
-            {
-                "key": {
-                    "cell_id": r.cell_id,
-                    "prompt_id": r.prompt_id,
-                    "sample_index": r.sample_index,
-                    "repeat": r.repeat,
-                    "temperature": c.temperature,
-                    "top_p": top_p,
-                },
-                "text": p.get("text"),
-                "messages": p.get("messages"),
-                "prompt_tokens": r.prompt_tokens,
-                "output_token_ids": r.output_token_ids,
-                "temperature": c.temperature,
-                "top_p": top_p,
-            }
-        )
+        items.append(ScoreItem(
+            key=ScoreKey(cell_id=r.cell_id, prompt_id=r.prompt_id, sample_index=r.sample_index, repeat=r.repeat,
+                         temperature=c.temperature, top_p=top_p),
+            text=p.get("text"),
+            messages=p.get("messages"),
+            prompt_tokens=r.prompt_tokens,
+            output_token_ids=r.output_token_ids,
+            temperature=c.temperature,
+            top_p=top_p,
+        ))
     return items
 
 
-def score_rows(items: Sequence[dict[str, Any]], results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def score_rows(items: Sequence[ScoreItem], results: Sequence[ScoreResult]) -> list[ScoreRow]:
     """``equivalence.jsonl`` rows from score payloads and the engine's results."""
     rows = []
     for it, res in zip(items, results, strict=False):
-        row = {**it["key"], "order": ORDER, "scorer": SCORER}
-        if res.get("error"):
-            row["error"] = res["error"]
+        row = ScoreRow(**it.key.model_dump(), order=ORDER, scorer=SCORER)
+        if res.error:
+            row.error = res.error
         else:
-            row["f_minus"] = res["f_minus"]
-            row["p"] = res["p"]
+            row.f_minus = res.f_minus
+            row.p = res.p
         rows.append(row)
     return rows
 
 
-def teacher_forcing_work(run_dir: Path, suite: Any, plan: Plan) -> dict[str, list[dict[str, Any]]]:
+def teacher_forcing_work(run_dir: Path, plan: Plan) -> dict[str, list[ScoreItem]]:
     """Per target, the score payloads of every not-yet-scored T>0 record of the run.
 
     Raises what reading the records raises (the driver records it as an error row).
     """
     run_dir = Path(run_dir)
     cells = {c.cell_id: c for c in plan.cells}
-    top_p = float(getattr(getattr(suite, "sampling", None), "top_p", 1.0))
+    top_p = plan.decisions().top_p
     done, _, _ = _latest_scores(read_scores(run_dir))
     records = rundir.read_requests(run_dir)
     prompts = {(str(o.get("dataset")), str(o.get("prompt_id"))): o for o in rundir.iter_jsonl(run_dir / rundir.PROMPTS)}

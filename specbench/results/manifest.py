@@ -2,17 +2,91 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
+from specbench.config.methods import VllmPassthrough
+from specbench.config.plan import Plan
+from specbench.config.suite import Suite
 from specbench.results.migrations import MANIFEST_SCHEMA_VERSION, upgrade_manifest
 from specbench.results.parts import Part
 
+Phase = Literal["engine_start", "warmup", "cells", "teacher_forcing", "scoring", "analysis", "reports", "other"]
+
+
+class Span(BaseModel):
+    """One stretch of work: ``start``/``end`` in wall-clock seconds (``time.time()``)."""
+
+    phase: Phase
+    start: float
+    end: float
+    engine: str | None = None
+    groups: list[str] | None = None
+    gpus: int | None = None
+
+    @property
+    def seconds(self) -> float:
+        return max(0.0, self.end - self.start)
+
+
+class Placement(BaseModel):
+    """Where a job ran."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    executor: str
+    hostname: str
+    node_id: str | None = None
+    node_ip: str | None = None
+    pid: int
+    gpu_ids: list[str] = Field(default_factory=list)
+
 
 class EngineEntry(Part):
+    """One engine of ``manifest.json``'s ``engines``: how its job went and what it ran."""
+
     key: str | None = None
     status: str | None = None
+    reason: str | None = None
+    describe: VllmPassthrough | None = None  # the engine's describe() once started
+    # How vLLM serves a DFlash draft block vs how it was trained (part of what the engine describes).
+    draft_attention: VllmPassthrough | None = None
+    placement: Placement | None = None
+    restarts: int | None = None
+
+
+class Gpu(Part):
+    """A GPU as some older manifests list it (newer ones: ``nvidia-smi``'s line, a string)."""
+
+    name: str | None = None
+    memory_gib: float | None = None
+
+
+class Hardware(Part):
+    """``manifest.json``'s ``hardware``: the machine a run ran on (:func:`specbench.results.rundir.hardware`)."""
+
+    platform: str | None = None
+    machine: str | None = None
+    python: str | None = None
+    cpu_count: int | None = None
+    cpu: str | None = None
+    gpus: list[str | Gpu] | None = None
+
+
+class DatasetSource(Part):
+    """Where one dataset came from (:func:`specbench.datasets.source_of`)."""
+
+    source: str | None = None
+    location: str | None = None
+    sha256: str | None = None
+    config: str | None = None
+    split: str | None = None
+
+
+class EnginePatchNote(Part):
+    name: str
+    summary: str | None = None
 
 
 class PhaseTime(Part):
@@ -72,8 +146,8 @@ class RunManifest(Part):
     run_id: str
     suite_name: str
     suite_path: str | None = None
-    suite: dict[str, Any] = Field(default_factory=dict)
-    plan: dict[str, Any] = Field(default_factory=dict)
+    suite: Suite | None = None  # the suite as run (None in the oldest manifests)
+    plan: Plan | None = None  # its cells and engines (None before plans were stored)
     limit: int | None = None
     seed: int | None = None
     platform: str | None = None
@@ -86,14 +160,14 @@ class RunManifest(Part):
     git_commit: str | None = None
     versions: dict[str, str] = Field(default_factory=dict)
     specbench_version: str | None = None
-    hardware: dict[str, Any] = Field(default_factory=dict)
+    hardware: Hardware = Field(default_factory=Hardware)
     hardware_class: str = "unknown"
     command: str | None = None
-    datasets: dict[str, Any] = Field(default_factory=dict)  # where each dataset came from (source, sha256)
-    engine_patches: dict[str, Any] = Field(default_factory=dict)
+    datasets: dict[str, DatasetSource] = Field(default_factory=dict)  # where each dataset came from (source, sha256)
+    engine_patches: dict[str, list[EnginePatchNote]] = Field(default_factory=dict)  # by target
     engines: list[EngineEntry] = Field(default_factory=list)
     time_breakdown: TimeBreakdown | None = None  # where the wall went (specbench.analysis.timing); absent before issue 16
-    timeline: list[dict[str, Any]] = Field(default_factory=list)  # its spans (specbench.analysis.timing.Span)
+    timeline: list[Span] = Field(default_factory=list)  # its spans (specbench.analysis.timing)
 
 
 def load_manifest_dict(d: dict[str, Any]) -> RunManifest:

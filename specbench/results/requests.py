@@ -6,7 +6,7 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from specbench.config.plan import Cell
 from specbench.results.records import SpecCounters
@@ -69,3 +69,76 @@ class CellOutcome(BaseModel):
     counters: SpecCounters | None = None
     wall_time_s: float
     num_requests: int
+
+
+# ---------------------------------------------------------------------------
+# teacher forcing: what a scoring engine is asked, what it answers, what is stored
+
+
+class ScoreKey(BaseModel):
+    """Which generated sequence an item scores (the leading keys of its ``equivalence.jsonl`` row)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cell_id: str
+    prompt_id: str
+    sample_index: int
+    repeat: int
+    temperature: float
+    top_p: float
+
+
+class ScoreItem(BaseModel):
+    """One sequence to teacher-force: its prompt (``text`` or chat ``messages``; neither
+    when the prompt was not found), the prompt's token count in the run and the generated ids."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: ScoreKey
+    text: str | None = None
+    messages: list[dict[str, str]] | None = None
+    prompt_tokens: int | None = None
+    output_token_ids: list[int]
+    temperature: float
+    top_p: float = 1.0
+
+
+class ScoreResult(BaseModel):
+    """An engine's answer for one :class:`ScoreItem`: per generated token ``F(x-)`` and
+    ``p(x)`` under the processed full-vocabulary distribution, or why it could not score it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    f_minus: list[float] | None = None
+    p: list[float] | None = None
+    error: str | None = None
+
+
+class ScoreRow(BaseModel):
+    """One row of ``equivalence.jsonl``: a scored item (its key, ``order``, ``scorer`` and
+    ``f_minus``/``p`` or ``error``), or ``{"target", "error"}`` for work that never reached
+    an engine. Dumped with only the fields that were set, so a row keeps its stored shape
+    when it crosses a process boundary (a Ray worker's events) and comes back."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    target: str | None = None
+    cell_id: str | None = None
+    prompt_id: str | None = None
+    sample_index: int | None = None
+    repeat: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    order: str | None = None
+    scorer: str | None = None
+    error: str | None = None
+    f_minus: list[float] | None = None
+    p: list[float] | None = None
+
+    @model_serializer(mode="wrap")
+    def _set_fields_only(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if k in self.model_fields_set}
+
+    def stored(self) -> dict[str, Any]:
+        """The row as ``equivalence.jsonl`` holds it (the keys that were set, in field order)."""
+        return self.model_dump(mode="json")

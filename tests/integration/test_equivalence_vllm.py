@@ -301,9 +301,9 @@ def test_lossy_top_p_is_divergent(tmp_path):
         rows = score_rows(items, engine.score(items))
     finally:
         engine.close()
-    assert all("f_minus" in r for r in rows), rows[0].get("error")
+    assert all(r.f_minus is not None for r in rows), rows[0].error
     with open(tmp_path / EQUIVALENCE, "w") as fh:
-        fh.writelines(json.dumps(r) + "\n" for r in rows)
+        fh.writelines(json.dumps(r.stored()) + "\n" for r in rows)
     s = sampled_equivalence(tmp_path, [b, m], recs)[m.group_id]["sampled"]
     assert s["n_tokens"] > 1000
     assert s["verdict"] == "divergent", s

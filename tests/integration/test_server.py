@@ -23,7 +23,7 @@ from specbench.config.suite import MethodSpec, TargetSpec
 from specbench.engines.loadgen import LoadProfile
 from specbench.engines.prom import tau
 from specbench.engines.protocol import CellFailed, EngineUnavailable
-from specbench.engines.vllm_offline import build_engine_kwargs
+from specbench.engines.vllm_args import build_engine_kwargs
 from specbench.engines.vllm_server import VllmServerEngine
 from specbench.results.parts import ServingCellRow, ServingSpeedupRow
 from specbench.results.records import RequestRecord, SpecCounters

@@ -56,7 +56,7 @@ def flips(tmp_path_factory):
         try:
             dtypes[cfg.key] = engine.dtype
             for cell in plan.cells_for(cfg.key):
-                req = CellRequest(run_id="x", cell=cell, prompts=prompts, sampling=sampling_for(suite, cell))
+                req = CellRequest(run_id="x", cell=cell, prompts=prompts, sampling=sampling_for(expand(suite).decisions(), cell))
                 engine.run_cell(req, records.append)
         finally:
             engine.close()

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from specbench.config.plan import Cell, EngineConfig, server_cli_args
+from specbench.config.plan import Cell, EngineConfig
 from specbench.config.suite import MethodSpec, TargetSpec
 from specbench.engines.loadgen import (
     LoadProfile,
@@ -39,6 +39,7 @@ from specbench.engines.loadgen import (
 )
 from specbench.engines.prom import parse_metrics
 from specbench.engines.protocol import CellFailed
+from specbench.engines.vllm_args import server_cli_args
 from specbench.engines.vllm_server import VllmServerEngine, start_failure
 from specbench.results.records import RequestRecord, SpecCounters
 from specbench.results.requests import CellRequest, PreparedPrompt, SamplingRequest, request_seed
@@ -578,10 +579,8 @@ def test_poisson_offsets_are_seeded_increasing_at_the_rate() -> None:
     assert a[-1] / len(a) == pytest.approx(1 / 4.0, rel=0.06)  # mean gap 1/rate
 
 
-def test_profile_for_cell_from_the_suite_load() -> None:
-    from specbench.config.suite import LoadSpec
-
-    spec = LoadSpec(request_rates=[2.0], max_concurrency=3, num_requests=12, duration_s=5.0, warmup_requests=2)
+def test_profile_for_cell_from_the_run_load() -> None:
+    spec = LoadProfile(num_requests=12, duration_s=5.0, warmup_requests=2)
     p = LoadProfile.for_cell(_rate_cell(2.0, cap=3, repeat=1), spec, seed=5)
     assert (p.mode, p.request_rate, p.concurrency) == ("poisson", 2.0, 3)
     assert (p.num_requests, p.duration_s, p.warmup_requests) == (12, 5.0, 2)

@@ -5,8 +5,9 @@ import sys
 import pytest
 
 from specbench.config.methods import METHODS
-from specbench.config.plan import expand, vllm_serve_command
+from specbench.config.plan import expand
 from specbench.config.suite import load_suite
+from specbench.engines.vllm_args import vllm_serve_command
 from specbench.engines.vllm_offline import counters_from_request_metrics
 from specbench.results import rundir
 from specbench.results.records import RequestRecord, SpecCounters

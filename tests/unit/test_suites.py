@@ -523,8 +523,8 @@ def test_sampled_cells_at_one_load_with_a_prompt_subset(tmp_path: Path):
     from specbench.execution.driver import sampling_for
 
     t1 = next(c for c in cells if c.temperature == 1.0)
-    assert sampling_for(suite, t1).samples_per_prompt == 8
-    assert sampling_for(suite, next(c for c in cells if c.temperature == 0)).logprobs == 5
+    assert sampling_for(expand(suite).decisions(), t1).samples_per_prompt == 8
+    assert sampling_for(expand(suite).decisions(), next(c for c in cells if c.temperature == 0)).logprobs == 5
 
 
 def test_reference_temperature_is_validated_and_matched(tmp_path: Path):
