@@ -39,8 +39,10 @@ class Placement(BaseModel):
     hostname: str
     node_id: str | None = None
     node_ip: str | None = None
+    node_name: str | None = None  # how messages name the Ray node: host ip:port (node id)
     pid: int
     gpu_ids: list[str] = Field(default_factory=list)
+    cpu_ids: list[int] = Field(default_factory=list)  # the cores the engine was bound to (Ray, CPU nodes)
 
 
 class EngineEntry(Part):
