@@ -44,7 +44,7 @@ SUITE = """
 name: ray-exec
 targets:
   - name: tiny
-    model: {model}
+    model: tiny
     assets: trained
     dtype: float32
     max_model_len: 1024
@@ -67,6 +67,25 @@ sampling:
   max_tokens: {max_tokens}
 load:
   batch_sizes: [1, 2]
+warmup: false
+"""
+PATH_SUITE = """
+name: ray-exec
+targets:
+  - name: local
+    model: {model}
+    dtype: float32
+    max_model_len: 1024
+    methods:
+      - method: baseline
+      - method: ngram
+        num_speculative_tokens: 3
+datasets:
+  - name: he
+    kind: humaneval
+    limit: 2
+sampling:
+  max_tokens: 8
 warmup: false
 """
 ENGINES = ["tiny--baseline", "tiny--ngram", "tiny--self-draft", "tiny--eagle3"]
@@ -165,9 +184,9 @@ def cluster():
         shutil.rmtree(hidden, ignore_errors=True)
 
 
-def _suite(tmp_path: Path, limit: int, max_tokens: int, model: str = "tiny") -> Path:
+def _suite(tmp_path: Path, limit: int, max_tokens: int) -> Path:
     p = tmp_path / "ray-exec.yaml"
-    p.write_text(SUITE.format(limit=limit, max_tokens=max_tokens, model=model))
+    p.write_text(SUITE.format(limit=limit, max_tokens=max_tokens))
     return p
 
 
@@ -251,7 +270,8 @@ def test_a_path_only_the_driver_sees_is_refused_naming_the_node(cluster, tmp_pat
     assert w2.hidden is not None
     model = w2.hidden / "target"
     model.symlink_to(ensure_assets_for("trained").target, target_is_directory=True)
-    suite = _suite(tmp_path, limit=2, max_tokens=8, model=str(model))
+    suite = tmp_path / "ray-exec.yaml"
+    suite.write_text(PATH_SUITE.format(model=model))
     out = tmp_path / "out"
     proc = _cli(suite, out, *_on(cluster), timeout=300)
     text = proc.stdout + proc.stderr
