@@ -124,12 +124,16 @@ class Cluster:
 
 
 def _ours(token: str) -> list[psutil.Process]:
+    """Every live process of the test cluster: the mark in its environment. Read from /proc
+    directly: Ray's process titles overwrite the start of it, where psutil stops reading."""
+    want = f"{MARK}={token}".encode()
     procs = []
     for p in psutil.process_iter():
         try:
-            if p.environ().get(MARK) == token:
-                procs.append(p)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            with open(f"/proc/{p.pid}/environ", "rb") as f:
+                if want in f.read().split(b"\0") and p.status() != psutil.STATUS_ZOMBIE:
+                    procs.append(p)
+        except (OSError, psutil.Error):
             pass
     return procs
 
@@ -146,10 +150,11 @@ def cluster():
     hidden = Path(f"/tmp/sbhide{os.getpid()}")
     hidden.mkdir(exist_ok=True)
     # Token authentication off: a throwaway cluster on this machine, reached by this test only.
-    # Short health checks: a lost node is declared dead in seconds, not half a minute.
+    # Health checks every second: a killed raylet (refusing connections) is declared dead in about
+    # 5 s, not half a minute; a slow one (this machine is shared) is given 5 × 5 s.
     env = {**os.environ, MARK: token, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
-           "RAY_health_check_period_ms": "500", "RAY_health_check_timeout_ms": "1000",
-           "RAY_health_check_failure_threshold": "3", "RAY_health_check_initial_delay_ms": "0"}
+           "RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "5000",
+           "RAY_health_check_failure_threshold": "5"}
     common = ["--disable-usage-stats", "--object-store-memory=100000000"]
     port = _free_port()
     c = Cluster(address=f"127.0.0.1:{port}")

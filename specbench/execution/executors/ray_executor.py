@@ -213,7 +213,7 @@ class RayExecutor:
         if node_id is None or self._stopping:
             return f"Ray worker or node died: {type(exc).__name__}: {first}"
         name = self._node_name(node_id)
-        if node_is_dead(node_id, wait_s=10):  # Ray's health checks lag a lost node by seconds
+        if node_is_dead(node_id, wait_s=20):  # Ray's health checks lag a lost node by seconds
             if cores is not None:
                 cores.node_lost(node_id)
             return f"Ray node {name} died: {type(exc).__name__}: {first}"
