@@ -35,6 +35,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import yaml
 
 from specbench.analysis.metrics import latest_cell_records
 from specbench.execution.executors.cpu_slots import parse_cpu_list
@@ -67,25 +68,6 @@ sampling:
   max_tokens: {max_tokens}
 load:
   batch_sizes: [1, 2]
-warmup: false
-"""
-PATH_SUITE = """
-name: ray-exec
-targets:
-  - name: local
-    model: {model}
-    dtype: float32
-    max_model_len: 1024
-    methods:
-      - method: baseline
-      - method: ngram
-        num_speculative_tokens: 3
-datasets:
-  - name: he
-    kind: humaneval
-    limit: 2
-sampling:
-  max_tokens: 8
 warmup: false
 """
 ENGINES = ["tiny--baseline", "tiny--ngram", "tiny--self-draft", "tiny--eagle3"]
@@ -275,8 +257,13 @@ def test_a_path_only_the_driver_sees_is_refused_naming_the_node(cluster, tmp_pat
     assert w2.hidden is not None
     model = w2.hidden / "target"
     model.symlink_to(ensure_assets_for("trained").target, target_is_directory=True)
+    # The suite with a local model path for its target (two engines, no zoo references).
+    doc = yaml.safe_load(SUITE.format(limit=2, max_tokens=8))
+    target = doc["targets"][0]
+    target.pop("assets")
+    target.update(name="local", model=str(model), methods=target["methods"][:2])
     suite = tmp_path / "ray-exec.yaml"
-    suite.write_text(PATH_SUITE.format(model=model))
+    suite.write_text(yaml.safe_dump(doc))
     out = tmp_path / "out"
     proc = _cli(suite, out, *_on(cluster), timeout=300)
     text = proc.stdout + proc.stderr
