@@ -295,16 +295,19 @@ def _raylet_of(pid: int) -> int | None:
 def test_a_lost_node_fails_only_its_engines_cells_and_resume_finishes(cluster, tmp_path, cli_runs):
     w1 = cluster.nodes["w1"]
     raylet = w1.raylet()
-    suite = _suite(tmp_path, limit=4, max_tokens=96)
+    limit = 6
+    suite = _suite(tmp_path, limit=limit, max_tokens=128)
     out = tmp_path / "out"
     proc = cli_runs.start(suite, out, *_on(cluster))
     try:
         run_dir = cli_runs.wait_for(lambda: next(iter(cli_runs.run_dirs(out, "ray-exec")), None), 600)
 
         def engine_mid_cell_on_w1() -> tuple[str, int] | None:
+            """An engine on w1 inside its first cell (of two): some of that cell's records, not all."""
             for key in ENGINES:
                 pid = _engine_pid(run_dir, key)
-                if pid and _raylet_of(pid) == raylet.pid and cli_runs.n_records(run_dir, f"tiny/{key[6:]}/") >= 1:
+                if pid and _raylet_of(pid) == raylet.pid and 1 <= cli_runs.n_records(
+                        run_dir, f"tiny/{key[6:]}/") < limit:
                     return key, pid
             return None
 
@@ -331,6 +334,6 @@ def test_a_lost_node_fails_only_its_engines_cells_and_resume_finishes(cluster, t
     resumed = _cli(suite, out, "--resume", str(run_dir), *_on(cluster))
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     once = _once(run_dir)
-    assert len(once) == 8 * 4 and set(once.values()) == {1}, once.most_common(3)
+    assert len(once) == 8 * limit and set(once.values()) == {1}, once.most_common(3)
     final = latest_cell_records(rundir.read_cells(run_dir))
     assert len(final) == 8 and all(c.status == "ok" for c in final.values())
