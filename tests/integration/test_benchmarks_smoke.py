@@ -30,6 +30,14 @@ def check_client_overhead(out: str) -> None:
     assert all(r[-3] != "–" for r in rows), "vllm bench serve gave no ITL"
 
 
+def check_cpu_binding(out: str) -> None:
+    walls = {m.group(1): (float(m.group(2)), float(m.group(3))) for m in
+             re.finditer(r"^(solo, bound|bound pair|unbound pair)\s+([\d.]+)\s+([\d.]+)$", out, re.M)}
+    assert set(walls) == {"solo, bound", "bound pair", "unbound pair"}, out
+    assert all(w > 0 for pair in walls.values() for w in pair)
+    assert re.search(r"^bound pair / solo: [\d.]+, [\d.]+ \(check: at most 1.2: (yes|NO)\)$", out, re.M), out
+
+
 def check_dflash_flip(out: str) -> None:
     r = json.loads(next(line for line in out.splitlines() if line.strip().startswith("{")))
     assert r["anchors"] > 0 and r["noncausal"]["tau_proxy"] >= 1 and r["causal"]["tau_proxy"] >= 1
@@ -74,6 +82,7 @@ def check_vllm_cpu_expand_bug(out: str) -> None:
 #: script -> (extra arguments, given the shared run's directory; the check of its output)
 SMOKES = {
     "client_overhead.py": (lambda run: [], check_client_overhead),  # no engine: a fake server
+    "cpu_binding.py": (lambda run: [], check_cpu_binding),  # 4 engines, 2 at a time (bound pair, unbound pair)
     "dflash_flip_sensitivity.py": (lambda run: [], check_dflash_flip),  # PyTorch, no engine
     "early_stopping.py": (lambda run: ["--runs", str(run)], check_early_stopping),
     "equivalence_power.py": (lambda run: [], check_equivalence_power),  # 1 engine (plain), numpy first
