@@ -169,10 +169,10 @@ def build(
 
 
 def templated_tokens(tok: Any, messages: list[dict[str, str]], template_kwargs: dict[str, Any] | None = None) -> int:
-    """Prompt tokens of a chat as vLLM counts them: the template rendered to text, then
-    encoded without added special tokens (what ``LLM.chat`` and the server do)."""
+    """Prompt tokens of a chat as specbench's vLLM engines send it: the template rendered to
+    text, then tokenized as vLLM tokenizes a text prompt (the tokenizer's own special tokens added)."""
     text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **(template_kwargs or {}))
-    return len(_encode(tok, text))
+    return len(tok.encode(text))
 
 
 def chat_overhead(tok: Any, messages: list[dict[str, str]], template_kwargs: dict[str, Any] | None = None) -> int:
