@@ -32,6 +32,7 @@ from pydantic import BaseModel
 
 from specbench.report.document import Block, Details, Para, Pre, Raw, Refs, Section, Table
 from specbench.report.early_stopping import stopping_section
+from specbench.report.input_length import input_length_section
 from specbench.report.method_comparison import (
     headline_section,
     k_sweep_section,
@@ -641,7 +642,7 @@ def build_report(summary: RunSummary, manifest: dict[str, Any], *, markdown: boo
     headline = headline_section(summary, refs)
     blocks += [headline] if headline is not None else []
     blocks.append(_results(summary, refs))
-    for section in (k_sweep_section(summary), verification_section(summary), stopping_section(summary), _accuracy(summary),
+    for section in (input_length_section(summary), k_sweep_section(summary), verification_section(summary), stopping_section(summary), _accuracy(summary),
                     _equivalence(summary), _serving(summary, markdown), _cross_check(summary)):
         if section is not None:
             blocks.append(section)
