@@ -23,7 +23,8 @@ targets:
     max_model_len: 1024
     methods:
       - method: baseline
-      - method: ngram
+      - method: eagle3
+        speculator: tiny:eagle3
         num_speculative_tokens: 3
 datasets:
   - name: ctx
