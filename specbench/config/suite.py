@@ -641,6 +641,10 @@ def _check_input_tokens(suite: Suite, d: DatasetSpec, loc_d: tuple[Any, ...], pr
         return
     if not d.input_tokens:
         problems.append((loc, "input_tokens must list at least one length"))
+    if d.prompt_template is not None:
+        problems.append(((*loc_d, "prompt_template"), "with input_tokens the user message is built to its exact "
+                         "length (context, then the question); a prompt_template would change it (system_prompt "
+                         "is fine: it is part of the chat template's fixed overhead)"))
     allowed = LENGTH_KINDS[d.kind]
     if d.categories is not None and not set(d.categories) <= set(allowed):
         problems.append(((*loc_d, "categories"), "with input_tokens the contexts come from "

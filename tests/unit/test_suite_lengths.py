@@ -95,6 +95,7 @@ def test_input_tokens_on_a_dataset_that_cannot_build_lengths(tmp_path: Path):
     (("[64, 256, 768]", "[16, 256, 256]"), "must be >= 32"),
     (("[64, 256, 768]", "[64, 256, 256]"), "duplicate input length 256"),
     (("limit: 2", "limit: 2\n    categories: [coding]"), "with input_tokens the contexts come from summarization"),
+    (("limit: 2", "limit: 2\n    prompt_template: 'Q: {question}'"), "a prompt_template would change it"),
 ])
 def test_other_bad_input(tmp_path: Path, edit: tuple[str, str], needle: str):
     p = _write(tmp_path, GOOD.replace(*edit))
