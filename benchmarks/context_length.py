@@ -13,7 +13,7 @@ On this zoo the target's context is 1024 tokens and the drafters were trained
 on 256-token documents: expect τ to hold up to about 256 input tokens and fall
 beyond, a property of these tiny drafters, not of the methods.
 
-Run: ``python benchmarks/context_length.py --lengths 128,256,384,512,768 --prompts 4``;
+Run: ``python benchmarks/context_length.py --lengths 128,256,512,768 --prompts 3``;
 ``--runs RUN_DIR`` prints an existing run's length groups instead. ``--smoke``:
 2 lengths × 1 prompt × 16 tokens (about a minute). Asserts nothing.
 """
@@ -70,8 +70,8 @@ def table(s: RunSummary) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--lengths", default="128,256,384,512,768", help="input tokens, comma-separated")
-    ap.add_argument("--prompts", type=int, default=4, help="prompts per length")
+    ap.add_argument("--lengths", default="128,256,512,768", help="input tokens, comma-separated")
+    ap.add_argument("--prompts", type=int, default=3, help="prompts per length (HumanEval gives 18 contexts in all)")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--k", type=int, default=3)
     ap.add_argument("--runs", type=Path, default=None, help="print this run's length groups (no engine)")

@@ -18,9 +18,10 @@ every run, measures the same prompt family at every length:
    re-encoded: a cut can merge tokens across the boundary, so counts are never
    added piecewise). The question is always whole and always last.
 3. **Distinct contexts per length.** Prompt *i* at each length takes a context
-   no other length uses, the longest length choosing first (fewest contexts
-   reach it), so a longer prompt never shares a prefix with a shorter one and
-   the engine's prefix cache cannot make longer prompts look cheap.
+   no other length uses, in context order, the length that the fewest contexts
+   can give choosing first, so a longer prompt never shares a prefix with a
+   shorter one and the engine's prefix cache cannot make longer prompts look
+   cheap.
 
 The chat template adds a fixed number of tokens around the message
 (:func:`chat_overhead`): a record's prompt tokens are *L* plus that overhead.
@@ -163,9 +164,16 @@ def build(
     if len(set(lengths)) != len(lengths):
         raise LengthError(f"input_tokens lists a length twice: {lengths}")
     encoded = [(c, _encode(tok, c.text)) for c in contexts]
+    q_tokens = [len(_encode(tok, SEPARATOR + c.question)) for c in contexts]
+
+    def feasible(length: int) -> int:
+        return sum(1 for (_, ids), q in zip(encoded, q_tokens, strict=True)
+                   if q + MIN_CONTEXT_TOKENS <= length <= q + len(ids))
+
     used: set[int] = set()
     chosen: dict[int, list[LengthPrompt]] = {}
-    for length in sorted(lengths, reverse=True):
+    # The scarcest length chooses first (a short length needs a short question, a long one a long context).
+    for length in sorted(lengths, key=lambda n: (feasible(n), -n)):
         got: list[LengthPrompt] = []
         for i, (c, ids) in enumerate(encoded):
             if len(got) == per_length:
@@ -179,10 +187,10 @@ def build(
             got.append(LengthPrompt(prompt_id=f"{id_prefix}{c.source_id}-L{length}", input_tokens=length,
                                     content=text, context=c))
         if len(got) < per_length:
-            reach = sum(1 for _, ids in encoded if len(ids) + MIN_CONTEXT_TOKENS >= length)
             raise LengthError(
-                f"only {len(got)} of {per_length} prompts at {length} tokens: {reach} of {len(contexts)} packaged "
-                f"contexts are that long for this tokenizer, and every length takes its own contexts; lower "
+                f"only {len(got)} of {per_length} prompts at {length} tokens: {feasible(length)} of {len(contexts)} "
+                f"packaged contexts can give that length for this tokenizer (context and question), and every "
+                f"length takes its own contexts; lower "
                 f"'limit' (prompts per length) or the length (longer inputs: kind: speed_bench, a throughput config)"
             )
         chosen[length] = got
