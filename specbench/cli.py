@@ -163,9 +163,7 @@ def run(
     except SuiteError as exc:
         _bad_input(exc.messages)
     if dry_run:
-        from specbench.datasets import plan_line
-
-        for line in filter(None, (plan_line(d) for d in suite_obj.datasets)):
+        for line in api.dataset_plan(suite_obj):
             console.print("dataset " + line, highlight=False, soft_wrap=True)
         for line in api.equivalence_plan(suite_obj):
             console.print("equivalence " + line, highlight=False, soft_wrap=True)
