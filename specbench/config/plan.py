@@ -61,15 +61,21 @@ class Cell(BaseModel):
         return self.family or self.method
 
     @property
+    def slice_id(self) -> str:
+        """The cell's slice of its group as :class:`specbench.results.slices.Slice` writes it ('' for none)."""
+        return "" if self.input_tokens is None else f"input_tokens={self.input_tokens}"
+
+    @property
     def group_id(self) -> str:
         """The cell without its repeat index: repeats are pooled per group."""
         gid = group_id(self.target, self.method, self.dataset, self.temperature, self.batch_size, self.request_rate)
-        return gid if self.input_tokens is None else f"{gid}/input_tokens={self.input_tokens}"
+        return f"{gid}/{self.slice_id}" if self.slice_id else gid
 
     @property
     def baseline_group_key(self) -> BaselineKey:
-        """Cells compared with each other: same target, dataset, temperature and load."""
-        return baseline_key(self.target, self.dataset, self.temperature, self.batch_size, self.request_rate)
+        """Cells compared with each other: same target, dataset, temperature, load and slice."""
+        return baseline_key(self.target, self.dataset, self.temperature, self.batch_size, self.request_rate,
+                            self.slice_id)
 
     @property
     def load_label(self) -> str:
