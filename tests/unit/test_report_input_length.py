@@ -68,3 +68,14 @@ def test_a_run_without_lengths_has_no_section():
     s = _summary()
     s.groups = [g.model_copy(update={"slice": None}) for g in s.groups]
     assert "## Input length" not in render_markdown(s, {})
+
+
+def test_tables_name_a_groups_input_length_beside_its_dataset():
+    from specbench.report.terminal import closing_rows, headline_rows
+    from specbench.results.fmt import dataset_label
+
+    assert dataset_label("code", "tiny/eagle3/code/T0/b1/input_tokens=768") == "code 768 tok"
+    assert dataset_label("code", "tiny/eagle3/code/T0/b1") == "code"
+    s = _summary()
+    assert [r[0] for r in closing_rows(s)["tiny"]][:2] == ["context 64 tok", "context 768 tok"]
+    assert [r[0] for r in headline_rows(s)["tiny"]] == ["context 64 tok 0·b1", "context 768 tok 0·b1"]
