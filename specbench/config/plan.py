@@ -281,7 +281,7 @@ def expand(suite: Suite) -> Plan:
                 EngineConfig(key=key, target=t, method=m, vllm_method=info.vllm_method, speculative_config=spec_cfg)
             )
             for r in range(suite.repeats):
-                for d, length in ((ds, n) for ds in suite.datasets for n in (ds.input_tokens or [None])):
+                for d, length in ((ds, n) for ds in suite.datasets for n in input_lengths(ds)):
                     for temp in temperatures:
                         if t.engine == "reference" and temp == sampled_t and temp != 0:
                             continue  # the reference simulator is greedy-only: no sampled-equivalence cells
@@ -304,6 +304,11 @@ def expand(suite: Suite) -> Plan:
                             )
                             cells.append(cell.model_copy(update={"cell_id": f"{cell.group_id}/r{r}"}))
     return Plan(suite_name=suite.name, engines=engines, cells=cells, run=run_decisions(suite))
+
+
+def input_lengths(d: DatasetSpec) -> list[int | None]:
+    """A dataset's input lengths, one cell each (``[None]``: its prompts as they are)."""
+    return list(d.input_tokens) if d.input_tokens else [None]
 
 
 def sampled_equivalence_temperature(suite: Suite) -> float | None:

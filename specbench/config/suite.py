@@ -651,7 +651,7 @@ def _check_input_tokens(suite: Suite, d: DatasetSpec, loc_d: tuple[Any, ...], pr
         problems.append(((*loc_d, "categories"), "with input_tokens the contexts come from "
                          + " and ".join(allowed) + f"; other categories have none: {sorted(set(d.categories) - set(allowed))}"))
     seen: set[int] = set()
-    for i, n in enumerate(d.input_tokens):
+    for i, n in enumerate(d.input_tokens or []):
         if n < MIN_INPUT_TOKENS:
             problems.append(((*loc, i), f"an input length must be >= {MIN_INPUT_TOKENS} tokens (context and "
                              f"question), got {n}"))
