@@ -131,7 +131,8 @@ def verification_section(summary: RunSummary) -> Section | None:
     if not groups:
         return None
     parts = ("drafted_per_step", "accepted_per_verified", "wasted_per_emitted")
-    rows = [[g.target, g.dataset, g.method, str(g.k if g.k is not None else "–"), f"{g.temperature:g}", fmt_load(g),
+    rows = [[g.target, dataset_label(g.dataset, g.group_id), g.method, str(g.k if g.k is not None else "–"),
+             f"{g.temperature:g}", fmt_load(g),
              *(fmt_metric(f"verification.{p}", getattr(g.verification, p)) for p in parts)]
             for g in groups]
     return Section("Verification spent", [
