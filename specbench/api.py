@@ -98,6 +98,11 @@ def dry_run(suite: Suite, platform: str | None = None, assets_factory: Any = Non
     return out
 
 
+def dataset_plan(suite: Suite) -> list[str]:
+    """What is sent for datasets whose prompts are built or cut (input lengths, SPEED-Bench), in words (for --dry-run)."""
+    return [line for d in suite.datasets if (line := datasets.plan_line(d)) is not None]
+
+
 def equivalence_plan(suite: Suite) -> list[str]:
     """What the suite's lossless checks will do, in words (for --dry-run)."""
     from specbench.analysis.lossless import TIE_TOLERANCE_BY_DTYPE, min_tokens_for_tv

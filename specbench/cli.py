@@ -163,6 +163,8 @@ def run(
     except SuiteError as exc:
         _bad_input(exc.messages)
     if dry_run:
+        for line in api.dataset_plan(suite_obj):
+            console.print("dataset " + line, highlight=False, soft_wrap=True)
         for line in api.equivalence_plan(suite_obj):
             console.print("equivalence " + line, highlight=False, soft_wrap=True)
         for e in api.dry_run(suite_obj, platform=platform):

@@ -30,6 +30,7 @@ from specbench.config.stop_rule import StopRecord
 from specbench.config.suite import TargetSpec
 from specbench.results.parts import CounterCheck, CrossCheckRow, Equivalence
 from specbench.results.records import CellRecord, RequestRecord, SpecCounters
+from specbench.results.slices import Slice
 from specbench.results.summary import (
     CellStatusLine,
     GroupSummary,
@@ -367,6 +368,7 @@ def summarize_groups(
             output_tokens=sum(r.num_output_tokens for r in greqs if r.error is None),
             equivalence=(equivalence or {}).get(gid),
             scoring_note=(scoring_notes or {}).get(c0.dataset),
+            slice=Slice(input_tokens=c0.input_tokens) if c0.input_tokens is not None else None,
         )
         counters = sum_counters(latest[c.cell_id].counters for c in ok_cells)
         if counters is not None and c0.method_kind != "baseline":

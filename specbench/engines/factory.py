@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from specbench.config.methods import VllmPassthrough, get_method
 from specbench.config.plan import EngineConfig
+from specbench.config.suite import TargetSpec
 from specbench.engines.loadgen import LoadProfile
 from specbench.engines.protocol import Engine
 from specbench.engines.vllm_args import build_engine_kwargs, platform_defaults
@@ -40,6 +41,16 @@ class ResolvedEngine(BaseModel):
 
 def uses_zoo(cfg: EngineConfig) -> bool:
     return cfg.target.model == "tiny" or (cfg.method.speculator or "").startswith("tiny:")
+
+
+def target_model_path(target: TargetSpec, assets_factory: Callable[[], Any] | None = None) -> str:
+    """The target's model (and tokenizer) as vLLM loads it: the zoo's directory for ``model: tiny``."""
+    if target.model != "tiny":
+        return target.model
+    from specbench.zoo.assets import ensure_assets_for
+
+    assets = ensure_assets_for(target.assets) if assets_factory is None else assets_factory()
+    return str(assets.target)
 
 
 def resolve_engine(cfg: EngineConfig, platform: str, assets_factory: Callable[[], Any] | None = None) -> ResolvedEngine:

@@ -24,7 +24,8 @@ from pydantic import BaseModel, ConfigDict
 
 from specbench import datasets
 from specbench.config.plan import Cell, Plan, RunDecisions
-from specbench.engines.factory import engine_gpus, resolve_engine
+from specbench.config.suite import TargetSpec
+from specbench.engines.factory import engine_gpus, resolve_engine, target_model_path
 from specbench.engines.loadgen import LoadProfile
 from specbench.execution.executors import Executor
 from specbench.execution.executors.local import LocalExecutor
@@ -122,7 +123,8 @@ class Runner:
         self.platform = platform or detect_platform()
         self.assets_factory = assets_factory
         self.executor: Executor = executor or LocalExecutor()
-        self._prompts: dict[tuple[str, bool], list[PreparedPrompt]] = {}
+        self._prompts: dict[tuple[str, bool, str], list[PreparedPrompt]] = {}
+        self._tokenizers: dict[str, Any] = {}
         self._cells = {c.cell_id: c for c in plan.cells}
         self.engine_status: dict[str, dict[str, Any]] = {}
         self.phases: list[PhaseTimed] = []  # engine starts, warmups, cells, teacher forcing
@@ -134,23 +136,39 @@ class Runner:
 
     # -- data ---------------------------------------------------------------
 
-    def prompts(self, dataset: str, chat: bool) -> list[PreparedPrompt]:
-        key = (dataset, chat)
+    def prompts(self, cell: Cell) -> list[PreparedPrompt]:
+        """The prompts of a cell's dataset (prepared once per dataset and chat mode; a dataset with
+        ``input_tokens`` once per target, for its tokenizer, and only the cell's length)."""
+        run = self.run_plan
+        spec = run.dataset(cell.dataset)
+        target = self.plan.target(cell.target)
+        key = (cell.dataset, target.chat_template, target.name if spec.input_tokens else "")
         if key not in self._prompts:
-            run = self.run_plan
             base = Path(run.dataset_base) if run.dataset_base is not None else Path.cwd()
-            ps = datasets.prepare(run.dataset(dataset), base, chat=chat)
-            self._prompts[key] = ps[: self.limit] if self.limit else ps
-        return self._prompts[key]
+            tok = self._tokenizer(target) if spec.input_tokens else None
+            ps = datasets.prepare(spec, base, chat=target.chat_template, tokenizer=tok,
+                                  template_kwargs=target.chat_template_kwargs)
+            if self.limit and spec.input_tokens:  # the first prompts of each length
+                ps = [p for n in spec.input_tokens for p in [q for q in ps if q.meta["input_tokens"] == n][: self.limit]]
+            elif self.limit:
+                ps = ps[: self.limit]
+            self._prompts[key] = ps
+        ps = self._prompts[key]
+        return ps if cell.input_tokens is None else [p for p in ps if p.meta["input_tokens"] == cell.input_tokens]
 
-    def _chat(self, cell: Cell) -> bool:
-        return self.plan.target(cell.target).chat_template
+    def _tokenizer(self, target: TargetSpec) -> Any:
+        """The target's own tokenizer (prompts of given token lengths are built for it)."""
+        if target.name not in self._tokenizers:
+            from transformers import AutoTokenizer
+
+            self._tokenizers[target.name] = AutoTokenizer.from_pretrained(target_model_path(target, self.assets_factory))
+        return self._tokenizers[target.name]
 
     def _write_prompts(self) -> None:
         """``prompts.jsonl``: every prompt with its dataset and reference (for scoring)."""
         seen: set[tuple[str, str]] = set()
         rows = []
-        for (dataset, _chat), prompts in self._prompts.items():
+        for (dataset, _chat, _target), prompts in self._prompts.items():
             for p in prompts:
                 if (dataset, p.prompt_id) in seen:
                     continue
@@ -177,7 +195,7 @@ class Runner:
     # -- jobs ---------------------------------------------------------------
 
     def _cell_request(self, cell: Cell, earlier: list[RequestRecord]) -> CellWork:
-        prompts = self.prompts(cell.dataset, self._chat(cell))
+        prompts = self.prompts(cell)
         subset = self.run_plan.sampling_at(cell.temperature).prompt_limit
         if subset is not None:
             prompts = prompts[:subset]  # the sampled-equivalence cells take the first N prompts
@@ -306,7 +324,7 @@ class Runner:
     def run(self) -> None:
         # Load every dataset first: a bad dataset is bad input, found before any engine starts.
         for c in self.plan.cells:
-            self.prompts(c.dataset, self._chat(c))
+            self.prompts(c)
         self._write_prompts()
         done, partial = self._resume_state()
         self._records = JsonlAppender(self.run_dir / RECORDS)

@@ -32,6 +32,7 @@ from pydantic import BaseModel
 
 from specbench.report.document import Block, Details, Para, Pre, Raw, Refs, Section, Table
 from specbench.report.early_stopping import stopping_section
+from specbench.report.input_length import input_length_section
 from specbench.report.method_comparison import (
     headline_section,
     k_sweep_section,
@@ -41,6 +42,7 @@ from specbench.report.method_comparison import (
 from specbench.results import metric_catalog
 from specbench.results.fmt import (
     as_estimate,
+    dataset_label,
     fmt_est,
     fmt_generic,
     fmt_load,
@@ -198,7 +200,7 @@ def _load_key(g: GroupSummary) -> tuple[int, float, int]:
 def _by_target_dataset(summary: RunSummary) -> dict[tuple[str, str], list[GroupSummary]]:
     out: dict[tuple[str, str], list[GroupSummary]] = {}
     for g in summary.groups:
-        out.setdefault((g.target, g.dataset), []).append(g)
+        out.setdefault((g.target, dataset_label(g.dataset, g.group_id)), []).append(g)
     return out
 
 
@@ -311,7 +313,7 @@ def _accuracy(summary: RunSummary) -> Section | None:
     rows, notes = [], []
     for g in summary.groups:
         for k in sorted({*g.accuracy, *g.accuracy_delta}):
-            rows.append([g.target, g.dataset, g.method] + ([f"{g.temperature:g}"] if show_t else []) + [
+            rows.append([g.target, dataset_label(g.dataset, g.group_id), g.method] + ([f"{g.temperature:g}"] if show_t else []) + [
                          fmt_load(g), k,
                          fmt_pct(g.accuracy.get(k), n_default=None),
                          fmt_pct(g.accuracy_delta.get(k), n_default=None, signed=True, unit=" pp")])
@@ -354,7 +356,7 @@ def _equivalence(summary: RunSummary) -> Section | None:
                 nums = [f"{x} [{ci[0]:.3g}, {ci[1]:.3g}]" if x.startswith("match_rate=") else x for x in nums]
             evidence = "; ".join(x for x in [_one_line(eq.get("reason"), 300) if eq.get("reason") else "",
                                              ", ".join(nums)] if x)
-            rows.append([g.target, g.dataset, g.method, f"{g.temperature:g}", fmt_load(g), test,
+            rows.append([g.target, dataset_label(g.dataset, g.group_id), g.method, f"{g.temperature:g}", fmt_load(g), test,
                          str(eq.get("verdict")), evidence or "–"])
     if not rows:
         return None
@@ -394,7 +396,7 @@ def _greedy_identity(summary: RunSummary) -> Table | None:
             f"near-tie ≤ {_gap_list(eq.get('near_tie_gaps'), largest=True)}" if eq.get("near_tie_gaps") else "",
             f"divergent ≥ {_gap_list(eq.get('divergent_gaps'), largest=False)}" if eq.get("divergent_gaps") else "",
         ] if x)
-        rows.append([g.target, g.dataset, g.method, fmt_load(g), str(eq.get("n", "–")), str(eq.get("n_identical", "–")),
+        rows.append([g.target, dataset_label(g.dataset, g.group_id), g.method, fmt_load(g), str(eq.get("n", "–")), str(eq.get("n_identical", "–")),
                      str(eq.get("n_near_tie", "–")), str(eq.get("n_divergent", "–")),
                      str(eq.get("n_unverifiable", "–")), tol, gaps or "–"])
     if not rows:
@@ -641,7 +643,7 @@ def build_report(summary: RunSummary, manifest: dict[str, Any], *, markdown: boo
     headline = headline_section(summary, refs)
     blocks += [headline] if headline is not None else []
     blocks.append(_results(summary, refs))
-    for section in (k_sweep_section(summary), verification_section(summary), stopping_section(summary), _accuracy(summary),
+    for section in (input_length_section(summary), k_sweep_section(summary), verification_section(summary), stopping_section(summary), _accuracy(summary),
                     _equivalence(summary), _serving(summary, markdown), _cross_check(summary)):
         if section is not None:
             blocks.append(section)

@@ -14,14 +14,25 @@ from typing import Any
 
 from specbench.config.plan import load_label
 from specbench.report.document import Block, Para, Refs, Section, Table
-from specbench.results.fmt import fmt_est, fmt_load, fmt_metric, fmt_speedup
+from specbench.results.fmt import dataset_label, fmt_est, fmt_load, fmt_metric, fmt_speedup
 from specbench.results.parts import HeadlineRow, KSweep
+from specbench.results.slices import split_group_id
 from specbench.results.summary import GroupSummary, RunSummary
 from specbench.stats import Estimate
 
 
 def _ms(e: Estimate | None) -> str:
     return fmt_est(e, 2, scale=1000.0)
+
+
+def _slice_order(group_id: str) -> tuple[int, str]:
+    """Slices in a sensible order (input lengths by size); the whole group first."""
+    s = split_group_id(group_id)[1]
+    return (s.input_tokens or 0, s.id)
+
+
+def _sweep_dataset(s: KSweep) -> str:
+    return dataset_label(s.dataset, s.points[0].group_id) if s.points else s.dataset
 
 
 def _load_of(x: HeadlineRow | KSweep | GroupSummary) -> str:
@@ -42,17 +53,19 @@ def headline_section(summary: RunSummary, refs: Refs) -> Section | None:
         return None
     tables: dict[tuple, list[HeadlineRow]] = defaultdict(list)
     for r in summary.headline:
-        tables[(r.target, r.dataset, r.temperature, r.request_rate is not None, r.request_rate or r.batch_size)].append(r)
+        tables[(r.target, r.dataset, _slice_order(r.method_group), r.temperature, r.request_rate is not None,
+                r.request_rate or r.batch_size)].append(r)
     blocks: list[Block] = [Para(
         "Each method against the target's reference method (`compare_to`; default its EAGLE-3), each at its "
         "best K at that load (highest per-stream tok/s; highest τ where the engine records no timings). Ratios are paired by prompt over the prompts both "
         "measured, with 95% bootstrap intervals over those prompts: speedup ratio = per-stream output tok/s "
         "of the method over the reference's; τ ratio = pooled τ over pooled τ. Verdict: faster / slower when "
         "the speedup ratio's interval excludes 1, else not distinguishable.")]
-    for key in sorted(tables, key=lambda k: (k[0], k[1], k[2], k[3], k[4])):
+    for key in sorted(tables):
         rows = tables[key]
         r0 = rows[0]
-        blocks.append(Para(f"**{r0.target} · {r0.dataset} · T={r0.temperature:g} · load {_load_of(r0)}** "
+        blocks.append(Para(f"**{r0.target} · {dataset_label(r0.dataset, r0.method_group)} · T={r0.temperature:g} · "
+                           f"load {_load_of(r0)}** "
                            f"(reference: {r0.reference}, K={r0.reference_k})"))
         blocks.append(Table(
             ["Method", "K", "n prompts", "Speedup ratio", "τ ratio", "Verdict", "Speedup vs baseline (method / ref.)",
@@ -74,14 +87,14 @@ def k_sweep_section(summary: RunSummary) -> Section | None:
         best_v = s.best_k.value
         for p in s.points:
             mark = " ★" if best_v is not None and p.k == round(best_v) else ""
-            per_k.append([s.target, s.dataset, f"{s.temperature:g}", s.method, _load_of(s), f"{p.k}{mark}", str(p.n),
+            per_k.append([s.target, _sweep_dataset(s), f"{s.temperature:g}", s.method, _load_of(s), f"{p.k}{mark}", str(p.n),
                           fmt_metric("tau", p.tau), fmt_speedup(p.speedup), _ms(p.tpot_s), _ms(p.step_time_s)])
-        best.append([s.target, s.dataset, f"{s.temperature:g}", s.method, _load_of(s), fmt_est(s.best_k, 0),
+        best.append([s.target, _sweep_dataset(s), f"{s.temperature:g}", s.method, _load_of(s), fmt_est(s.best_k, 0),
                      fmt_est(s.step_time_slope_s, 3, scale=1000.0, signed=True, n_default=None)])
     moves: dict[tuple[str, str, float, str], list[float]] = defaultdict(list)
     for s in summary.k_sweeps:
         if s.best_k.value is not None:
-            moves[(s.target, s.dataset, s.temperature, s.method)].append(s.best_k.value)
+            moves[(s.target, _sweep_dataset(s), s.temperature, s.method)].append(s.best_k.value)
     move_rows = [[t, d, f"{temp:g}", m, ", ".join(f"{v:g}" for v in vs), f"{max(vs) - min(vs):g}"]
                  for (t, d, temp, m), vs in moves.items() if len(vs) > 1]
     blocks: list[Block] = [
@@ -98,6 +111,18 @@ def k_sweep_section(summary: RunSummary) -> Section | None:
     if move_rows:
         blocks += [Para("How far the best K moves between loads (less tuning needed when it stays put):"),
                    Table(["Target", "Dataset", "T", "Method", "Best K by load", "Moves by"], move_rows)]
+    by_length: dict[tuple[str, str, float, str, str], list[tuple[int, float]]] = defaultdict(list)
+    for s in summary.k_sweeps:
+        n = split_group_id(s.points[0].group_id)[1].input_tokens if s.points else None
+        if n is not None and s.best_k.value is not None:
+            by_length[(s.target, s.dataset, s.temperature, s.method, _load_of(s))].append((n, s.best_k.value))
+    length_rows = [[t, d, f"{temp:g}", m, load, ", ".join(f"{v:g} at {n}" for n, v in sorted(vs)),
+                    f"{max(v for _, v in vs) - min(v for _, v in vs):g}"]
+                   for (t, d, temp, m, load), vs in by_length.items() if len(vs) > 1]
+    if length_rows:
+        blocks += [Para("Whether the best K moves with context (input tokens):"),
+                   Table(["Target", "Dataset", "T", "Method", "Load", "Best K by input length", "Moves by"],
+                         length_rows)]
     return Section("K sweeps", blocks, anchor="k-sweeps")
 
 
@@ -106,7 +131,8 @@ def verification_section(summary: RunSummary) -> Section | None:
     if not groups:
         return None
     parts = ("drafted_per_step", "accepted_per_verified", "wasted_per_emitted")
-    rows = [[g.target, g.dataset, g.method, str(g.k if g.k is not None else "–"), f"{g.temperature:g}", fmt_load(g),
+    rows = [[g.target, dataset_label(g.dataset, g.group_id), g.method, str(g.k if g.k is not None else "–"),
+             f"{g.temperature:g}", fmt_load(g),
              *(fmt_metric(f"verification.{p}", getattr(g.verification, p)) for p in parts)]
             for g in groups]
     return Section("Verification spent", [

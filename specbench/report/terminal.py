@@ -19,13 +19,14 @@ from typing import Any
 
 from specbench.analysis.timing import TimeBreakdown, fmt_duration, fmt_share, harness_parts
 from specbench.config.plan import load_tag
-from specbench.results.fmt import fmt_est, fmt_speedup
+from specbench.results.fmt import dataset_label, fmt_est, fmt_speedup
 from specbench.results.parts import HeadlineRow
+from specbench.results.slices import split_group_id
 from specbench.results.summary import GroupSummary, RunSummary
 
 HEADER = ("dataset", "method", "T·load", "τ [95% CI]", "speedup [95% CI]", "verdict")
 #: Width every column may take; the widest row is under 100 characters with the separators.
-MAX_WIDTHS = (12, 18, 10, 18, 18, 12)
+MAX_WIDTHS = (16, 18, 10, 18, 18, 12)
 
 
 def _clip(text: str, width: int) -> str:
@@ -49,7 +50,7 @@ def closing_rows(summary: RunSummary) -> dict[str, list[tuple[str, ...]]]:
         load = load_tag(g.batch_size, g.request_rate)
         method = g.method + (f" K{g.k}" if g.k and f"k{g.k}" not in g.method.lower() else "")
         cells = (
-            g.dataset, method, f"{g.temperature:g}·{load}",
+            dataset_label(g.dataset, g.group_id), method, f"{g.temperature:g}·{load}",
             g.tau.fmt() if g.tau and g.tau.value is not None else "–",
             g.speedup.fmt() if g.speedup and g.speedup.value is not None else "–",
             verdict(g),
@@ -59,7 +60,7 @@ def closing_rows(summary: RunSummary) -> dict[str, list[tuple[str, ...]]]:
 
 
 HEADLINE_HEADER = ("dataset T·load", "against", "method", "speedup ratio", "τ ratio", "verdict")
-HEADLINE_WIDTHS = (18, 10, 14, 18, 18, 7)
+HEADLINE_WIDTHS = (22, 10, 14, 18, 18, 7)
 SHORT_VERDICT = {"faster": "faster", "slower": "slower", "not distinguishable": "n.d.", "no data": "–"}
 HEADLINE_NOTE = ("ratios paired by prompt, 95% intervals; each arm at its best K at that load; "
                  "n.d.: not distinguishable (the speedup interval holds 1)")
@@ -68,7 +69,7 @@ HEADLINE_NOTE = ("ratios paired by prompt, 95% intervals; each arm at its best K
 def headline_where(r: HeadlineRow) -> str:
     """'humaneval 0·b1': the dataset, temperature and load of a headline row."""
     load = load_tag(r.batch_size, r.request_rate)
-    return f"{r.dataset} {r.temperature:g}·{load}"
+    return f"{dataset_label(r.dataset, r.method_group)} {r.temperature:g}·{load}"
 
 
 def with_k(name: str, k: int | None) -> str:
@@ -80,11 +81,16 @@ def headline_rows(summary: RunSummary) -> dict[str, list[tuple[str, ...]]]:
     """Target name → its headline rows: methods against the reference, grouped by (dataset, T, load); the
     first two cells (where, and the reference at its best K) only on the first row of each group."""
     rows: dict[str, list[tuple[str, ...]]] = {}
-    order = sorted(summary.headline, key=lambda r: (r.target, r.dataset, r.temperature, r.request_rate is not None,
-                                                     r.request_rate or r.batch_size, r.method))
+    def slice_order(r: HeadlineRow) -> tuple[int, str]:
+        s = split_group_id(r.method_group)[1]
+        return (s.input_tokens or 0, s.id)
+
+    order = sorted(summary.headline, key=lambda r: (r.target, r.dataset, slice_order(r), r.temperature,
+                                                     r.request_rate is not None, r.request_rate or r.batch_size,
+                                                     r.method))
     last: tuple | None = None
     for r in order:
-        key = (r.target, r.dataset, r.temperature, r.batch_size, r.request_rate)
+        key = (r.target, dataset_label(r.dataset, r.method_group), r.temperature, r.batch_size, r.request_rate)
         first = key != last
         last = key
         cells = (

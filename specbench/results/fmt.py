@@ -11,6 +11,7 @@ from typing import Any
 
 from specbench.config.plan import load_label
 from specbench.results import metric_catalog
+from specbench.results.slices import Slice, split_group_id
 from specbench.results.summary import GroupSummary
 from specbench.stats import Estimate
 
@@ -121,3 +122,17 @@ def fmt_generic(key: str, value: Any) -> str:
 def fmt_load(g: GroupSummary) -> str:
     """A group's load: ``8`` (batch size or concurrency) or ``2 req/s`` (a Poisson request rate)."""
     return load_label(g.batch_size, g.request_rate)
+
+
+def fmt_slice(s: Slice | None) -> str:
+    """A slice for people, short: 'coding, turn 2, 768 tok, round 1' ('' for the whole group)."""
+    if s is None:
+        return ""
+    words = {"category": "{}", "turn": "turn {}", "input_tokens": "{} tok", "round": "round {}"}
+    return ", ".join(words.get(k, k + " {}").format(v) for k, v in s.items())
+
+
+def dataset_label(dataset: str, group_id: str) -> str:
+    """A group's dataset with its slice, as tables show it: 'code' or 'code 768 tok'."""
+    label = fmt_slice(split_group_id(group_id)[1])
+    return f"{dataset} {label}" if label else dataset

@@ -38,6 +38,13 @@ def check_cpu_binding(out: str) -> None:
     assert re.search(r"^bound pair / solo: [\d.]+, [\d.]+ \(check: at most 1.2: (yes|NO)\)$", out, re.M), out
 
 
+def check_context_length(out: str) -> None:
+    rows = [r for r in _table_rows(out, "") if r and r[0] in ("eagle3", "p-eagle")]
+    assert sorted((r[0], int(r[1])) for r in rows) == [("eagle3", 128), ("eagle3", 512), ("p-eagle", 128),
+                                                       ("p-eagle", 512)], out
+    assert all(r[3] != "–" and r[5] != "–" for r in rows), out  # τ and step time at every length
+
+
 def check_dflash_flip(out: str) -> None:
     r = json.loads(next(line for line in out.splitlines() if line.strip().startswith("{")))
     assert r["anchors"] > 0 and r["noncausal"]["tau_proxy"] >= 1 and r["causal"]["tau_proxy"] >= 1
@@ -83,6 +90,7 @@ def check_vllm_cpu_expand_bug(out: str) -> None:
 SMOKES = {
     "client_overhead.py": (lambda run: [], check_client_overhead),  # no engine: a fake server
     "cpu_binding.py": (lambda run: [], check_cpu_binding),  # 4 engines, 2 at a time (bound pair, unbound pair)
+    "context_length.py": (lambda run: [], check_context_length),  # 2 engines (EAGLE-3, P-EAGLE), 2 lengths
     "dflash_flip_sensitivity.py": (lambda run: [], check_dflash_flip),  # PyTorch, no engine
     "early_stopping.py": (lambda run: ["--runs", str(run)], check_early_stopping),
     "equivalence_power.py": (lambda run: [], check_equivalence_power),  # 1 engine (plain), numpy first
