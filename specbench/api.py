@@ -465,10 +465,13 @@ def compare(base_run: Path, new_run: Path, *, speed_noise_floor_pct: float | Non
     return render_comparison_markdown(compare_runs(base, new, speed_noise_floor_pct=speed_noise_floor_pct))
 
 
-def gate(new_run: Path, baseline: str, *, rules: Path | None = None, db: str | None = None) -> GateReport:
+def gate(new_run: Path, baseline: str, *, rules: Path | None = None, db: str | None = None,
+         noise: Path | None = None) -> GateReport:
     """The CI regression gate of ``new_run`` against ``baseline``: a stored run directory, a JSON of
     expected values, or ``history[:N]`` (the median of the suite's last N runs on this hardware
-    class in the history ``db``)."""
+    class in the history ``db``). ``noise``: an A/A calibration of speed noise on the new run's
+    hardware class (:mod:`specbench.regression.noise`); without one, speed against a single run
+    is not gated."""
     from specbench.regression.gate import (
         GateConfigError,
         evaluate_gate,
@@ -478,16 +481,23 @@ def gate(new_run: Path, baseline: str, *, rules: Path | None = None, db: str | N
     )
     from specbench.regression.gate_history import evaluate_history_gate, history_window
     from specbench.regression.history import History, HistoryError
+    from specbench.regression.noise import load_noise
 
     window = history_window(baseline)
     try:
         rule_set = load_rules(rules)
         new = load_summary(new_run)
+        cal = None
+        if noise is not None:
+            cal = load_noise(noise)
+            hw = rundir.load_manifest(new_run).hardware_class
+            if cal.hardware_class != hw:
+                raise GateConfigError(f"{noise}: calibrated on {cal.hardware_class!r}, the run is on {hw!r}")
         if window is None:
-            result = evaluate_gate(new, load_baseline(Path(baseline)), rule_set)
+            result = evaluate_gate(new, load_baseline(Path(baseline)), rule_set, noise=cal)
         else:
             with History(db) as hist:
-                result = evaluate_history_gate(new, rundir.load_manifest(new_run), hist, window, rule_set)
+                result = evaluate_history_gate(new, rundir.load_manifest(new_run), hist, window, rule_set, noise=cal)
     except (GateConfigError, HistoryError, rundir.StoreError, FileNotFoundError, ValueError) as exc:
         raise InputError(str(exc)) from exc
     return GateReport(render_gate(result), result.exit_code)

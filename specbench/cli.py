@@ -351,11 +351,14 @@ def gate(
              "runs of the suite on this hardware class in --db; N=5 by default)")],
     rules: Annotated[Path | None, typer.Option(help="gate rules YAML (default rules otherwise)")] = None,
     db: DbOption = None,
+    noise: Annotated[Path | None, typer.Option(
+        help="speed noise calibrated on identical-code runs of this hardware class (benchmarks/aa_gate.py "
+             "--write-noise); without it speed against a single run is not gated")] = None,
     step_summary: StepSummary = True,
 ) -> None:
     """CI regression gate. Exit 0 pass, 1 regression, 2 bad input/config, 3 nothing measured / run errors."""
     try:
-        result = api.gate(new_run, baseline, rules=rules, db=db)
+        result = api.gate(new_run, baseline, rules=rules, db=db, noise=noise)
     except api.InputError as exc:
         _bad_input([str(exc)])
     typer.echo(result.markdown)  # raw Markdown: no wrapping

@@ -25,7 +25,7 @@ class Estimate(BaseModel):
     """A value with its 95% interval and sample size.
 
     ``method`` names how the interval was computed (``bootstrap``,
-    ``wilson``, ``t``, ``exact`` or ``none`` when it could not be).
+    ``wilson``, ``t``, ``exact``, ``round bootstrap`` or ``none`` when it could not be).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -35,6 +35,7 @@ class Estimate(BaseModel):
     ci_high: float | None = None
     n: int = 0
     method: str = "none"
+    rounds: int | None = None  # speed measured in interleaved rounds: how many the interval rests on
 
     def fmt(self, digits: int = 2, pct: bool = False) -> str:
         if self.value is None:
@@ -127,6 +128,46 @@ def bootstrap_two_sample(
     ib = rng.integers(0, nb, size=(resamples, nb))
     reps = np.asarray(statistic(a_arr[ia], b_arr[ib]), dtype=float)
     return _percentile_estimate(value, reps, n, confidence)
+
+
+def round_bootstrap(
+    rounds: Sequence[Sequence[object] | np.ndarray],
+    statistic: Callable[[np.ndarray], float],
+    *,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+    confidence: float = CONFIDENCE,
+) -> Estimate:
+    """Hierarchical percentile bootstrap over measurement rounds, then units within them (the one
+    drift-aware speed interval; issue 22).
+
+    ``rounds`` holds one array per round whose first axis indexes its units (e.g. rows of
+    ``[tokens, latency, base tokens, base latency]`` per prompt, the method's and the baseline's
+    requests measured next to each other). Each resample draws as many rounds as there are, with
+    replacement, then each drawn round's units with replacement, and applies ``statistic`` to the
+    rows pooled. A machine that drifts between rounds moves whole rounds, so the interval widens
+    with the drift and not only with the spread over prompts. One round is the plain
+    :func:`bootstrap` over its units. ``n`` is the number of units, ``rounds`` the rounds used.
+    """
+    blocks = [np.asarray(r, dtype=float) for r in rounds]
+    blocks = [b for b in blocks if b.ndim and b.shape[0] > 0]
+    if not blocks:
+        return empty()
+    if len(blocks) == 1:
+        return bootstrap(blocks[0], statistic, resamples=resamples, seed=seed, confidence=confidence).model_copy(
+            update={"rounds": 1})
+    pooled = np.concatenate(blocks)
+    n = int(pooled.shape[0])
+    value = float(statistic(pooled))
+    rng = np.random.default_rng(seed)
+    reps = np.empty(resamples, dtype=float)
+    r = len(blocks)
+    for i in range(resamples):
+        picked = [blocks[j] for j in rng.integers(0, r, size=r)]
+        reps[i] = statistic(np.concatenate([b[rng.integers(0, b.shape[0], size=b.shape[0])] for b in picked]))
+    est = _percentile_estimate(value, reps, n, confidence)
+    return est.model_copy(update={"method": "round bootstrap" if est.method == "bootstrap" else est.method,
+                                  "rounds": r})
 
 
 def _percentile_estimate(value: float, reps: np.ndarray, n: int, confidence: float) -> Estimate:

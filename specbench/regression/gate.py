@@ -54,7 +54,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from specbench.regression.noise import NoiseCalibration
 from specbench.regression.run_diff import (
+    SPEED_METRICS,
     MetricChange,
     bonferroni_widen,
     equivalence_verdict,
@@ -332,8 +334,31 @@ def _describe(gid: str, c: MetricChange, limit: str, failed: bool) -> str:
             f"({rel}; {limit}); Δ {diff}, {sig}")
 
 
-def evaluate_gate(new: RunSummary, baseline: RunSummary | ExpectedValues, rules: GateRules | None = None) -> GateResult:
-    """Check ``new`` against ``baseline`` under ``rules`` (defaults when None)."""
+NOT_GATED = "speed not gated: no noise estimate"
+
+
+def speed_floor(name: str, rule: ThresholdRule, single_run: bool, noise: NoiseCalibration | None) -> float | None:
+    """The noise floor (percent) a speed metric's intervals get, or None when it cannot be gated.
+
+    An explicit ``noise_floor_pct`` in the rule wins; else an A/A calibration's floor
+    (:mod:`specbench.regression.noise`). Against a single baseline run with neither, speed is
+    not gated: the within-run intervals miss run-to-run drift and would fail identical code.
+    Against expected values (a history window's median with its MAD band, or a file's
+    tolerances) the baseline's interval already holds the run-to-run spread: floor 0.
+    Metrics that are not speed keep the rule's floor.
+    """
+    if metric_family(name) not in SPEED_METRICS or rule.noise_floor_pct > 0:
+        return rule.noise_floor_pct
+    cal = noise.floor_pct(name) if noise is not None else None
+    if cal is not None:
+        return cal
+    return None if single_run else 0.0
+
+
+def evaluate_gate(new: RunSummary, baseline: RunSummary | ExpectedValues, rules: GateRules | None = None,
+                  noise: NoiseCalibration | None = None) -> GateResult:
+    """Check ``new`` against ``baseline`` under ``rules`` (defaults when None); ``noise``: an A/A
+    calibration of the speed metrics' run-to-run noise on this hardware class (see :func:`speed_floor`)."""
     rules = rules or GateRules()
     kind = f"run {baseline.run_id}" if isinstance(baseline, RunSummary) else "expected values"
     result = GateResult(exit_code=0, status="pass", baseline=kind, confidence=rules.confidence)
@@ -359,7 +384,8 @@ def evaluate_gate(new: RunSummary, baseline: RunSummary | ExpectedValues, rules:
         result.errors.append("no group of the new run is in the baseline: wrong baseline or suite?")
         return result
 
-    todo: list[tuple[str, str, ThresholdRule, Estimate, Estimate, float | None, float | None]] = []
+    todo: list[tuple[str, str, ThresholdRule, float, Estimate, Estimate, float | None, float | None]] = []
+    not_gated: list[str] = []
     for gid, base_metrics in base.items():
         ng = gated_new.get(gid)
         if ng is None or not _measured(ng):
@@ -374,16 +400,25 @@ def evaluate_gate(new: RunSummary, baseline: RunSummary | ExpectedValues, rules:
             if name not in now:
                 _missing(result, rules, gid, name, f"{name} on {gid}: in the baseline but not measured now")
                 continue
-            todo.append((gid, name, rule, b_est, now[name], tol_pct, tol_abs))
-    m = sum(1 for item in todo if item[3].ci_low is not None and item[4].ci_low is not None)
+            floor = speed_floor(name, rule, isinstance(baseline, RunSummary), noise)
+            if floor is None:
+                not_gated.append(f"{name} on {gid}")
+                continue
+            todo.append((gid, name, rule, floor, b_est, now[name], tol_pct, tol_abs))
+    if not_gated:
+        result.warnings.append(f"{NOT_GATED} ({len(not_gated)} comparisons, e.g. {not_gated[0]}): calibrate one "
+                               "on identical-code runs (benchmarks/aa_gate.py --write-noise FILE, then --noise FILE) "
+                               "or give the rule a noise_floor_pct")
+    m = sum(1 for item in todo if item[4].ci_low is not None and item[5].ci_low is not None)
     result.n_comparisons = m
     result.widen = bonferroni_widen(m if rules.family_wise else 1, rules.confidence)
-    for gid, name, rule, b_est, n_est, tol_pct, tol_abs in todo:
-        c = metric_change(name, floor_interval(b_est, rule.noise_floor_pct), floor_interval(n_est, rule.noise_floor_pct),
-                          result.widen)
+    for gid, name, rule, floor, b_est, n_est, tol_pct, tol_abs in todo:
+        c = metric_change(name, floor_interval(b_est, floor), floor_interval(n_est, floor), result.widen)
         if c is None:
             continue
         failed, limit = _regressed(c, rule, tol_pct, tol_abs)
+        if floor:
+            limit += f", noise floor ±{floor:g}%"
         result.checks.append(GateCheck(group_id=gid, metric=name, rule=f"{metric_family(name)}: {limit}",
                                        passed=not failed, message=_describe(gid, c, limit, failed), change=c))
 

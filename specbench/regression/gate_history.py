@@ -35,6 +35,7 @@ from specbench.regression.gate import (
     evaluate_gate,
 )
 from specbench.regression.history import History, Point, RunInfo, group_metrics
+from specbench.regression.noise import NoiseCalibration
 from specbench.results import metric_catalog as catalog
 from specbench.results.manifest import RunManifest
 from specbench.results.summary import RunSummary
@@ -80,7 +81,7 @@ def earlier_runs(hist: History, new: RunSummary, manifest: RunManifest) -> list[
 
 def evaluate_history_gate(
     new: RunSummary, manifest: RunManifest, hist: History, window: int = DEFAULT_WINDOW,
-    rules: GateRules | None = None,
+    rules: GateRules | None = None, noise: NoiseCalibration | None = None,
 ) -> GateResult:
     rules = rules or GateRules()
     past = earlier_runs(hist, new, manifest)
@@ -98,7 +99,7 @@ def evaluate_history_gate(
         base = window_baseline(in_win)
         if base is not None:
             groups.setdefault(gid, {})[metric] = base
-    result = evaluate_gate(new, ExpectedValues(description="history", groups=groups), rules)
+    result = evaluate_gate(new, ExpectedValues(description="history", groups=groups), rules, noise=noise)
     result.baseline = (f"history: per metric, the median of the last {len(win)} runs of suite {new.suite_name} "
                        f"on {manifest.hardware_class} ({win[0].run_id} … {win[-1].run_id})")
     now = {g.group_id: group_metrics(g) for g in new.groups}
