@@ -23,6 +23,13 @@ def _table_rows(out: str, first_cell: str) -> list[list[str]]:
             if line.startswith(f"| {first_cell}")]
 
 
+def check_aa_gate(out: str) -> None:
+    # The shared run read twice: an A/A pair whose speed changes are exactly 0, so no alarm anywhere.
+    assert re.search(r"^\| output_tps \| ±0\.00 % \| 0/\d+ \(0 %\) \|$", out, re.M), out
+    assert "gate (gates.example.yaml, with the calibration) false alarms: 0/2 (0 %)" in out, out
+    assert "0 faster↔slower flips" in out and "power: not measured" in out
+
+
 def check_client_overhead(out: str) -> None:
     rows = [r for r in _table_rows(out, "") if r and r[0].isdigit()]
     assert len(rows) == 4, out  # levels 1 and 2, one probe gap at the top level, the 4-token-chunk row
@@ -88,6 +95,7 @@ def check_vllm_cpu_expand_bug(out: str) -> None:
 
 #: script -> (extra arguments, given the shared run's directory; the check of its output)
 SMOKES = {
+    "aa_gate.py": (lambda run: ["--runs", str(run)], check_aa_gate),  # no engine: the shared run, twice
     "client_overhead.py": (lambda run: [], check_client_overhead),  # no engine: a fake server
     "cpu_binding.py": (lambda run: [], check_cpu_binding),  # 4 engines, 2 at a time (bound pair, unbound pair)
     "context_length.py": (lambda run: [], check_context_length),  # 2 engines (EAGLE-3, P-EAGLE), 2 lengths

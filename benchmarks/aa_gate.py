@@ -1,0 +1,164 @@
+"""A/A test of the speed verdicts: identical-code runs, their intervals, compare, gate and the headline (issue 22).
+
+Reads N finished runs of one suite made with identical code on one machine (``--runs DIR ...``), or
+makes them (``--suite S --n N``: ``specbench run S`` N times in a row; the load average before each
+run is printed). The first ``--calibrate-on`` runs (default: half, at least 2) calibrate the speed
+noise floor (:func:`specbench.regression.noise.calibrate`); every pair of the *other* runs is judged:
+
+* per speed metric (speedup, output tok/s, TPOT, throughput): the share of (pair, group) changes
+  outside their two 95 % intervals (the difference interval excludes 0, no multiplicity, no floor),
+  i.e. how often a within-run interval misses run-to-run drift;
+* the false-alarm rate of ``compare`` (any significant speed change, with the calibrated floor as
+  ``--speed-noise-floor-pct``) and of ``gate`` (``--rules``, default ``gates.example.yaml``, with the
+  calibration, exit ≠ 0) over all judged pairs, both orders;
+* headline verdicts (faster / slower / not distinguishable) that flip between runs, and best-K changes;
+* power, with ``--planted DIR ...`` (runs of the same suite with a real, planted slowdown, e.g. one
+  method's engine on fewer threads or a delay per decoding step): the share of (planted, judged run)
+  pairs the gate fails. Not measured without planted runs (and it says so).
+
+``--write-noise FILE`` stores the calibration for ``specbench gate --noise FILE``. ``--smoke`` checks the
+whole path on the runs given (the integration test passes the shared cpu-smoke run, read twice: an
+A/A pair whose changes are exactly 0), calibrating and judging on the same runs when fewer than 4 are
+given (said in the output). Exit 1 when a check of the issue fails on ≥ 4 runs (outside-interval share
+> 10 % for a metric after calibration, or a gate false alarm), else 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from specbench.api import load_summary  # noqa: E402
+from specbench.regression.gate import evaluate_gate, load_rules  # noqa: E402
+from specbench.regression.noise import NoiseCalibration, calibrate, save_noise  # noqa: E402
+from specbench.regression.run_diff import compare_runs, estimates_of, metric_change  # noqa: E402
+from specbench.results import metric_catalog as catalog  # noqa: E402
+from specbench.results import rundir  # noqa: E402
+from specbench.results.summary import RunSummary  # noqa: E402
+
+SPEED = ("speedup", "output_tps", "tpot_s", "throughput_tps")
+SPECS = tuple(m for m in catalog.CATALOG if m.name in SPEED)
+
+
+def outside_share(runs: list[RunSummary], metric: str) -> tuple[int, int]:
+    """(changes whose difference interval excludes 0, changes) over every pair and shared group."""
+    out = total = 0
+    for a, b in itertools.combinations(runs, 2):
+        ea = {g.group_id: estimates_of(g, SPECS) for g in a.groups if g.status in ("ok", "partial")}
+        for g in b.groups:
+            if g.group_id not in ea or g.status not in ("ok", "partial"):
+                continue
+            ba, bb = ea[g.group_id].get(metric), estimates_of(g, SPECS).get(metric)
+            if ba is None or bb is None:
+                continue
+            c = metric_change(metric, ba, bb)
+            if c is None or c.diff_low is None:
+                continue
+            total += 1
+            out += int(c.significant)
+    return out, total
+
+
+def headline_moves(runs: list[RunSummary]) -> tuple[int, int, int, int]:
+    """(flips faster↔slower, moves to/from "not distinguishable", best-K changes, verdicts compared)."""
+    flips = moves = best = n = 0
+    for a, b in itertools.combinations(runs, 2):
+        va = {(r.method, r.reference, r.target, r.dataset, r.temperature, r.batch_size): r for r in a.headline}
+        for r in b.headline:
+            o = va.get((r.method, r.reference, r.target, r.dataset, r.temperature, r.batch_size))
+            if o is None:
+                continue
+            n += 1
+            if o.verdict != r.verdict:
+                flips += int({o.verdict, r.verdict} == {"faster", "slower"})
+                moves += int({o.verdict, r.verdict} != {"faster", "slower"})
+            best += int(o.method_k != r.method_k)
+    return flips, moves, best, n
+
+
+def gate_fails(new: RunSummary, base: RunSummary, rules_path: Path, cal: NoiseCalibration) -> bool:
+    return evaluate_gate(new, base, load_rules(rules_path), noise=cal).exit_code != 0
+
+
+def compare_alarms(a: RunSummary, b: RunSummary, floor: float | None) -> bool:
+    comp = compare_runs(a, b, speed_noise_floor_pct=floor or 0.0)
+    return any(c.significant and c.metric.split(".")[0] in SPEED for _, c in comp.changes(significant_only=True))
+
+
+def make_runs(suite: Path, n: int) -> list[Path]:
+    dirs = []
+    for i in range(n):
+        print(f"run {i + 1}/{n}: load average {os.getloadavg()}", flush=True)
+        before = set((REPO / "results").glob("*/*"))
+        subprocess.run([sys.executable, "-m", "specbench.cli", "run", str(suite)], check=True, cwd=REPO)
+        new = sorted(set((REPO / "results").glob("*/*")) - before)
+        dirs += new[-1:]
+    return dirs
+
+
+def pct(k: int, n: int) -> str:
+    return f"{k}/{n} ({100 * k / n:.0f} %)" if n else "–"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", nargs="*", type=Path, default=[], help="finished identical-code runs of one suite")
+    ap.add_argument("--suite", type=Path, help="make --n runs of this suite instead")
+    ap.add_argument("--n", type=int, default=4)
+    ap.add_argument("--calibrate-on", type=int, help="the first K runs calibrate (default: half, at least 2)")
+    ap.add_argument("--planted", nargs="*", type=Path, default=[], help="runs with a planted slowdown (power)")
+    ap.add_argument("--rules", type=Path, default=REPO / "gates.example.yaml")
+    ap.add_argument("--write-noise", type=Path, help="store the calibration here (specbench gate --noise)")
+    ap.add_argument("--smoke", action="store_true", help="the whole path on the runs given (≥ 1; read twice if 1)")
+    args = ap.parse_args()
+    dirs = list(args.runs) + (make_runs(args.suite, args.n) if args.suite else [])
+    if args.smoke and len(dirs) == 1:
+        dirs = dirs * 2
+    if len(dirs) < 2:
+        ap.error("need at least 2 runs (--runs DIR DIR ... or --suite S --n N)")
+    runs = [load_summary(d) for d in dirs]
+    hw = rundir.load_manifest(dirs[0]).hardware_class
+    k = args.calibrate_on or max(2, len(runs) // 2)
+    if len(runs) - k >= 2:
+        cal_runs, judged, note = runs[:k], runs[k:], f"calibrated on runs 1–{k}, judged on the other {len(runs) - k}"
+    else:
+        cal_runs, judged, note = runs, runs, "fewer than 4 runs: calibrated and judged on the same runs (not a check)"
+    cal = calibrate(cal_runs, hw)
+    if args.write_noise:
+        save_noise(cal, args.write_noise)
+    print(f"# A/A: {len(runs)} runs of {runs[0].suite_name} on {hw}; {note}\n")
+    print("| metric | noise floor | changes outside both 95 % intervals |")
+    print("|---|---|---|")
+    bad = False
+    for m in SPEED:
+        out, total = outside_share(judged, m)
+        floor = cal.floor_pct(m)
+        print(f"| {m} | {'–' if floor is None else f'±{floor:.2f} %'} | {pct(out, total)} |")
+        bad |= total > 0 and out > 0.10 * total and len(runs) >= 4 and floor is None
+    pairs = list(itertools.permutations(judged, 2))
+    g_alarms = sum(gate_fails(b, a, args.rules, cal) for a, b in pairs)
+    c_alarms = sum(compare_alarms(a, b, cal.floor_pct("speedup")) for a, b in pairs)
+    flips, moves, best, n = headline_moves(judged)
+    print(f"\ngate ({args.rules.name}, with the calibration) false alarms: {pct(g_alarms, len(pairs))} of ordered pairs")
+    print(f"compare (speed floor = the speedup calibration) false alarms: {pct(c_alarms, len(pairs))} of ordered pairs")
+    print(f"headline: {flips} faster↔slower flips, {pct(moves, n)} moves to/from not distinguishable, "
+          f"{best} best-K changes over {n} verdict pairs")
+    if args.planted:
+        planted = [load_summary(d) for d in args.planted]
+        caught = sum(gate_fails(p, a, args.rules, cal) for p in planted for a in judged)
+        print(f"power: planted runs caught by gate in {pct(caught, len(planted) * len(judged))} of pairs")
+    else:
+        print("power: not measured (give --planted DIR ... : runs of the suite with a real planted slowdown)")
+    bad |= len(runs) >= 4 and g_alarms > 0
+    return 1 if bad and not args.smoke else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
