@@ -185,10 +185,23 @@ def mean_ci(values: Sequence[float] | np.ndarray) -> Estimate:
     return bootstrap(np.asarray(vals), lambda a: float(np.mean(a)))
 
 
-def ratio_ci(num: Sequence[float] | np.ndarray, den: Sequence[float] | np.ndarray) -> Estimate:
-    """sum(num)/sum(den) with a bootstrap over the paired units."""
+def ratio_ci(num: Sequence[float] | np.ndarray, den: Sequence[float] | np.ndarray,
+             rounds: Sequence[int | None] | None = None) -> Estimate:
+    """sum(num)/sum(den) with a bootstrap over the paired units; with ``rounds`` (each unit's speed
+    round) spanning more than one round, the :func:`round_bootstrap` over rounds and units."""
     pairs = np.column_stack([np.asarray(num, float), np.asarray(den, float)]) if len(num) else np.empty((0, 2))
-    return bootstrap(pairs, _ratio)
+    return by_rounds(pairs, _ratio, rounds)
+
+
+def by_rounds(units: np.ndarray, statistic: Callable[[np.ndarray], float],
+              rounds: Sequence[int | None] | None) -> Estimate:
+    """:func:`bootstrap` of ``units``, or :func:`round_bootstrap` when ``rounds`` (one label per unit)
+    holds more than one round: the speed interval of a run measured in rounds."""
+    labels = list(rounds) if rounds is not None else []
+    distinct = sorted({r for r in labels if r is not None})
+    if len(distinct) < 2 or len(labels) != len(units):
+        return bootstrap(units, statistic)
+    return round_bootstrap([units[[i for i, r in enumerate(labels) if r == d]] for d in distinct], statistic)
 
 
 def _ratio(a: np.ndarray) -> float:

@@ -11,7 +11,9 @@ and load, each arm at its best K there:
 * ``tau_ratio`` = pooled τ of the method / pooled τ of the reference over the
   same shared prompts, from the per-request counters, bootstrapped over prompts;
 * verdict: *faster* / *slower* when the speedup ratio's 95% interval lies
-  above / below 1, else *not distinguishable*.
+  above / below 1, else *not distinguishable*. In a run with speed rounds that
+  interval is the round bootstrap (drift between rounds widens it), and a K
+  sweep's best K says in how many rounds it was also the fastest (``best_k_wins``).
 
 A K sweep (a method run at several K) gets, per load, its points, the best K
 (highest per-stream output tok/s, with a bootstrap interval over prompts) and
@@ -191,6 +193,23 @@ def best_k(points: Sequence[GroupSummary], group_requests: dict[str, list[Reques
     return stats.bootstrap(arr, argmax_k)
 
 
+def best_k_wins(points: Sequence[GroupSummary], group_requests: dict[str, list[RequestRecord]],
+                best: float | None) -> Estimate | None:
+    """How often ``best`` K is also the fastest K within one speed round (None without rounds)."""
+    rounds = sorted({r.round for g in points for r in group_requests.get(g.group_id, []) if r.round is not None})
+    if len(rounds) < 2 or best is None:
+        return None
+    wins = 0
+    for rnd in rounds:
+        rates = []
+        for g in points:
+            ok = [r for r in group_requests.get(g.group_id, []) if r.round == rnd and r.error is None and r.latency_s]
+            lat = sum(r.latency_s or 0.0 for r in ok)
+            rates.append((sum(r.num_output_tokens for r in ok) / lat if lat > 0 else -np.inf, -(g.k or 0), g.k or 0))
+        wins += int(max(rates)[2] == round(best))
+    return stats.wilson(wins, len(rounds))
+
+
 def step_time_slope(points: Sequence[GroupSummary], group_requests: dict[str, list[RequestRecord]]) -> Estimate:
     """Least-squares slope of the pooled time per decoding step over K (seconds per extra K)."""
     ks = np.array([g.k or 0 for g in points], float)
@@ -219,6 +238,7 @@ def k_sweeps(groups: Sequence[GroupSummary], group_requests: dict[str, list[Requ
             continue
         points = sorted(ks, key=lambda g: g.k or 0)
         g0 = points[0]
+        best = best_k(points, group_requests)
         out.append(
             KSweep(
                 target=g0.target, method=key[-1], method_kind=g0.method_kind, dataset=g0.dataset,
@@ -228,7 +248,8 @@ def k_sweeps(groups: Sequence[GroupSummary], group_requests: dict[str, list[Requ
                            output_tps=g.output_tps, tpot_s=g.tpot_s, step_time_s=g.step_time_s)
                     for g in points
                 ],
-                best_k=best_k(points, group_requests),
+                best_k=best,
+                best_k_wins=best_k_wins(points, group_requests, best.value),
                 step_time_slope_s=step_time_slope(points, group_requests),
             )
         )

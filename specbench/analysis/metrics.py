@@ -136,7 +136,7 @@ def speed(requests: Sequence[RequestRecord]) -> dict:
     lats = [float(r.latency_s or 0.0) for r in ok]
     ttfts = [r.ttft_s for r in ok if r.ttft_s is not None]
     return {
-        "output_tps": stats.ratio_ci(toks, lats),
+        "output_tps": stats.ratio_ci(toks, lats, [r.round for r in ok]),
         "latency_s": stats.mean_ci(lats),
         "latency_p50_s": stats.percentile(lats, 50),
         "latency_p90_s": stats.percentile(lats, 90),
@@ -153,14 +153,19 @@ def paired_speedup(method: Sequence[RequestRecord], baseline: Sequence[RequestRe
     """(Σ tok_m / Σ lat_m) / (Σ tok_b / Σ lat_b) over prompts present in both.
 
     Bootstrap over prompt ids (all samples and repeats of a prompt move
-    together), so prompt difficulty is paired out.
+    together), so prompt difficulty is paired out. In a run with speed rounds
+    a prompt's method and baseline requests share a round (the same split of
+    the same prompts), and the interval is the round bootstrap over rounds and
+    prompts (:func:`specbench.stats.by_rounds`): drift between rounds widens it.
     """
     m, b = _pair_map(method), _pair_map(baseline)
     by_prompt: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
+    round_of: dict[str, int | None] = {}
     for key in m.keys() & b.keys():
         rm, rb = m[key], b[key]
         if not rm.latency_s or not rb.latency_s:
             continue
+        round_of[key[0]] = rm.round
         row = by_prompt[key[0]]
         row[0] += rm.num_output_tokens
         row[1] += rm.latency_s
@@ -168,7 +173,8 @@ def paired_speedup(method: Sequence[RequestRecord], baseline: Sequence[RequestRe
         row[3] += rb.latency_s
     if not by_prompt:
         return Estimate(value=None, n=0)
-    arr = np.array([by_prompt[p] for p in sorted(by_prompt)], float)
+    prompts = sorted(by_prompt)
+    arr = np.array([by_prompt[p] for p in prompts], float)
 
     def ratio(a: np.ndarray) -> float:
         s = a.sum(axis=0)
@@ -176,7 +182,7 @@ def paired_speedup(method: Sequence[RequestRecord], baseline: Sequence[RequestRe
             return float("nan")
         return float((s[0] / s[1]) / (s[2] / s[3]))
 
-    return stats.bootstrap(arr, ratio)
+    return stats.by_rounds(arr, ratio, [round_of[p] for p in prompts])
 
 
 def greedy_match(method: Sequence[RequestRecord], baseline: Sequence[RequestRecord]) -> Estimate:

@@ -60,7 +60,7 @@ def tpot(requests: Sequence[RequestRecord]) -> Estimate | None:
     rows = step_rows(requests, speculative=False)
     if not rows:
         return None
-    return stats.ratio_ci([d for _, d, _ in rows], [s for _, _, s in rows])
+    return stats.ratio_ci([d for _, d, _ in rows], [s for _, _, s in rows], [r.round for r, _, _ in rows])
 
 
 def verification_spent(counters: SpecCounters, requests: Sequence[RequestRecord]) -> VerificationSpent | None:

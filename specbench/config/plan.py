@@ -165,6 +165,7 @@ class RunDecisions(BaseModel):
     load: LoadBounds = Field(default_factory=LoadBounds)
     warmup: bool = True
     teacher_forcing: bool = False  # sampled equivalence: score T>0 outputs under the plain target
+    rounds: int = 1  # speed rounds (round_spans, round_order; specbench.execution.rounds); 1: cells in one go
 
     def sampling_at(self, temperature: float) -> CellSampling:
         return next((s for s in self.samplings if s.temperature == temperature), CellSampling(temperature=temperature))
@@ -218,6 +219,7 @@ def run_decisions(suite: Suite) -> RunDecisions:
                         warmup_requests=suite.load.warmup_requests),
         warmup=suite.warmup,
         teacher_forcing=eq.sampled is not None,
+        rounds=suite.rounds,
     )
 
 
@@ -309,6 +311,33 @@ def expand(suite: Suite) -> Plan:
 def input_lengths(d: DatasetSpec) -> list[int | None]:
     """A dataset's input lengths, one cell each (``[None]``: its prompts as they are)."""
     return list(d.input_tokens) if d.input_tokens else [None]
+
+
+def round_spans(n_prompts: int, rounds: int, batch_size: int) -> list[tuple[int, int]]:
+    """``[start, end)`` of each round's prompts in a cell's prompt list (contiguous, in order).
+
+    A cell's prompts are split, not repeated: together the rounds run exactly the prompts of
+    one go. Each round takes a whole number of batches where it can (the batches a round sends
+    are then the batches one go would have sent); rounds that would be empty are dropped, so a
+    cell with fewer batches than rounds has fewer rounds.
+    """
+    if n_prompts <= 0:
+        return []
+    unit = max(1, batch_size)
+    batches = -(-n_prompts // unit)
+    per = -(-batches // max(1, rounds))
+    spans = [(r * per * unit, min(n_prompts, (r + 1) * per * unit)) for r in range(rounds)]
+    return [(a, b) for a, b in spans if a < b]
+
+
+def round_order(keys: list[str], round_index: int, seed: int) -> list[str]:
+    """The seeded order the engines ``keys`` run in round ``round_index`` (a new permutation each round,
+    the same for the same seed): drift that grows over a round does not always hit the same engine last."""
+    import random
+
+    order = list(keys)
+    random.Random(f"{seed}:{round_index}").shuffle(order)
+    return order
 
 
 def sampled_equivalence_temperature(suite: Suite) -> float | None:

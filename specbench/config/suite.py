@@ -280,6 +280,9 @@ class Suite(Strict):
     sampling: SamplingSpec = Field(default_factory=SamplingSpec)
     load: LoadSpec = Field(default_factory=LoadSpec)
     repeats: int = Field(1, ge=1)
+    rounds: int = Field(
+        1, ge=1, description="speed rounds: each cell's prompts in this many rounds, the target's engines resident "
+        "and alternating round by round in a seeded order (README: Speed rounds); 1: each engine's cells in one go")
     warmup: bool = True
     executor: ExecutorSpec = Field(default_factory=lambda: ExecutorSpec())
     stop: StopRule | None = Field(
@@ -431,6 +434,12 @@ def check_semantics(suite: Suite, base_dir: Path) -> list[tuple[tuple[Any, ...],
     problems: list[tuple[tuple[Any, ...], str]] = []
     _unique([t.name for t in suite.targets], ("targets",), "target", problems)
     _unique([d.name for d in suite.datasets], ("datasets",), "dataset", problems)
+    if suite.rounds > 1:
+        speed_stops = [("stop",)] if suite.stop is not None and suite.stop.metric in ("speedup", "tpot") else []
+        speed_stops += [("targets", ti, "methods", mi, "stop") for ti, t in enumerate(suite.targets)
+                        for mi, m in enumerate(t.methods) if m.stop is not None and m.stop.metric in ("speedup", "tpot")]
+        problems += [(loc, "a stop rule on speedup or tpot does not combine with rounds > 1 (speed is measured "
+                           "over rounds; stop on tau or accuracy, or set rounds: 1)") for loc in speed_stops]
     for ti, t in enumerate(suite.targets):
         loc_t = ("targets", ti)
         if t.engine == "vllm-server" and t.base_url is None and t.model is None:

@@ -263,6 +263,8 @@ class Runner:
                 warmup=warmup_requests([w.request for w in works])
                 if self.run_plan.warmup and cfg.target.engine != "reference" else [],
                 gpus=engine_gpus(cfg, self.platform),
+                # Speed rounds: vLLM engines only (the reference simulator's time is not a measurement).
+                rounds=self.run_plan.rounds if cfg.target.engine != "reference" else 1, round_seed=self.run_plan.seed,
             ))
         if isinstance(self.executor, LocalExecutor):
             jobs = self._teacher_forcing_on_baselines(jobs)
@@ -332,6 +334,9 @@ class Runner:
         try:
             jobs = self.cell_jobs(done, partial)
             problems = self.executor.check(jobs)
+            if self.run_plan.rounds > 1 and not isinstance(self.executor, LocalExecutor):
+                problems.append(f"rounds: {self.run_plan.rounds} keeps a target's engines up together and alternates "
+                                "them in one process: use the local executor (or rounds: 1)")
             if problems:
                 raise RunRefused(problems)
             if self._needs_pairs():

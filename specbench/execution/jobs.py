@@ -61,6 +61,10 @@ class EngineJob(BaseModel):
     # The target's baseline engine (started with full-vocabulary logprobs) teacher-forces the
     # target's sampled outputs after its own cells: one engine start fewer (local executor only).
     teacher_forcing_after: bool = False
+    # Speed rounds (the plan's): > 1 runs this job interleaved with its target's other jobs
+    # (specbench.execution.rounds), in the order round_order(…, round_seed) gives; local executor only.
+    rounds: int = 1
+    round_seed: int = 0
 
     @property
     def cell_ids(self) -> list[str]:

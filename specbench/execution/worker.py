@@ -185,6 +185,12 @@ class _Job:
                 started_at=started, finished_at=now_iso(),
             )))
             return not exc.engine_dead
+        self.cell_done(work, outcome, started, stopper)
+        return True
+
+    def cell_done(self, work: CellWork, outcome: CellOutcome, started: str, stopper: CellStopper | None = None) -> None:
+        """The cell's ``ok`` record: its outcome with what an earlier attempt recorded (``--resume``)."""
+        job, cell = self.job, work.request.cell
         counters = outcome.counters
         reason = None
         if work.earlier_requests:
@@ -200,7 +206,6 @@ class _Job:
             wall_time_s=outcome.wall_time_s, started_at=started, finished_at=now_iso(),
             stop=None if stopper is None else stopper.record(),
         )))
-        return True
 
     def run_stopping(self, engine: Engine, work: CellWork, on_record: Callable[[RequestRecord], None]
                      ) -> tuple[CellStopper, CellOutcome]:

@@ -89,7 +89,9 @@ def k_sweep_section(summary: RunSummary) -> Section | None:
             mark = " ★" if best_v is not None and p.k == round(best_v) else ""
             per_k.append([s.target, _sweep_dataset(s), f"{s.temperature:g}", s.method, _load_of(s), f"{p.k}{mark}", str(p.n),
                           fmt_metric("tau", p.tau), fmt_speedup(p.speedup), _ms(p.tpot_s), _ms(p.step_time_s)])
-        best.append([s.target, _sweep_dataset(s), f"{s.temperature:g}", s.method, _load_of(s), fmt_est(s.best_k, 0),
+        wins = s.best_k_wins
+        won = "" if wins is None or wins.value is None else f" (fastest in {round(wins.value * wins.n)}/{wins.n} rounds)"
+        best.append([s.target, _sweep_dataset(s), f"{s.temperature:g}", s.method, _load_of(s), fmt_est(s.best_k, 0) + won,
                      fmt_est(s.step_time_slope_s, 3, scale=1000.0, signed=True, n_default=None)])
     moves: dict[tuple[str, str, float, str], list[float]] = defaultdict(list)
     for s in summary.k_sweeps:

@@ -76,6 +76,8 @@ def fmt_est(
     out = f(e.value) + unit
     if e.ci_low is not None and e.ci_high is not None:
         out += f" [{f(e.ci_low)}, {f(e.ci_high)}]"
+    if e.rounds is not None and e.rounds > 1:
+        out += f" ({e.rounds} rounds)"  # a speed interval over rounds (issue 22)
     return out + ("" if n_default == -1 else n_note(e, n_default))
 
 

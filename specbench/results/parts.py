@@ -69,6 +69,9 @@ class KSweep(_Model):
         description="least-squares slope of time per decoding step over K (s per extra draft token); "
         "bootstrap over prompts measured at every K"
     )
+    best_k_wins: Estimate | None = Field(
+        None, description="speed rounds: share of rounds in which the best K had the highest output tok/s "
+        "(Wilson; n: rounds); None without rounds")
 
 
 class PublishedClaim(_Model):

@@ -83,6 +83,7 @@ class RequestRecord(BaseModel):
     repeat: int = 0
     sample_index: int = 0
     seed: int | None = None
+    round: int | None = None  # the speed round it was measured in (a run with rounds > 1), 0-based
     prompt_tokens: int
     output_token_ids: list[int]
     output_text: str

@@ -8,6 +8,7 @@ from typing import Any
 from specbench.engines.child import close_hosts
 from specbench.engines.vllm_offline import close_spare
 from specbench.execution.jobs import EngineJob
+from specbench.execution.rounds import run_interleaved
 from specbench.execution.worker import FollowUp, local_placement, run_job
 
 
@@ -21,9 +22,20 @@ class LocalExecutor:
         return []
 
     def run(self, jobs: Sequence[EngineJob], emit: Callable[[Any], None]) -> None:
+        """Each job in turn; jobs with speed rounds (``rounds > 1``) run together per target, where
+        the first of that target's would have run (:func:`specbench.execution.rounds.run_interleaved`)."""
         placement = local_placement(self.name)
+        done: set[str] = set()
         for job in jobs:
-            run_job(job, emit, placement, self.follow_up)
+            if job.job_id in done:
+                continue
+            if job.rounds > 1 and job.kind == "cells":
+                target = job.engine.config.target.name
+                group = [j for j in jobs if j.rounds > 1 and j.kind == "cells" and j.engine.config.target.name == target]
+                done |= {j.job_id for j in group}
+                run_interleaved(group, emit, placement, self.follow_up)
+            else:
+                run_job(job, emit, placement, self.follow_up)
 
     def shutdown(self) -> None:
         close_spare()

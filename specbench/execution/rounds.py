@@ -1,0 +1,191 @@
+"""Speed rounds: a target's engines resident together, alternating round by round (issue 22).
+
+With ``rounds: R`` (the plan's :attr:`~specbench.config.plan.Plan.rounds`), each cell's prompts
+are split into R contiguous rounds (:func:`~specbench.config.plan.round_spans`: the same prompts
+and batches as one go). The engines of one target start once and stay up; in round r each
+engine, in a seeded order that changes per round (:func:`~specbench.config.plan.round_order`),
+runs round r of each of its cells. A method's round r and the baseline's round r are then
+measured minutes apart at most, and the analysis pairs them (records carry ``round``).
+
+Resident set: a vLLM CPU engine holds its KV cache space (``VLLM_CPU_KVCACHE_SPACE`` GiB) plus
+about 1 GiB (weights of a small model, the worker); on a GPU each holds its
+``gpu_memory_utilization`` share (0.9 by default, so one). :func:`resident_cap` is how many fit
+in the memory free now; a target with more engines runs them in resident sets of that size
+(the baseline in the first), each set interleaved on its own. An engine that dies is not
+restarted in a round: its cells' later rounds fail with the reason.
+
+Cells with a stop rule (tau or accuracy: speed stop rules and rounds are exclusive, see the suite
+check) run whole after the rounds, on the engine still up.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from specbench.config.plan import round_order, round_spans
+from specbench.engines.protocol import CellFailed, Engine, EngineUnavailable
+from specbench.execution.jobs import (
+    CellDone,
+    CellStarted,
+    CellWork,
+    EngineJob,
+    EngineState,
+    Placement,
+    RequestDone,
+    wall_now,
+)
+from specbench.execution.worker import Emit, FollowUp, _Job, now_iso
+from specbench.results.records import CellRecord, RequestRecord
+from specbench.results.requests import CellOutcome
+
+ENGINE_OVERHEAD_GIB = 1.0  # a vLLM CPU engine beside its KV cache (measured: see the README's Speed rounds)
+
+
+def engine_gib(job: EngineJob) -> float:
+    """Host memory one resident CPU engine holds (its KV cache space plus the overhead)."""
+    return float(job.engine.env.get("VLLM_CPU_KVCACHE_SPACE", "1") or 1) + ENGINE_OVERHEAD_GIB
+
+
+def available_gib() -> float:
+    """MemAvailable of this machine (GiB); a large number where /proc/meminfo is missing."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return 1e9
+
+
+def resident_cap(jobs: Sequence[EngineJob], free_gib: float, gpu_fraction: float = 1.0) -> int:
+    """How many of ``jobs``' engines may be up together: on CPU, 80 % of the free memory over the
+    largest engine's footprint; on a GPU, engines whose memory shares sum to at most 1."""
+    if not jobs:
+        return 1
+    if jobs[0].platform == "cpu":
+        return max(1, math.floor(0.8 * free_gib / max(engine_gib(j) for j in jobs)))
+    share = max(float(j.engine.engine_kwargs.get("gpu_memory_utilization", 0.9)) for j in jobs)
+    return max(1, math.floor(gpu_fraction / share))
+
+
+def resident_sets(jobs: Sequence[EngineJob], cap: int) -> list[list[EngineJob]]:
+    """``jobs`` (one target's) in sets of at most ``cap``, the baseline's job in the first; in the last
+    when it teacher-forces the target's outputs after its cells (every other set must be done by then)."""
+    ordered = sorted(jobs, key=lambda j: j.engine.config.method.method != "baseline")
+    sets = [list(ordered[i:i + cap]) for i in range(0, len(ordered), max(1, cap))]
+    return sets[::-1] if any(j.teacher_forcing_after for j in jobs) else sets
+
+
+class _Resident:
+    """One job's engine kept up across rounds, with each cell's outcome summed over its rounds."""
+
+    def __init__(self, runner: _Job, engine: Engine):
+        self.runner, self.engine = runner, engine
+        self.dead: str | None = None
+        self.outcomes: dict[str, CellOutcome] = {}
+        self.failed: set[str] = set()
+        self.started: dict[str, str] = {}
+
+    def run_round(self, work: CellWork, span: tuple[int, int], r: int) -> None:
+        job, req = self.runner.job, work.request
+        cid = req.cell.cell_id
+        if cid in self.failed:
+            return
+        if self.dead is not None:
+            self._fail(work, self.dead, None)
+            return
+        if cid not in self.started:
+            self.started[cid] = now_iso()
+            self.runner.emit(CellStarted(job_id=job.job_id, cell_id=cid, prompts=len(req.prompts)))
+
+        def on_record(rec: RequestRecord) -> None:
+            self.runner.emit(RequestDone(job_id=job.job_id, record=rec.model_copy(update={"round": r})))
+
+        part = req.model_copy(update={"prompts": req.prompts[span[0]:span[1]]})
+        try:
+            out = self.engine.run_cell(part, on_record)
+        except CellFailed as exc:
+            self._fail(work, f"round {r}: {exc.reason}", exc.log_tail)
+            if exc.engine_dead:
+                self.dead = f"the engine died in round {r} ({exc.reason}); not restarted between rounds"
+            return
+        prev = self.outcomes.get(cid)
+        if prev is not None:
+            counters = out.counters if prev.counters is None else (
+                prev.counters if out.counters is None else prev.counters + out.counters)
+            out = CellOutcome(counters=counters, wall_time_s=prev.wall_time_s + out.wall_time_s,
+                              num_requests=prev.num_requests + out.num_requests)
+        self.outcomes[cid] = out
+
+    def _fail(self, work: CellWork, reason: str, log_tail: str | None) -> None:
+        job, cid = self.runner.job, work.request.cell.cell_id
+        self.failed.add(cid)
+        self.runner.emit(CellDone(job_id=job.job_id, record=CellRecord(
+            run_id=job.run_id, cell_id=cid, engine_key=job.engine.config.key, status="failed", reason=reason,
+            engine_log_tail=log_tail, started_at=self.started.get(cid), finished_at=now_iso(),
+        )))
+
+
+def run_interleaved(jobs: Sequence[EngineJob], emit: Emit, placement: Placement,
+                    follow_up: FollowUp | None = None, free_gib: float | None = None) -> None:
+    """Run one target's cell jobs (their ``rounds`` and ``round_seed``) in interleaved rounds."""
+    cap = resident_cap(jobs, available_gib() if free_gib is None else free_gib)
+    for group in resident_sets(jobs, cap):
+        _run_set(group, group[0].rounds, group[0].round_seed, emit, placement, follow_up)
+
+
+def _run_set(group: list[EngineJob], rounds: int, seed: int, emit: Emit, placement: Placement,
+             follow_up: FollowUp | None) -> None:
+    up: dict[str, _Resident] = {}
+    try:
+        for job in group:
+            runner = _Job(job, emit, placement, follow_up)
+            try:
+                engine = runner.start()
+            except EngineUnavailable as exc:
+                emit(EngineState(job_id=job.job_id, state="skipped" if exc.skipped else "failed",
+                                 reason=exc.reason, log_tail=exc.log_tail, placement=placement))
+                runner.fail_cells(job.cells, exc)
+                continue
+            up[job.job_id] = _Resident(runner, engine)
+            if job.warmup:
+                t0 = wall_now()
+                runner.warmup(engine)
+                runner._phase("warmup", t0)
+        keys = list(up)
+        for r in range(rounds):
+            for key in round_order(keys, r, seed):
+                res = up[key]
+                t0 = wall_now()
+                for work in res.runner.job.cells:
+                    if work.request.cell.stop is not None:
+                        continue
+                    spans = round_spans(len(work.request.prompts), rounds, work.request.cell.batch_size)
+                    if r < len(spans):
+                        res.run_round(work, spans[r], r)
+                res.runner._phase("cells", t0)
+        for key in keys:
+            res = up[key]
+            runner, job = res.runner, res.runner.job
+            for work in job.cells:
+                cid = work.request.cell.cell_id
+                if work.request.cell.stop is not None and res.dead is None:
+                    t0 = wall_now()
+                    runner.run_cell(res.engine, work)
+                    runner._phase("cells", t0)
+                elif cid not in res.failed:
+                    outcome = res.outcomes.get(cid) or CellOutcome(counters=None, wall_time_s=0.0, num_requests=0)
+                    runner.cell_done(work, outcome, res.started.get(cid) or now_iso())
+            if job.teacher_forcing_after and follow_up is not None and res.dead is None:
+                items = follow_up(job)
+                if items:
+                    res.engine = runner.score(res.engine, items)
+    except BaseException:
+        for res in up.values():
+            res.engine.kill()
+        raise
+    finally:
+        for res in up.values():
+            res.runner.close(res.engine)
