@@ -12,9 +12,11 @@ noise floor (:func:`specbench.regression.noise.calibrate`); every pair of the *o
   ``--speed-noise-floor-pct``) and of ``gate`` (``--rules``, default ``gates.example.yaml``, with the
   calibration, exit ≠ 0) over all judged pairs, both orders;
 * headline verdicts (faster / slower / not distinguishable) that flip between runs, and best-K changes;
-* power, with ``--planted DIR ...`` (runs of the same suite with a real, planted slowdown, e.g. one
-  method's engine on fewer threads or a delay per decoding step): the share of (planted, judged run)
-  pairs the gate fails. Not measured without planted runs (and it says so).
+* power: runs with a real planted slowdown, given (``--planted DIR ...``) or made
+  (``--suite S --plant-delay-ms 5 10 20``: ``--planted-n`` runs per delay with the ``planted-step-delay``
+  engine patch, a sleep in every model step of each speculating engine, the baseline untouched);
+  per set, the median speedup change it caused and the share of (planted, judged run) pairs the
+  gate fails, and the smallest change caught in ≥ 90 % of pairs. Not measured without planted runs.
 
 ``--write-noise FILE`` stores the calibration for ``specbench gate --noise FILE``. ``--smoke`` checks the
 whole path on the runs given (the integration test passes the shared cpu-smoke run, read twice: an
@@ -32,10 +34,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from specbench.api import load_summary  # noqa: E402
+from specbench.engines.vllm_patches import PLANTED_DELAY_ENV  # noqa: E402
 from specbench.regression.gate import evaluate_gate, load_rules  # noqa: E402
 from specbench.regression.noise import NoiseCalibration, calibrate, save_noise  # noqa: E402
 from specbench.regression.run_diff import compare_runs, estimates_of, metric_change  # noqa: E402
@@ -92,15 +98,44 @@ def compare_alarms(a: RunSummary, b: RunSummary, floor: float | None) -> bool:
     return any(c.significant and c.metric.split(".")[0] in SPEED for _, c in comp.changes(significant_only=True))
 
 
-def make_runs(suite: Path, n: int) -> list[Path]:
+def make_runs(suite: Path, n: int, delay_ms: float | None = None) -> list[Path]:
+    """``specbench run`` ``n`` times; with ``delay_ms`` every vLLM target gets the ``planted-step-delay``
+    engine patch (a real sleep per model step of each speculating engine; the baseline is untouched)."""
     dirs = []
-    for i in range(n):
-        print(f"run {i + 1}/{n}: load average {os.getloadavg()}", flush=True)
-        before = set((REPO / "results").glob("*/*"))
-        subprocess.run([sys.executable, "-m", "specbench.cli", "run", str(suite)], check=True, cwd=REPO)
-        new = sorted(set((REPO / "results").glob("*/*")) - before)
-        dirs += new[-1:]
+    run_suite, env = suite, dict(os.environ)
+    if delay_ms is not None:
+        data = yaml.safe_load(suite.read_text())
+        for t in data["targets"]:
+            if t.get("engine", "vllm-offline") != "reference":
+                t["engine_patches"] = [*t.get("engine_patches", []), "planted-step-delay"]
+        run_suite = suite.parent / f".{suite.stem}-planted.yaml"  # relative dataset paths still resolve
+        run_suite.write_text(yaml.safe_dump(data, sort_keys=False))
+        env[PLANTED_DELAY_ENV] = f"{delay_ms:g}"
+    try:
+        for i in range(n):
+            what = f"planted {delay_ms:g} ms/step " if delay_ms is not None else ""
+            print(f"{what}run {i + 1}/{n}: load average {os.getloadavg()}", flush=True)
+            before = set((REPO / "results").glob("*/*"))
+            subprocess.run([sys.executable, "-m", "specbench.cli", "run", str(run_suite), "--no-report"],
+                           check=True, cwd=REPO, env=env)
+            dirs += sorted(set((REPO / "results").glob("*/*")) - before)[-1:]
+    finally:
+        if run_suite != suite:
+            run_suite.unlink(missing_ok=True)
     return dirs
+
+
+def median_speedup_change(planted: list[RunSummary], judged: list[RunSummary]) -> float | None:
+    """Median relative change of speedup, planted against identical-code runs (what the delay did)."""
+    changes = []
+    for p in planted:
+        pg = {g.group_id: g.speedup for g in p.groups}
+        for a in judged:
+            for g in a.groups:
+                b, n = g.speedup, pg.get(g.group_id)
+                if b is not None and n is not None and b.value and n.value is not None:
+                    changes.append(n.value / b.value - 1)
+    return float(np.median(changes)) if changes else None
 
 
 def pct(k: int, n: int) -> str:
@@ -114,6 +149,9 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=4)
     ap.add_argument("--calibrate-on", type=int, help="the first K runs calibrate (default: half, at least 2)")
     ap.add_argument("--planted", nargs="*", type=Path, default=[], help="runs with a planted slowdown (power)")
+    ap.add_argument("--plant-delay-ms", nargs="*", type=float, default=[],
+                    help="with --suite: also make --planted-n runs per delay with the planted-step-delay patch")
+    ap.add_argument("--planted-n", type=int, default=2)
     ap.add_argument("--rules", type=Path, default=REPO / "gates.example.yaml")
     ap.add_argument("--write-noise", type=Path, help="store the calibration here (specbench gate --noise)")
     ap.add_argument("--smoke", action="store_true", help="the whole path on the runs given (≥ 1; read twice if 1)")
@@ -150,12 +188,25 @@ def main() -> int:
     print(f"compare (speed floor = the speedup calibration) false alarms: {pct(c_alarms, len(pairs))} of ordered pairs")
     print(f"headline: {flips} faster↔slower flips, {pct(moves, n)} moves to/from not distinguishable, "
           f"{best} best-K changes over {n} verdict pairs")
-    if args.planted:
-        planted = [load_summary(d) for d in args.planted]
+    planted_sets: list[tuple[str, list[Path]]] = [("given", list(args.planted))] if args.planted else []
+    if args.suite:
+        planted_sets += [(f"{d:g} ms/step", make_runs(args.suite, args.planted_n, d)) for d in args.plant_delay_ms]
+    if not planted_sets:
+        print("power: not measured (give --planted DIR ... or --suite S --plant-delay-ms D ...)")
+    smallest = None
+    for label, pdirs in planted_sets:
+        planted = [load_summary(d) for d in pdirs]
         caught = sum(gate_fails(p, a, args.rules, cal) for p in planted for a in judged)
-        print(f"power: planted runs caught by gate in {pct(caught, len(planted) * len(judged))} of pairs")
-    else:
-        print("power: not measured (give --planted DIR ... : runs of the suite with a real planted slowdown)")
+        total = len(planted) * len(judged)
+        move = median_speedup_change(planted, judged)
+        moved = "–" if move is None else f"{100 * move:+.1f} %"
+        print(f"power, planted {label} (median speedup change {moved}): caught by gate in {pct(caught, total)} "
+              "of pairs")
+        if total and caught >= 0.9 * total and move is not None and (smallest is None or abs(move) < smallest):
+            smallest = abs(move)
+    if planted_sets:
+        print("smallest planted slowdown caught in ≥ 90 % of pairs: "
+              + ("none" if smallest is None else f"{100 * smallest:.1f} % (median speedup change)"))
     bad |= len(runs) >= 4 and g_alarms > 0
     return 1 if bad and not args.smoke else 0
 

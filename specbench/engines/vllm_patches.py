@@ -27,6 +27,11 @@ Known patches
     ``python benchmarks/vllm_cpu_expand_bug.py``. The patch swaps
     ``rejection_sampler.expand_batch_to_tokens`` for an exact
     ``torch.repeat_interleave`` version on CPU.
+``planted-step-delay``
+    Not a workaround: a planted slowdown for measuring the gate's power
+    (``benchmarks/aa_gate.py --plant-delay-ms``). Every model step of a
+    speculating vLLM CPU engine sleeps ``SPECBENCH_PLANTED_STEP_DELAY_MS``
+    (20 by default); the baseline is untouched, so every method's speed drops.
 """
 
 from __future__ import annotations
@@ -78,6 +83,28 @@ def _patch_expand(mod: ModuleType) -> None:
         mod._specbench_patched = True  # type: ignore[attr-defined]
 
 
+#: ``planted-step-delay``: milliseconds every speculating engine sleeps per model step (default 20).
+PLANTED_DELAY_ENV = "SPECBENCH_PLANTED_STEP_DELAY_MS"
+
+
+def _patch_planted_delay(mod: ModuleType) -> None:
+    """A real, known slowdown for power tests (``benchmarks/aa_gate.py``): a fixed sleep in every model
+    step of an engine that speculates (the baseline engine is untouched), not an edited number."""
+    import time
+
+    delay = float(os.environ.get(PLANTED_DELAY_ENV, "20")) / 1000.0
+    runner = mod.CPUModelRunner
+    inner = runner.execute_model
+
+    def execute_model(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if self.speculative_config is not None and delay > 0:
+            time.sleep(delay)
+        return inner(self, *args, **kwargs)
+
+    runner.execute_model = execute_model
+    mod._specbench_planted_delay = delay  # type: ignore[attr-defined]
+
+
 PATCHES: dict[str, EnginePatch] = {
     p.name: p
     for p in [
@@ -86,7 +113,13 @@ PATCHES: dict[str, EnginePatch] = {
             module="vllm.v1.sample.rejection_sampler",
             summary=ENGINE_PATCHES["vllm-cpu-expand-float"],
             apply=_patch_expand,
-        )
+        ),
+        EnginePatch(
+            name="planted-step-delay",
+            module="vllm.v1.worker.cpu_model_runner",
+            summary=ENGINE_PATCHES["planted-step-delay"],
+            apply=_patch_planted_delay,
+        ),
     ]
 }
 
