@@ -10,42 +10,33 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from specbench import api
 from specbench.results import rundir
 
 pytestmark = pytest.mark.integration
 
-SUITE = """
-name: rounds-{rounds}
-targets:
-  - name: tiny
-    model: tiny
-    assets: trained
-    dtype: float32
-    max_model_len: 1024
-    methods:
-      - method: baseline
-      - method: eagle3
-        speculator: tiny:eagle3
-        num_speculative_tokens: 3
-datasets:
-  - name: gsm8k
-    kind: gsm8k
-    limit: 4
-sampling:
-  temperatures: [0]
-  max_tokens: 16
-load:
-  batch_sizes: [2]
-warmup: false
-rounds: {rounds}
-"""
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _suite(rounds: int) -> dict:
+    """cpu-smoke's tiny target with its baseline and EAGLE-3 at K=3: 4 GSM8k prompts, greedy, batch 2."""
+    smoke = yaml.safe_load((REPO / "suites" / "cpu-smoke.yaml").read_text())
+    tiny = next(t for t in smoke["targets"] if t["name"] == "tiny")
+    methods = [m for m in tiny["methods"] if m["method"] in ("baseline", "eagle3")]
+    for m in methods:
+        if "num_speculative_tokens" in m:
+            m["num_speculative_tokens"] = 3
+    return {"name": f"rounds-{rounds}", "targets": [{**tiny, "methods": methods}],
+            "datasets": [{"name": "gsm8k", "kind": "gsm8k", "limit": 4}],
+            "sampling": {"temperatures": [0], "max_tokens": 16}, "load": {"batch_sizes": [2]},
+            "warmup": False, "rounds": rounds}
 
 
 def _run(tmp: Path, rounds: int) -> Path:
     suite = tmp / f"rounds{rounds}.yaml"
-    suite.write_text(SUITE.format(rounds=rounds))
+    suite.write_text(yaml.safe_dump(_suite(rounds)))
     return api.run(suite, out=tmp / f"out{rounds}")
 
 
