@@ -113,6 +113,13 @@ def test_gate_on_acceptance_passes_another_seed(two_seeds, tmp_path):
     assert code == 0, out
 
 
+def test_gate_example_rules_pass_another_seed_without_gating_speed(two_seeds):
+    """Issue 22: against one earlier run and without a noise estimate, speed is reported as not gated."""
+    code, out = _gate(str(two_seeds[1]), "--baseline", str(two_seeds[0]), "--rules", str(REPO / "gates.example.yaml"))
+    assert code == 0, out
+    assert "speed not gated: no noise estimate" in out and "FAIL speedup" not in out, out
+
+
 def test_gate_fails_naming_the_rule_when_the_baseline_tau_is_raised(two_seeds, tmp_path):
     run = two_seeds[0]
     s = api.load_summary(run)
