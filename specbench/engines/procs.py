@@ -190,6 +190,18 @@ def kill_tree(pid: int, sig: int = signal.SIGKILL, also: list[Any] | None = None
             pass
 
 
+def wait_gone(procs: list[Any], timeout_s: float) -> None:
+    """Wait (at most ``timeout_s``) until the ``psutil.Process`` objects ``procs`` have exited."""
+    if not procs:
+        return
+    try:
+        import psutil
+
+        psutil.wait_procs(procs, timeout=timeout_s)
+    except Exception:  # noqa: BLE001 - psutil missing
+        pass
+
+
 def end_process(proc: Any, conn: Any, message: tuple, grace_s: float) -> None:
     """Ask a waiting worker to leave (``message`` on its pipe), then kill it if it has not after ``grace_s``."""
     try:
