@@ -45,6 +45,47 @@ from specbench.results.requests import CellOutcome, CellRequest, PreparedPrompt,
 SIMULATED = ("baseline", "eagle3", "p-eagle", "dflash", "dspark", "draft_model")
 
 
+class TargetDecodes:
+    """The target's greedy decodes and captured states, kept across the engines of one
+    host process (:mod:`specbench.engines.child` serves a run's reference engines one
+    after another): every engine of a target replays the same prompts, and the decode
+    is most of a request's time.
+
+    Exact reuse only: a longer continuation's prefix is a shorter one (the decode is
+    incremental, token by token, so its first ``n`` steps are the same computation);
+    states are reused only for the very same sequence.
+    """
+
+    def __init__(self) -> None:
+        self._continuations: dict[tuple[str, tuple[int, ...]], list[int]] = {}
+        self._aux: dict[tuple[str, tuple[int, ...]], Any] = {}
+
+    def continuation(self, model_path: str, target: Any, prompt_ids: list[int], n: int) -> list[int]:
+        import torch
+
+        from specbench.zoo.capture import greedy_continue
+
+        key = (model_path, tuple(prompt_ids))
+        cached = self._continuations.get(key)
+        if cached is None or len(cached) < n:
+            cached = greedy_continue(target, torch.tensor([prompt_ids], dtype=torch.long), n)[0].tolist()
+            self._continuations[key] = cached
+        return cached[:n]
+
+    def aux(self, model_path: str, target: Any, ids: list[int]) -> Any:
+        import torch
+
+        from specbench.zoo.capture import capture_states
+
+        key = (model_path, tuple(ids))
+        if key not in self._aux:
+            self._aux[key] = capture_states(target, torch.tensor([ids], dtype=torch.long))["aux"]
+        return self._aux[key]
+
+
+DECODES = TargetDecodes()
+
+
 class ReferenceEngine:
     """``ReferenceEngine(config, model_path, speculator_path)``.
 
@@ -179,17 +220,14 @@ class ReferenceEngine:
         """One request: its output tokens, finish reason, counters and drafter passes."""
         import torch
 
-        from specbench.zoo.capture import capture_states, greedy_continue
-
         k = self.k or 0
-        ids = torch.tensor([prompt_ids], dtype=torch.long)
-        cont = greedy_continue(self.target, ids, max_tokens + k + 1)[0].tolist()
+        cont = DECODES.continuation(self.model_path, self.target, prompt_ids, max_tokens + k + 1)
         keep, reason = self._finish(cont, max_tokens, stop)
         spec = None
         rounds: list[dict[str, int]] = []
         if self.proposer is not None:
             full = torch.tensor([prompt_ids + cont], dtype=torch.long)
-            aux = None if self.method == "draft_model" else capture_states(self.target, full)["aux"]
+            aux = None if self.method == "draft_model" else DECODES.aux(self.model_path, self.target, prompt_ids + cont)
             spec = SpecCounters(accepted_per_pos=[0] * k)
             n = len(prompt_ids)  # anchor: the prefill's token
             emitted = 1
