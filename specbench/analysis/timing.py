@@ -53,14 +53,15 @@ __all__ = ["PHASES", "PRECEDENCE", "EngineTime", "GroupTime", "PhaseTime", "Span
 
 #: Every phase, in the order a run goes through them (the breakdown's order).
 PHASES: tuple[str, ...] = (
-    "engine_start", "warmup", "cells", "teacher_forcing", "scoring", "analysis", "reports", "other",
+    "assets", "engine_start", "warmup", "cells", "teacher_forcing", "scoring", "analysis", "reports", "other",
 )
 #: The order of precedence where spans overlap (see the module doc).
 PRECEDENCE: tuple[str, ...] = (
-    "cells", "teacher_forcing", "warmup", "engine_start", "scoring", "analysis", "reports", "other",
+    "cells", "teacher_forcing", "warmup", "engine_start", "assets", "scoring", "analysis", "reports", "other",
 )
 #: How the report names each phase.
 PHASE_LABELS = {
+    "assets": "zoo build (assets)",
     "engine_start": "engine starts",
     "warmup": "warmups",
     "cells": "measured cells",

@@ -12,7 +12,7 @@ from specbench.config.suite import Suite
 from specbench.results.migrations import MANIFEST_SCHEMA_VERSION, upgrade_manifest
 from specbench.results.parts import Part
 
-Phase = Literal["engine_start", "warmup", "cells", "teacher_forcing", "scoring", "analysis", "reports", "other"]
+Phase = Literal["assets", "engine_start", "warmup", "cells", "teacher_forcing", "scoring", "analysis", "reports", "other"]
 
 
 class Span(BaseModel):

@@ -27,7 +27,7 @@ def sequential() -> list[Span]:
 def test_sequential_walls_shares_and_harness() -> None:
     bd = breakdown(sequential(), 70.0)
     walls = {p.phase: p.wall_s for p in bd.phases}
-    assert walls == {"cells": 20, "teacher_forcing": 15, "warmup": 5, "engine_start": 20, "scoring": 2,
+    assert walls == {"assets": 0, "cells": 20, "teacher_forcing": 15, "warmup": 5, "engine_start": 20, "scoring": 2,
                      "analysis": 1, "reports": 2, "other": 0, "unaccounted": 5}
     assert sum(walls.values()) == pytest.approx(70)
     assert bd.unaccounted_s == 5 and bd.overlap_s == 0
