@@ -361,7 +361,8 @@ def _analyze(run_dir: Path, allow_code_exec: bool | None, timeline: Timeline) ->
         if (run_dir / rundir.PROMPTS).exists() else {}
     equivalence = _equivalence(run_dir, manifest, cells, requests, torn)  # may add torn lines of its own file
     summary = summarize_run(manifest, cells, cell_records, requests, scores=scores, scoring_notes=notes,
-                            prompt_references=prompt_references, equivalence=equivalence, torn_lines=torn)
+                            prompt_references=prompt_references, prompt_categories=rundir.prompt_categories(run_dir),
+                            equivalence=equivalence, torn_lines=torn)
     rundir.write_json(run_dir / rundir.SUMMARY, summary.model_dump(mode="json"))
     return summary
 
@@ -489,6 +490,7 @@ def gate(new_run: Path, baseline: str, *, rules: Path | None = None, db: str | N
     is not gated."""
     from specbench.regression.gate import (
         GateConfigError,
+        check_rule_categories,
         evaluate_gate,
         load_baseline,
         load_rules,
@@ -502,6 +504,7 @@ def gate(new_run: Path, baseline: str, *, rules: Path | None = None, db: str | N
     try:
         rule_set = load_rules(rules)
         new = load_summary(new_run)
+        check_rule_categories(rule_set, rules, new)
         cal = None
         if noise is not None:
             cal = load_noise(noise)

@@ -52,14 +52,20 @@ def _counter_columns(c: Any) -> dict[str, Any]:
             "num_accepted_tokens": c.num_accepted_tokens, "tau": tau}
 
 
-def requests_frame(manifest: dict[str, Any], records: list) -> pd.DataFrame:
+def requests_frame(manifest: dict[str, Any], records: list,
+                   categories: dict[tuple[str, str], str] | None = None) -> pd.DataFrame:
+    """One row per request; ``categories`` ((dataset, prompt id) → category, from ``prompts.jsonl``) adds
+    its prompt's category, and a conversation's turns carry their conversation id and turn."""
+    categories = categories or {}
     cells = {c["cell_id"]: c for c in manifest["plan"]["cells"]}
     rows = []
     for r in metrics.unique_requests(records):
         cell = cells.get(r.cell_id, {})
         rows.append({
             "cell_id": r.cell_id, **{k: cell.get(k) for k in CELL_COLUMNS},
-            "prompt_id": r.prompt_id, "sample_index": r.sample_index, "repeat": r.repeat, "seed": r.seed,
+            "prompt_id": r.prompt_id, "category": categories.get((cell.get("dataset"), r.conversation_id or r.prompt_id)),
+            "conversation_id": r.conversation_id, "turn": r.turn,
+            "sample_index": r.sample_index, "repeat": r.repeat, "seed": r.seed,
             "prompt_tokens": r.prompt_tokens, "output_tokens": r.num_output_tokens,
             "finish_reason": r.finish_reason, "latency_s": r.latency_s, "ttft_s": r.ttft_s,
             "error": r.error, **_counter_columns(r.spec), "output_text": r.output_text,
@@ -113,7 +119,7 @@ def load(run_dir: str | Path) -> RunFrames:
     return RunFrames(
         run_dir=run_dir,
         manifest=manifest,
-        requests=requests_frame(manifest, rundir.read_requests(run_dir)),
+        requests=requests_frame(manifest, rundir.read_requests(run_dir), rundir.prompt_categories(run_dir)),
         cells=cells_frame(manifest, rundir.read_cells(run_dir)),
         groups=groups_frame(api.load_summary(run_dir)),
     )

@@ -52,11 +52,43 @@ def latest_cell_records(cell_records: Iterable[CellRecord]) -> dict[str, CellRec
     return out
 
 
+def complete_conversations(records: Iterable[RequestRecord]) -> list[RequestRecord]:
+    """Records outside conversations as they are; of each conversation (cell, conversation,
+    sample) only its last complete attempt: turns 1..n in order, n its ``conversation_turns``
+    or fewer when its last turn errored (later turns were not sent). A conversation's turns
+    are written together once it ends, so an attempt a stop cut short (torn between its
+    appends) is dropped here and the redone conversation counts, once."""
+    plain: list[RequestRecord] = []
+    attempts: dict[tuple[str, str, int], list[list[RequestRecord]]] = defaultdict(list)
+    for r in records:
+        if r.conversation_id is None:
+            plain.append(r)
+            continue
+        tries = attempts[(r.cell_id, r.conversation_id, r.sample_index)]
+        if r.turn == 1 or not tries:
+            tries.append([])
+        tries[-1].append(r)
+
+    def complete(turns: list[RequestRecord]) -> bool:
+        n = turns[0].conversation_turns or len(turns)
+        in_order = [t.turn for t in turns] == list(range(1, len(turns) + 1))
+        return in_order and (len(turns) == n or (turns[-1].error is not None and len(turns) < n))
+
+    out = plain
+    for tries in attempts.values():
+        whole = [t for t in tries if complete(t)]
+        ok = [t for t in whole if all(r.error is None for r in t)]
+        if whole:
+            out += (ok or whole)[-1]
+    return out
+
+
 def unique_requests(records: Iterable[RequestRecord]) -> list[RequestRecord]:
     """One record per (cell, prompt, sample): the first successful attempt, else
-    the first failed one (a request that errored is retried on resume)."""
+    the first failed one (a request that errored is retried on resume); of a
+    conversation, its last complete attempt (:func:`complete_conversations`)."""
     chosen: dict[tuple[str, str, int], RequestRecord] = {}
-    for r in records:
+    for r in complete_conversations(records):
         key = (r.cell_id, r.prompt_id, r.sample_index)
         prev = chosen.get(key)
         if prev is None or (prev.error is not None and r.error is None):
@@ -183,6 +215,38 @@ def paired_speedup(method: Sequence[RequestRecord], baseline: Sequence[RequestRe
         return float((s[0] / s[1]) / (s[2] / s[3]))
 
     return stats.by_rounds(arr, ratio, [round_of[p] for p in prompts])
+
+
+class TurnPairing(NamedTuple):
+    """A method's and its baseline's records fit to compare: single requests (a replayed recorded
+    turn too) and first turns as they are, later turns only of conversations whose turn 1 was token-identical in both
+    (a later turn's prompt holds the engine's own turn-1 reply: after a different reply the
+    two arms answer different prompts). ``identical`` of ``conversations`` (those with a later
+    turn) had that turn 1."""
+
+    method: list[RequestRecord]
+    baseline: list[RequestRecord]
+    identical: int
+    conversations: int
+
+
+def pair_turns(method: Sequence[RequestRecord], baseline: Sequence[RequestRecord]) -> TurnPairing:
+    first = {(r.conversation_id, r.sample_index, r.repeat): r.output_token_ids
+             for r in baseline if r.turn == 1 and r.error is None}
+    same: set[tuple[str | None, int, int]] = set()
+    convs = 0
+    for r in method:  # conversations with a later turn
+        if (r.turn == 1 and (r.conversation_turns or 1) > 1 and r.error is None
+                and (key := (r.conversation_id, r.sample_index, r.repeat)) in first):
+            convs += 1
+            if first[key] == r.output_token_ids:
+                same.add(key)
+
+    def keep(reqs: Sequence[RequestRecord]) -> list[RequestRecord]:
+        return [r for r in reqs if r.conversation_id is None or r.turn == 1
+                or (r.conversation_id, r.sample_index, r.repeat) in same]
+
+    return TurnPairing(keep(method), keep(baseline), len(same), convs)
 
 
 def greedy_match(method: Sequence[RequestRecord], baseline: Sequence[RequestRecord]) -> Estimate:
@@ -425,10 +489,13 @@ def summarize_groups(
         if bid is None:
             continue
         base = group_requests[bid]
-        g.speedup = _chosen(stopped[gid], "speedup", paired_speedup(group_requests[gid], base), refs)
+        pairs = pair_turns(group_requests[gid], base)
+        g.speedup = _chosen(stopped[gid], "speedup", paired_speedup(pairs.method, pairs.baseline), refs)
         g.accuracy_delta = accuracy_delta(group_requests[gid], base, scores)
         if g.temperature == 0:
-            g.greedy_match = greedy_match(group_requests[gid], base)
+            g.greedy_match = greedy_match(pairs.method, pairs.baseline)
+        if pairs.conversations:
+            g.extra["turn1_identical"] = {"identical": pairs.identical, "conversations": pairs.conversations}
     return list(summaries.values())
 
 
@@ -460,7 +527,7 @@ def cross_check(
 
     Targets are paired when they name the same ``model`` (and, for
     ``model: tiny``, the same ``assets``) and one of them runs ``engine:
-    reference``; groups are paired when they have the same method kind,
+    reference``; groups (and their turn slices) are paired when they have the same slice, method kind,
     speculator, K, dataset and temperature. A gap is *flagged* when the two
     95% intervals do not overlap: either the checkpoint is served differently
     from how it was trained (e.g. attention flags) or an engine has a bug.
@@ -483,7 +550,8 @@ def cross_check(
             if (
                 engine_of.get(g.target) == "reference"
                 or model_of.get(g.target) != model_of.get(r.target)
-                or (g.method_kind, g.k, g.dataset, g.temperature) != (r.method_kind, r.k, r.dataset, r.temperature)
+                or (g.method_kind, g.k, g.dataset, g.temperature, g.slice) != (r.method_kind, r.k, r.dataset,
+                                                                                r.temperature, r.slice)
                 or speculator_of.get((g.target, g.family or g.method)) != speculator_of.get((r.target, r.family or r.method))
                 or g.tau is None
             ):

@@ -19,6 +19,7 @@ from typing import Any
 from specbench.analysis import metrics
 from specbench.analysis.method_comparison import headline, k_sweeps
 from specbench.analysis.serving_metrics import group_records, speedups_vs_load, summarize_cell
+from specbench.analysis.workload_slices import Categories, category_matrix, workload_slices
 from specbench.config.plan import Cell
 from specbench.config.suite import Suite, reference_method
 from specbench.results.parts import Equivalence, ServingCellRow, ServingSpeedupRow, SummaryExtra
@@ -38,6 +39,7 @@ def summarize_run(
     scoring_notes: Sequence[str] = (),
     equivalence: Mapping[str, Equivalence] | None = None,
     prompt_references: Mapping[str, str | None] | None = None,
+    prompt_categories: Categories | None = None,
     torn_lines: Sequence[str] = (),
 ) -> RunSummary:
     """The run's summary (``summary.json``) from its manifest, the plan's cells and the raw records.
@@ -45,7 +47,8 @@ def summarize_run(
     ``scores``: task scores (:func:`specbench.scoring.apply.score_requests`) and ``scoring_notes``
     (why some were not scored); ``equivalence``: group id → its lossless checks
     (:func:`specbench.execution.teacher_forcing.equivalence_summaries`); ``prompt_references``:
-    prompt id → reference answer (an early-stopped cell's accuracy); ``torn_lines``: the torn last
+    prompt id → reference answer (an early-stopped cell's accuracy); ``prompt_categories``: (dataset,
+    prompt id) → category (the category slices and matrix); ``torn_lines``: the torn last
     lines of interrupted writes that reading the records dropped.
     """
     suite = Suite.model_validate(manifest["suite"])
@@ -61,16 +64,20 @@ def summarize_run(
     unique = metrics.unique_requests(requests)
     greqs = metrics.requests_by_group(cells, latest, unique)
     reference_of = {t.name: ref for t in suite.targets if (ref := reference_method(suite, t)) is not None}
+    cats = prompt_categories or {}
+    slices = workload_slices(groups, greqs, cats, scores)
     return RunSummary(
         run_id=manifest["run_id"],
         suite_name=manifest["suite_name"],
-        groups=groups,
+        groups=groups + slices,
         checks=metrics.counter_checks(groups),
         headline=headline(groups, greqs, reference_of, references),
         k_sweeps=k_sweeps(groups, greqs),
         extra=SummaryExtra(
             serving=serving_rows({t.name for t in suite.targets if t.engine == "vllm-server"}, cells, unique, latest),
-            cross_check=metrics.cross_check(groups, suite.targets, draft_attention(manifest, cells)),
+            cross_check=metrics.cross_check(groups + [s for s in slices if s.slice and s.slice.turn is not None],
+                                            suite.targets, draft_attention(manifest, cells)),
+            category_matrix=category_matrix(groups, slices, greqs, cats, reference_of),
             scoring_notes=list(scoring_notes),
             torn_lines=list(torn_lines),
         ),

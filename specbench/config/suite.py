@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from specbench.config.methods import ENGINE_PATCHES, METHODS, closest
 from specbench.config.stop_rule import StopRule
 
-DATASET_KINDS = ("gsm8k", "humaneval", "spec_bench", "speed_bench", "jsonl")
+DATASET_KINDS = ("gsm8k", "humaneval", "spec_bench", "speed_bench", "jsonl", "chat_jsonl")
 #: SPEED-Bench configs → nominal input tokens (None: no fixed length); specbench.datasets.speed_bench reads them.
 SPEED_BENCH_CONFIGS: dict[str, int | None] = {
     "qualitative": None,
@@ -121,7 +121,7 @@ class TargetSpec(Strict):
 
 class DatasetSpec(Strict):
     name: str
-    kind: Literal["gsm8k", "humaneval", "spec_bench", "speed_bench", "jsonl"]
+    kind: Literal["gsm8k", "humaneval", "spec_bench", "speed_bench", "jsonl", "chat_jsonl"]
     path: str | None = Field(None, description="local file (jsonl; .gz allowed; parquet for speed_bench); overrides source")
     source: Literal["package", "hub"] = Field(
         "package",
@@ -148,6 +148,17 @@ class DatasetSpec(Strict):
         "from packaged long contexts, cut at a token boundary with the question at the end; one group per "
         "length; 'limit' is then prompts per length (spec_bench: its summarization and RAG contexts; "
         "humaneval: earlier tasks' code, then the task to complete)",
+    )
+    per_category: int | None = Field(None, ge=1, description="at most this many prompts of each category "
+                                      "(the first ones, in file order; before offset/limit)")
+    category_field: str | None = Field(None, description="jsonl: the row field that names the prompt's category")
+    turns: Literal["first", "all"] | None = Field(
+        None, description="conversations with several user turns (spec_bench, chat_jsonl): 'first' (the default) "
+        "sends the first user turn only; 'all' runs each conversation turn by turn",
+    )
+    replay: Literal["live", "recorded"] | None = Field(
+        None, description="chat_jsonl: 'live' generates every assistant turn from the model's own earlier replies; "
+        "'recorded' generates each assistant turn afresh from the recorded history before it",
     )
 
 
@@ -429,6 +440,22 @@ def _looks_local(value: str) -> bool:
     return value.startswith((".", "/", "~")) or value.startswith("file:")
 
 
+#: Dataset kinds whose rows can hold several user turns (``turns:`` applies to them).
+MULTI_TURN_KINDS = ("spec_bench", "chat_jsonl")
+
+
+def _check_conversation_keys(d: DatasetSpec, loc: tuple[Any, ...], problems: list[tuple[tuple[Any, ...], str]]) -> None:
+    """``turns:``, ``replay:`` and ``category_field`` only where the dataset kind has them."""
+    if d.turns is not None and d.kind not in MULTI_TURN_KINDS:
+        problems.append(((*loc, "turns"), f"a {d.kind} dataset has no conversation turns "
+                         f"('turns' applies to {', '.join(MULTI_TURN_KINDS)})"))
+    if d.replay is not None and d.kind != "chat_jsonl":
+        problems.append(((*loc, "replay"), f"'replay' applies to chat_jsonl datasets, not {d.kind}"))
+    if d.category_field is not None and d.kind != "jsonl":
+        problems.append(((*loc, "category_field"), f"'category_field' applies to jsonl datasets ({d.kind} "
+                         "prompts carry their own category)"))
+
+
 def check_semantics(suite: Suite, base_dir: Path) -> list[tuple[tuple[Any, ...], str]]:
     """Checks pydantic cannot do alone. Returns ``(loc, message)`` pairs."""
     problems: list[tuple[tuple[Any, ...], str]] = []
@@ -481,8 +508,9 @@ def check_semantics(suite: Suite, base_dir: Path) -> list[tuple[tuple[Any, ...],
         loc_d: tuple[Any, ...] = ("datasets", di)
         if d.path is not None and not resolve_path(d.path, base_dir).exists():
             problems.append(((*loc_d, "path"), f"dataset file {d.path!r} does not exist"))
-        if d.kind == "jsonl" and d.path is None:
-            problems.append(((*loc_d, "kind"), "a jsonl dataset needs a local 'path'"))
+        if d.kind in ("jsonl", "chat_jsonl") and d.path is None:
+            problems.append(((*loc_d, "kind"), f"a {d.kind} dataset needs a local 'path'"))
+        _check_conversation_keys(d, loc_d, problems)
         if d.kind == "spec_bench" and d.path is None and d.source == "hub" and d.hub_id is None:
             problems.append(((*loc_d, "source"), "Spec-Bench has no canonical hub dataset: give hub_id, a path, "
                              "or use the packaged copy (source: package)"))

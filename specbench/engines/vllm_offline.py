@@ -350,7 +350,7 @@ def _worker_main(
                     SamplingParams(
                         temperature=req.sampling.temperature,
                         top_p=req.sampling.top_p,
-                        max_tokens=req.sampling.max_tokens,
+                        max_tokens=p.max_tokens or req.sampling.max_tokens,
                         seed=request_seed(req.sampling, p.prompt_id, s, req.cell.repeat),
                         logprobs=req.sampling.logprobs,
                         stop=req.sampling.stop,

@@ -23,6 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from specbench import datasets
+from specbench.analysis.metrics import complete_conversations
 from specbench.config.plan import Cell, Plan, RunDecisions
 from specbench.config.suite import TargetSpec
 from specbench.engines.factory import engine_gpus, resolve_engine, target_model_path
@@ -200,7 +201,10 @@ class Runner:
         if subset is not None:
             prompts = prompts[:subset]  # the sampled-equivalence cells take the first N prompts
         # Errored requests (server died, timeout) are tried again; their records stay as attempts.
-        earlier = [r for r in earlier if r.error is None]
+        # A conversation counts only complete and without error; any other is redone whole.
+        earlier = complete_conversations(earlier)
+        redo = {r.conversation_id for r in earlier if r.error is not None and r.conversation_id is not None}
+        earlier = [r for r in earlier if r.error is None and (r.conversation_id is None or r.conversation_id not in redo)]
         request = CellRequest(
             run_id=self.run_id, cell=cell, prompts=prompts, sampling=sampling_for(self.run_plan, cell),
             skip={(r.prompt_id, r.sample_index) for r in earlier},
@@ -210,6 +214,18 @@ class Runner:
             work.earlier_records = earlier
             work.dataset_kind = self.run_plan.dataset(cell.dataset).kind
             work.order_seed = self.run_plan.seed
+        return work
+
+    def _recorded_caps(self, work: CellWork) -> CellWork:
+        """``replay: recorded``: each replayed turn's max_tokens is its recorded reply's length in the
+        target's tokens (the reply is the prompt's reference)."""
+        prompts = work.request.prompts
+        if not any(p.turn is not None and p.reference is not None for p in prompts):
+            return work
+        tok = self._tokenizer(self.plan.target(work.request.cell.target))
+        capped = [p.model_copy(update={"max_tokens": max(1, len(tok.encode(p.reference, add_special_tokens=False)))})
+                  if p.turn is not None and p.reference is not None else p for p in prompts]
+        work.request = work.request.model_copy(update={"prompts": capped})
         return work
 
     def _needs_pairs(self) -> bool:
@@ -255,7 +271,8 @@ class Runner:
             except Exception as exc:  # noqa: BLE001 - a bad checkpoint/asset fails this engine only
                 self._fail_cells(cfg.key, todo, f"cannot prepare engine: {type(exc).__name__}: {exc}")
                 continue
-            works = [self._cell_request(c, partial.get(c.cell_id, [])) for c in todo]
+            works = [self._recorded_caps(self._cell_request(c, partial.get(c.cell_id, [])))
+                     for c in todo]
             jobs.append(EngineJob(
                 job_id=cfg.key, run_id=self.run_id, run_dir=str(self.run_dir), platform=self.platform, engine=res,
                 load=self._load() if cfg.target.engine == "vllm-server" else None, cells=works,

@@ -45,10 +45,12 @@ from specbench.analysis.lossless import (
     summarize_greedy,
     tie_tolerance_for,
 )
+from specbench.analysis.metrics import complete_conversations, pair_turns
 from specbench.analysis.pit import pit_from_row
 from specbench.config.plan import Cell, Plan
 from specbench.config.suite import EquivalenceSpec
 from specbench.engines.factory import ResolvedEngine, resolve_engine
+from specbench.execution.conversations import turn_messages
 from specbench.results import rundir
 from specbench.results.parts import Equivalence
 from specbench.results.records import RequestRecord
@@ -97,7 +99,7 @@ def _records_by_group(
 ) -> dict[str, list[RequestRecord]]:
     cell_group = {c.cell_id: c.group_id for c in cells}
     out: dict[str, list[RequestRecord]] = defaultdict(list)
-    for r in requests:
+    for r in complete_conversations(requests):
         gid = cell_group.get(r.cell_id)
         if gid is not None and r.error is None:
             out[gid].append(r)
@@ -146,13 +148,15 @@ def greedy_equivalence(
             tol, tol_from = float(tie_tolerance), "suite (equivalence.tie_tolerance)"
         else:
             tol, tol_from = tie_tolerance_for(pair)
-        exact = {(r.prompt_id, r.sample_index, r.repeat): r for r in recs.get(bgid, [])}
+        # A conversation's later turns count only after a token-identical turn 1 (same prompt then).
+        turns = pair_turns(recs.get(gid, []), recs.get(bgid, []))
+        exact = {(r.prompt_id, r.sample_index, r.repeat): r for r in turns.baseline}
         loose: dict[tuple[str, int], RequestRecord] = {}
-        for r in sorted(recs.get(bgid, []), key=lambda r: r.repeat):
+        for r in sorted(turns.baseline, key=lambda r: r.repeat):
             loose.setdefault((r.prompt_id, r.sample_index), r)
         comps, which = [], []
         unpaired = 0
-        for m in sorted(recs.get(gid, []), key=lambda r: (r.repeat, r.prompt_id, r.sample_index)):
+        for m in sorted(turns.method, key=lambda r: (r.repeat, r.prompt_id, r.sample_index)):
             b = exact.get((m.prompt_id, m.sample_index, m.repeat)) or loose.get((m.prompt_id, m.sample_index))
             if b is None:
                 unpaired += 1
@@ -398,12 +402,21 @@ def score_items_for(
     cells: dict[str, Cell],
     prompts: dict[tuple[str, str], dict],
     top_p: float,
+    replies: Mapping[tuple[str, str, int, int, int], str] | None = None,
 ) -> list[ScoreItem]:
-    """The engine's ``score`` payloads for records (prompt text/messages + generated ids)."""
+    """The engine's ``score`` payloads for records (prompt text/messages + generated ids).
+
+    A conversation's later turn is scored on the history it was sent with: its first turn's
+    messages and the same cell's earlier replies (``replies``: (cell, conversation, sample,
+    repeat, turn) → output text)."""
     items = []
     for r in records:
         c = cells[r.cell_id]
-        p = prompts.get((c.dataset, r.prompt_id)) or {}
+        p = prompts.get((c.dataset, r.conversation_id or r.prompt_id)) or {}
+        if r.conversation_id is not None and (r.turn or 1) > 1:
+            earlier = [(replies or {}).get((r.cell_id, r.conversation_id, r.sample_index, r.repeat, t), "")
+                       for t in range(1, r.turn or 1)]
+            p = {**p, "messages": turn_messages(p.get("messages") or [], p.get("later_turns") or [], earlier)}
         items.append(ScoreItem(
             key=ScoreKey(cell_id=r.cell_id, prompt_id=r.prompt_id, sample_index=r.sample_index, repeat=r.repeat,
                          temperature=c.temperature, top_p=top_p),
@@ -440,7 +453,7 @@ def teacher_forcing_work(run_dir: Path, plan: Plan) -> dict[str, list[ScoreItem]
     cells = {c.cell_id: c for c in plan.cells}
     top_p = plan.decisions().top_p
     done, _, _ = _latest_scores(read_scores(run_dir))
-    records = rundir.read_requests(run_dir)
+    records = complete_conversations(rundir.read_requests(run_dir))
     prompts = {(str(o.get("dataset")), str(o.get("prompt_id"))): o for o in rundir.iter_jsonl(run_dir / rundir.PROMPTS)}
     todo: dict[str, list[RequestRecord]] = defaultdict(list)
     for r in records:
@@ -450,7 +463,9 @@ def teacher_forcing_work(run_dir: Path, plan: Plan) -> dict[str, list[ScoreItem]
         if (r.cell_id, r.prompt_id, r.sample_index) in done:
             continue
         todo[c.target].append(r)
-    return {target: score_items_for(recs, cells, prompts, top_p) for target, recs in todo.items()}
+    replies = {(r.cell_id, r.conversation_id, r.sample_index, r.repeat, r.turn): r.output_text
+               for r in complete_conversations(records) if r.conversation_id is not None and r.turn is not None}
+    return {target: score_items_for(recs, cells, prompts, top_p, replies) for target, recs in todo.items()}
 
 
 def teacher_forcing_engine(plan: Plan, target: str, platform: str) -> ResolvedEngine:

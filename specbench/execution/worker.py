@@ -18,6 +18,7 @@ from specbench.analysis.early_stopping import CellStopper
 from specbench.config.methods import get_method
 from specbench.engines.factory import make_engine
 from specbench.engines.protocol import CellFailed, Engine, EngineUnavailable
+from specbench.execution.conversations import is_conversations, run_conversations
 from specbench.execution.jobs import (
     CellDone,
     CellStarted,
@@ -166,15 +167,22 @@ class _Job:
         started = now_iso()
         self.emit(CellStarted(job_id=job.job_id, cell_id=cell.cell_id, prompts=len(req.prompts)))
         received = 0
+        replayed = {p.prompt_id: p.turn for p in req.prompts if p.turn is not None}  # replay: recorded
 
         def on_record(rec: RequestRecord) -> None:
             nonlocal received
             received += 1
+            if rec.prompt_id in replayed:
+                rec = rec.model_copy(update={"turn": replayed[rec.prompt_id]})
             self.emit(RequestDone(job_id=job.job_id, record=rec))
 
         stopper = None
         try:
-            if cell.stop is None:
+            if is_conversations(req):
+                if cell.stop is not None:
+                    raise CellFailed("stop rules do not apply to conversations run turn by turn")
+                outcome = run_conversations(engine, req, on_record)
+            elif cell.stop is None:
                 outcome = engine.run_cell(req, on_record)
             else:
                 stopper, outcome = self.run_stopping(engine, work, on_record)

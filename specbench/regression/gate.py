@@ -70,7 +70,7 @@ from specbench.results import metric_catalog as catalog
 from specbench.results.fmt import fmt_est
 from specbench.results.migrations import SchemaError
 from specbench.results.parts import HeadlineRow
-from specbench.results.slices import group_matches
+from specbench.results.slices import group_matches, parse_selector
 from specbench.results.summary import GroupSummary, RunSummary
 from specbench.stats import Estimate
 
@@ -253,6 +253,25 @@ def load_rules(path: Path | None) -> GateRules:
         return GateRules.model_validate(data)
     except ValidationError as err:
         raise GateConfigError(_errors(str(path), err)) from None
+
+
+def check_rule_categories(rules: GateRules, path: Path | None, new: RunSummary) -> None:
+    """A rule's category selector without wildcards must name a category of the new run's slices
+    (a misspelt one would gate nothing, silently); :class:`GateConfigError` with ``file:line``."""
+    if path is None:
+        return
+    known = sorted({g.slice.category for g in new.groups if g.slice is not None and g.slice.category is not None})
+    lines = Path(path).read_text().splitlines()
+    for pattern in [*rules.groups, *(p for o in rules.overrides for p in o.groups)]:
+        head, _, last = pattern.rpartition("/")
+        if not (head and "=" in last):
+            continue
+        glob = parse_selector(last).get("category")
+        if glob is None or any(ch in glob for ch in "*?[") or glob in known:
+            continue
+        line = next((i for i, text in enumerate(lines, 1) if pattern in text), 1)
+        raise GateConfigError(f"{path}:{line}: unknown category {glob!r} in {pattern!r}; the run's categories: "
+                              f"{', '.join(known) or 'none (no dataset of two or more categories)'}")
 
 
 def load_baseline(path: Path) -> RunSummary | ExpectedValues:

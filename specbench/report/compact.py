@@ -66,7 +66,7 @@ def _headline(summary: RunSummary) -> Section:
 def _lossless(summary: RunSummary) -> Section | None:
     counts: dict[tuple[str, str], Counter[str]] = {}
     flagged: list[list[str]] = []
-    for g in summary.groups:
+    for g in summary.whole_groups:
         for test, eq in equivalence_entries(g):
             v = str(eq.get("verdict", "unknown"))
             counts.setdefault((g.target, g.method), Counter())[v] += 1
@@ -88,7 +88,7 @@ def _lossless(summary: RunSummary) -> Section | None:
 
 def _alarms(summary: RunSummary) -> Section:
     failed = [c for c in summary.checks if not c.ok]
-    not_run = [(g.group_id, g.status, (g.reasons or ["–"])[0]) for g in summary.groups if g.status != "ok"]
+    not_run = [(g.group_id, g.status, (g.reasons or ["–"])[0]) for g in summary.whole_groups if g.status != "ok"]
     blocks: list[Block] = [Para(
         f"Checks: {len(summary.checks) - len(failed)} of {len(summary.checks)} passed"
         + (f"; {len(failed)} FAILED:" if failed else ".")
@@ -115,10 +115,10 @@ def _gate(gate: GateResult) -> Section:
 def build_compact(summary: RunSummary, manifest: dict[str, Any], *, full_report: str | None = None,
                   gate: GateResult | None = None) -> list[Block]:
     """The compact summary's blocks, every table whole (:func:`render_compact` cuts them to the budget)."""
-    ok = sum(1 for g in summary.groups if g.status == "ok")
+    ok = sum(1 for g in summary.whole_groups if g.status == "ok")
     where = f"the full report: `{full_report}`" if full_report else "the full report: `specbench report RUN_DIR`"
     blocks: list[Block] = [Para(f"Run `{summary.run_id}` ({manifest.get('created_at') or 'date unknown'}): "
-                                f"{ok} of {len(summary.groups)} groups ran. Every table and figure is in {where} "
+                                f"{ok} of {len(summary.whole_groups)} groups ran. Every table and figure is in {where} "
                                 "(Markdown and HTML).")]
     if gate is not None:
         blocks.append(_gate(gate))

@@ -23,7 +23,7 @@ def _num(x: float | None, digits: int = 3) -> str:
 def stopping_section(summary: RunSummary) -> Section | None:
     rows = []
     used = available = 0
-    for g in summary.groups:
+    for g in summary.whole_groups:
         for line in g.cells:
             s = line.stop
             if s is None:

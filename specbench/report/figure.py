@@ -47,6 +47,7 @@ TITLES = {
     "accuracy_speedup": "Task accuracy beside speedup",
     "headline": "Speedup over the reference method, paired by prompt",
     "step_time_vs_k": "Time per decoding step against K",
+    "category_heatmap": "τ by prompt category (values in brackets: too few prompts for an interval)",
 }
 
 

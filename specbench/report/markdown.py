@@ -39,6 +39,7 @@ from specbench.report.method_comparison import (
     serving_table,
     verification_section,
 )
+from specbench.report.workloads import category_section, turn_section
 from specbench.results import metric_catalog
 from specbench.results.fmt import (
     as_estimate,
@@ -52,6 +53,7 @@ from specbench.results.fmt import (
     fmt_tps,
     n_note,
 )
+from specbench.results.slices import split_group_id
 from specbench.results.summary import GroupSummary, RunSummary
 from specbench.stats import Estimate
 
@@ -139,7 +141,7 @@ def _header(summary: RunSummary, manifest: dict[str, Any]) -> list[Block]:
         ["Engine", f"vLLM {vllm}" if vllm else "–"],
         ["Hardware", _hardware(hw)],
         ["Seed", str(manifest.get("seed", "–"))],
-        ["Groups", _status_counts(summary.groups) or "none"],
+        ["Groups", _status_counts(summary.whole_groups) or "none"],
     ]
     blocks: list[Block] = [Table(["Field", "Value"], rows)]
     for target, patches in (manifest.get("engine_patches") or {}).items():
@@ -172,12 +174,12 @@ def _header(summary: RunSummary, manifest: dict[str, Any]) -> list[Block]:
 
 
 def _overview(summary: RunSummary) -> Para:
-    parts = [f"{len(summary.groups)} groups ({_status_counts(summary.groups) or 'none'})"]
+    parts = [f"{len(summary.whole_groups)} groups ({_status_counts(summary.whole_groups) or 'none'})"]
     if summary.checks:
         ok = sum(1 for c in summary.checks if c.ok)
         parts.append(f"checks: {ok} of {len(summary.checks)} passed")
     verdicts: dict[str, int] = {}
-    for g in summary.groups:
+    for g in summary.whole_groups:
         for _, eq in equivalence_entries(g):
             v = str(eq.get("verdict", "unknown"))
             verdicts[v] = verdicts.get(v, 0) + 1
@@ -187,8 +189,8 @@ def _overview(summary: RunSummary) -> Para:
 
 
 def _varying(summary: RunSummary) -> tuple[bool, bool]:
-    temps = {g.temperature for g in summary.groups}
-    loads = {_load_key(g) for g in summary.groups}
+    temps = {g.temperature for g in summary.whole_groups}
+    loads = {_load_key(g) for g in summary.whole_groups}
     return len(temps) > 1, len(loads) > 1
 
 
@@ -199,7 +201,7 @@ def _load_key(g: GroupSummary) -> tuple[int, float, int]:
 
 def _by_target_dataset(summary: RunSummary) -> dict[tuple[str, str], list[GroupSummary]]:
     out: dict[tuple[str, str], list[GroupSummary]] = {}
-    for g in summary.groups:
+    for g in summary.whole_groups:
         out.setdefault((g.target, dataset_label(g.dataset, g.group_id)), []).append(g)
     return out
 
@@ -311,7 +313,7 @@ def _results(summary: RunSummary, refs: Refs) -> Section:
 def _accuracy(summary: RunSummary) -> Section | None:
     show_t, _ = _varying(summary)
     rows, notes = [], []
-    for g in summary.groups:
+    for g in summary.whole_groups:
         for k in sorted({*g.accuracy, *g.accuracy_delta}):
             rows.append([g.target, dataset_label(g.dataset, g.group_id), g.method] + ([f"{g.temperature:g}"] if show_t else []) + [
                          fmt_load(g), k,
@@ -348,7 +350,7 @@ def equivalence_entries(g: GroupSummary) -> list[tuple[str, dict[str, Any]]]:
 
 def _equivalence(summary: RunSummary) -> Section | None:
     rows = []
-    for g in summary.groups:
+    for g in summary.whole_groups:
         for test, eq in equivalence_entries(g):
             nums = [f"{k}={fmt_generic(k, eq[k])}" for k in _EQ_NUMBERS if eq.get(k) is not None]
             ci = eq.get("match_ci")
@@ -387,7 +389,7 @@ def _gap_list(gaps: Any, largest: bool) -> str:
 def _greedy_identity(summary: RunSummary) -> Table | None:
     """Identical / near-tie / divergent counts per method, with the tolerance and the flips' gaps."""
     rows = []
-    for g in summary.groups:
+    for g in summary.whole_groups:
         eq = dict(equivalence_entries(g)).get("greedy")
         if not eq or eq.get("tie_tolerance") is None:
             continue
@@ -517,7 +519,9 @@ def _cross_check(summary: RunSummary) -> Section | None:
     for r in (dict(row) for row in data):  # its fields, and any an older summary kept
         ref = as_estimate(r.get("reference_tau", r.get("reference")))
         vll = as_estimate(r.get("vllm_tau", r.get("vllm")))
-        rows.append([str(r.get("target", "–")), str(r.get("dataset", "–")), str(r.get("method", "–")),
+        part = split_group_id(str(r.get("vllm_group", "")))[1].id  # a slice (turn=2) of the group
+        rows.append([str(r.get("target", "–")), str(r.get("dataset", "–")) + (f" · {part}" if part else ""),
+                     str(r.get("method", "–")),
                      fmt_est(ref, 2), fmt_est(vll, 2), _agreement(r, ref, vll), _one_line(r.get("note"), 200)])
     return Section("Reference cross-check", [
         Para("τ from specbench's reference decoder versus τ measured in vLLM, same prompts and drafter. "
@@ -566,7 +570,7 @@ def _not_run(summary: RunSummary) -> Section:
     """Cells that did not run, one row per (target, method, status, reason); identical log tails once."""
     rows: dict[tuple[str, str, str, str], list[str]] = {}
     logs: dict[str, list[str]] = {}
-    for g in summary.groups:
+    for g in summary.whole_groups:
         prefix = f"{g.target}/{g.method}/"
         for c in g.cells:
             if c.status == "ok":
@@ -643,7 +647,7 @@ def build_report(summary: RunSummary, manifest: dict[str, Any], *, markdown: boo
     headline = headline_section(summary, refs)
     blocks += [headline] if headline is not None else []
     blocks.append(_results(summary, refs))
-    for section in (input_length_section(summary), k_sweep_section(summary), verification_section(summary), stopping_section(summary), _accuracy(summary),
+    for section in (input_length_section(summary), category_section(summary), turn_section(summary), k_sweep_section(summary), verification_section(summary), stopping_section(summary), _accuracy(summary),
                     _equivalence(summary), _serving(summary, markdown), _cross_check(summary)):
         if section is not None:
             blocks.append(section)

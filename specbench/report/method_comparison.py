@@ -129,7 +129,7 @@ def k_sweep_section(summary: RunSummary) -> Section | None:
 
 
 def verification_section(summary: RunSummary) -> Section | None:
-    groups = [g for g in summary.groups if g.verification is not None]
+    groups = [g for g in summary.whole_groups if g.verification is not None]
     if not groups:
         return None
     parts = ("drafted_per_step", "accepted_per_verified", "wasted_per_emitted")
@@ -178,8 +178,8 @@ def serving_table(summary: RunSummary) -> Table | None:
     if not cells:
         return None
     reference_of = {r.target: r.reference for r in summary.headline}
-    kinds = {(g.target, g.method): g.method_kind for g in summary.groups}
-    fams = {(g.target, g.method): g.family or g.method for g in summary.groups}
+    kinds = {(g.target, g.method): g.method_kind for g in summary.whole_groups}
+    fams = {(g.target, g.method): g.family or g.method for g in summary.whole_groups}
 
     def load(r: dict[str, Any]) -> str:
         return f"{r['request_rate']:g} req/s" if r.get("request_rate") is not None else f"c={r.get('concurrency')}"

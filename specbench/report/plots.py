@@ -53,7 +53,7 @@ def _ok(g: GroupSummary) -> bool:
 
 def _panels(summary: RunSummary, pred) -> dict[tuple[str, str], list[GroupSummary]]:
     out: dict[tuple[str, str], list[GroupSummary]] = {}
-    for g in summary.groups:
+    for g in summary.whole_groups:
         if _ok(g) and pred(g):
             out.setdefault((g.target, g.dataset), []).append(g)
     return out
@@ -81,12 +81,12 @@ def _legend(ax: Axes) -> None:
 
 def _tau(summary: RunSummary, colors: dict[str, str]) -> bytes | None:
     targets: dict[str, list[GroupSummary]] = {}
-    for g in summary.groups:
+    for g in summary.whole_groups:
         if _ok(g) and g.tau is not None and g.tau.value is not None:
             targets.setdefault(g.target, []).append(g)
     if not targets:
         return None
-    multi_t = len({g.temperature for g in summary.groups}) > 1
+    multi_t = len({g.temperature for g in summary.whole_groups}) > 1
     fig, axes = new_figure(len(targets), cols=1, panel=(9.0, 3.6))
     for ax, (target, groups) in zip(axes, targets.items(), strict=True):
         groups = _lowest_load(groups)
@@ -314,10 +314,11 @@ def _accuracy_speedup(summary: RunSummary, colors: dict[str, str]) -> bytes | No
 def make_figures(summary: RunSummary) -> dict[str, bytes]:
     """Every figure the summary has data for, as ``{name: PNG bytes}`` in a fixed order."""
     extra = {(str(r["method"]), str(r["method"])) for r in serving_rows(summary.extra.serving) if r.get("method")}
-    families = {(g.family, g.method_kind) for g in summary.groups if g.family}
-    colors = method_colors({*((g.method, g.method_kind) for g in summary.groups), *extra, *families})
+    families = {(g.family, g.method_kind) for g in summary.whole_groups if g.family}
+    colors = method_colors({*((g.method, g.method_kind) for g in summary.whole_groups), *extra, *families})
     out: dict[str, bytes] = {}
     for name, fn in [("headline", plots_methods.headline), ("step_time_vs_k", plots_methods.step_time_vs_k),
+                     ("category_heatmap", plots_methods.category_heatmap),
                      ("tau", _tau), ("per_position", _per_position), ("speedup_vs_load", _speedup_vs_load),
                      ("latency_vs_throughput", _latency_vs_throughput), ("serving_speedup", _serving_speedup),
                      ("accuracy_speedup", _accuracy_speedup)]:

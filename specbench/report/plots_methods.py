@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 from specbench.report.figure import BORDER, INK, TITLES, est_values, est_yerr, new_figure, to_png
@@ -62,3 +63,36 @@ def step_time_vs_k(summary: RunSummary, colors: dict[str, str]) -> bytes | None:
         ax.set_title(f"{target} · {dataset} · T={temp:g} · {load}", fontsize=10, color=INK)
         ax.legend(fontsize=8, frameon=False)
     return to_png(fig, TITLES["step_time_vs_k"] + " (95% intervals over requests)")
+
+
+def category_heatmap(summary: RunSummary, colors: dict[str, str]) -> bytes | None:
+    """One panel per (target, dataset, T, load) of the category matrix: τ of each method·K (rows) on
+    each category (columns) as colour, the value written in the cell; too few prompts: the value in
+    brackets."""
+    from specbench.report.workloads import matrix_tables, row_label
+
+    tables = matrix_tables(summary)
+    if not tables:
+        return None
+    fig, axes = new_figure(len(tables), cols=1, panel=(8.0, 3.6))
+    for ax, cells in zip(axes, tables.values(), strict=True):
+        c0 = cells[0]
+        cats = sorted({c.category for c in cells})
+        labels = sorted({row_label(c) for c in cells})
+        grid = [[math.nan] * len(cats) for _ in labels]
+        for c in cells:
+            if c.tau is not None and c.tau.value is not None:
+                grid[labels.index(row_label(c))][cats.index(c.category)] = c.tau.value
+        im = ax.imshow(grid, aspect="auto", cmap="viridis")
+        ax.grid(False)
+        ax.set_xticks(range(len(cats)), cats, rotation=35, ha="right", fontsize=8)
+        ax.set_yticks(range(len(labels)), labels, fontsize=8)
+        for c in cells:
+            if c.tau is not None and c.tau.value is not None:
+                text = f"{c.tau.value:.2f}"
+                ax.text(cats.index(c.category), labels.index(row_label(c)), f"({text})" if c.too_few else text,
+                        ha="center", va="center", fontsize=7, color="white")
+        fig.colorbar(im, ax=ax, label="τ")
+        ax.set_title(f"{c0.target} · {c0.dataset} · T={c0.temperature:g} · load {c0.request_rate or c0.batch_size}",
+                     color=INK, fontsize=10)
+    return to_png(fig, TITLES["category_heatmap"])

@@ -46,7 +46,7 @@ def verdict(g: GroupSummary) -> str:
 def closing_rows(summary: RunSummary) -> dict[str, list[tuple[str, ...]]]:
     """Target name → its rows, in the summary's order."""
     rows: dict[str, list[tuple[str, ...]]] = {}
-    for g in summary.groups:
+    for g in summary.whole_groups:
         load = load_tag(g.batch_size, g.request_rate)
         method = g.method + (f" K{g.k}" if g.k and f"k{g.k}" not in g.method.lower() else "")
         cells = (

@@ -241,8 +241,36 @@ class ServingCellRow(ServingSummary):
 ServingRow = ServingCellRow | ServingSpeedupRow
 
 
+class CategoryCell(_Model):
+    """One cell of the category matrix: a method·K on one category of a (target, dataset, T, load).
+
+    ``tau`` is the group's category slice's pooled τ; ``tau_ratio`` its τ over the reference
+    method's (at the reference's best K there) on the same prompts, from the per-request
+    counters, bootstrapped over prompts. ``too_few``: fewer prompts than an interval needs
+    (:data:`specbench.analysis.categories.MIN_PROMPTS_FOR_INTERVAL`); the report says so.
+    """
+
+    target: str
+    dataset: str
+    temperature: float
+    batch_size: int
+    request_rate: float | None = None
+    method: str  # the group's method label (method·K)
+    method_kind: str
+    k: int | None = None
+    group_id: str  # the category slice's id
+    category: str
+    n_prompts: int
+    tau: Estimate | None = None
+    speedup: Estimate | None = None
+    reference: str | None = None
+    tau_ratio: Estimate | None = None
+    too_few: bool = False
+
+
 class SummaryExtra(Part):
     serving: list[ServingCellRow | ServingSpeedupRow] = Field(default_factory=list)
+    category_matrix: list[CategoryCell] = Field(default_factory=list)
     cross_check: list[CrossCheckRow] = Field(default_factory=list)
     scoring_notes: list[str] = Field(default_factory=list)
     torn_lines: list[str] = Field(default_factory=list)  # "file:line" of torn last lines analyze dropped

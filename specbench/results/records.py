@@ -14,9 +14,9 @@ files by pure functions (``metrics``, ``equivalence``, ``scoring``).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from specbench.config.stop_rule import StopRecord
 
@@ -104,10 +104,30 @@ class RequestRecord(BaseModel):
     error: str | None = None
     # Task score (filled when the run scores; see ``scoring``).
     score: dict[str, float | bool | str | None] | None = None
+    # Conversations run turn by turn (``turns: all``): the conversation's prompt id, this
+    # record's turn (1-based) and how many turns the conversation has (a replayed recorded
+    # turn, ``replay: recorded``, carries its turn only). A conversation's
+    # records are written together once its last turn finished (the write unit), so a
+    # stopped run never leaves a partial one that counts (see analysis.metrics.unique_requests).
+    conversation_id: str | None = None
+    turn: int | None = None
+    conversation_turns: int | None = None
+
+    @model_serializer(mode="wrap")
+    def _single_turn_as_before(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A record outside a conversation is written as before conversations existed."""
+        data = handler(self)
+        for key in _CONVERSATION_KEYS:
+            if data.get(key, 0) is None:
+                del data[key]
+        return data
 
     @property
     def num_output_tokens(self) -> int:
         return len(self.output_token_ids)
+
+
+_CONVERSATION_KEYS = ("conversation_id", "turn", "conversation_turns")
 
 
 class CellRecord(BaseModel):

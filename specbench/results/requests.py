@@ -24,6 +24,13 @@ class PreparedPrompt(BaseModel):
     text: str | None = None
     reference: str | None = None
     meta: dict[str, Any] = Field(default_factory=dict)
+    # A conversation run turn by turn (``turns: all``): the user messages of its turns after
+    # the first (``[]``: a one-turn conversation); None: a single request.
+    later_turns: list[str] | None = None
+    # A request that replays one turn of a recorded conversation (``replay: recorded``): its
+    # 1-based turn and the recorded reply's length in target tokens (its max_tokens).
+    turn: int | None = None
+    max_tokens: int | None = None
 
 
 class SamplingRequest(BaseModel):

@@ -136,6 +136,14 @@ def read_requests(run_dir: Path, torn: list[str] | None = None) -> list[RequestR
     return [RequestRecord.model_validate(migrate(o)) for o in iter_jsonl(run_dir / RECORDS, torn)]
 
 
+def prompt_categories(run_dir: Path) -> dict[tuple[str, str], str]:
+    """(dataset, prompt id) → the prompt's category, from ``prompts.jsonl`` ({} without one)."""
+    if not (run_dir / PROMPTS).exists():
+        return {}
+    return {(str(o.get("dataset")), str(o.get("prompt_id"))): str(c) for o in iter_jsonl(run_dir / PROMPTS)
+            if (c := (o.get("meta") or {}).get("category")) is not None}
+
+
 def read_cells(run_dir: Path, torn: list[str] | None = None) -> list[CellRecord]:
     return [CellRecord.model_validate(migrate(o)) for o in iter_jsonl(run_dir / CELLS, torn)]
 

@@ -102,6 +102,11 @@ class GroupSummary(BaseModel):
                             self.slice.id if self.slice else "")
 
 
+def is_workload_slice(g: GroupSummary) -> bool:
+    """A category or turn slice of a group (derived from its records; the group itself is listed too)."""
+    return g.slice is not None and (g.slice.category is not None or g.slice.turn is not None)
+
+
 def reference_applies(ref: Mapping[str, Any], *, target: str, methods: Iterable[str | None], dataset: str,
                       temperature: float, k: int | None) -> bool:
     """Whether a published value (a suite's ``references:`` entry) belongs to a group or headline row: same
@@ -136,6 +141,11 @@ class RunSummary(BaseModel):
     def load(cls, data: dict[str, Any]) -> RunSummary:
         """A stored summary of any schema version."""
         return cls.model_validate(upgrade_summary(data))
+
+    @property
+    def whole_groups(self) -> list[GroupSummary]:
+        """The groups without their category and turn slices (what the report's group tables list)."""
+        return [g for g in self.groups if not is_workload_slice(g)]
 
     def group(self, group_id: str) -> GroupSummary | None:
         return next((g for g in self.groups if g.group_id == group_id), None)
