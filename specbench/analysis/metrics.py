@@ -24,7 +24,7 @@ from typing import Any, NamedTuple, TypeVar
 import numpy as np
 
 from specbench import stats
-from specbench.analysis import step_time
+from specbench.analysis import step_time, steps
 from specbench.config.plan import Cell
 from specbench.config.stop_rule import StopRecord
 from specbench.config.suite import TargetSpec
@@ -385,6 +385,9 @@ def summarize_groups(
             g.per_position = acc["per_position"]
             g.draft_acceptance_rate = acc["draft_acceptance_rate"]
             g.verification = step_time.verification_spent(counters, greqs)
+            for name, est in (steps.step_metrics(greqs) or {}).items():
+                setattr(g, name, est)
+            g.steps_note = steps.trace_note(greqs)
         if greqs:
             sp = speed(greqs)
             for key, val in sp.items():

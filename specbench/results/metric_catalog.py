@@ -65,10 +65,22 @@ _M = MetricSpec
 
 CATALOG: tuple[MetricSpec, ...] = (
     _M("tau", "τ", "tokens/step", "higher", 2,
-       "1 + accepted draft tokens / drafts, pooled over the group's requests (bonus token counted); n: requests",
+       "vLLM's mean acceptance length: 1 + accepted draft tokens / drafts, pooled over the group's requests "
+       "(per drafting step, bonus token counted, drafts accepted past EOS or max_tokens included); n: requests",
        gate=True, history=True, stop="tau"),
     _M("tau_per_request", "τ (request mean)", "tokens/step", "higher", 2,
        "mean over requests of each request's 1 + accepted / drafts; n: requests", gate=True, history=True),
+    _M("tokens_per_step", "tokens per step", "tokens/step", "higher", 2,
+       "Σ committed tokens / Σ target forward passes: (output tokens − 1) over verification steps with or "
+       "without a draft (the prefill pass and its token not counted), pooled; n: requests"),
+    _M("tokens_per_step_per_request", "tokens per step (request mean)", "tokens/step", "higher", 2,
+       "mean over requests of (output tokens − 1) / verification steps; n: requests"),
+    _M("terminal_overcount", "terminal overcount", "", "lower", 3,
+       "share of the tokens τ counts (accepted + 1 per drafting step) that lie past EOS or max_tokens and are "
+       "never emitted, pooled; n: requests (Wilson over those tokens when every request has none)"),
+    _M("draft_rate", "draft rate", "", "none", 3,
+       "drafting steps / verification steps, pooled; exact (1) for a method that always drafts; n: requests "
+       "(Wilson over steps when every request's share is 0 or 1)"),
     _M("per_position", "acceptance at position i", "", "higher", 2,
        "accepted tokens at draft position i / drafts (pooled); n: requests", indexed="position", gate=True,
        history=True),
@@ -97,7 +109,8 @@ CATALOG: tuple[MetricSpec, ...] = (
     _M("tpot_s", "TPOT", "s", "lower", None,
        "Σ (latency − TTFT) / Σ (output tokens − 1); n: requests", stop="tpot"),
     _M("step_time_s", "time per decoding step", "s", "lower", None,
-       "Σ (latency − TTFT) / Σ verification steps; n: requests"),
+       "Σ (latency − TTFT) / Σ target forward passes after the prefill (verification steps with or without a "
+       "draft); n: requests"),
     _M("n_requests", "requests", "", "none", 0, "requests measured (latest record per prompt, sample, repeat)"),
     _M("n_errors", "errors", "", "lower", 0, "requests that returned an error"),
     _M("output_tokens", "output tokens", "tokens", "none", 0, "Σ output tokens of the group's requests"),
