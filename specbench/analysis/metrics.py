@@ -28,6 +28,7 @@ from specbench.analysis import step_time, steps
 from specbench.config.plan import Cell
 from specbench.config.stop_rule import StopRecord
 from specbench.config.suite import TargetSpec
+from specbench.results import metric_catalog
 from specbench.results.parts import CounterCheck, CrossCheckRow, Equivalence
 from specbench.results.records import CellRecord, RequestRecord, SpecCounters
 from specbench.results.slices import Slice
@@ -412,7 +413,8 @@ def summarize_groups(
                 ref, target=g.target, methods=(g.method, g.family), dataset=g.dataset, temperature=g.temperature,
                 k=g.k,
             ):
-                g.reference = {**(g.reference or {}), ref.get("metric", "tau"): ref}
+                compared_with = metric_catalog.reference_metric(ref.get("metric", "tau"), ref.get("definition"))
+                g.reference = {**(g.reference or {}), compared_with: ref}
         summaries[gid] = g
 
     # Comparisons against the baseline group of the same target/dataset/T/load.
@@ -508,6 +510,8 @@ def cross_check(
                     reference_group=r.group_id,
                     vllm_tau=g.tau,
                     reference_tau=r.tau,
+                    vllm_tokens_per_step=g.tokens_per_step,
+                    reference_tokens_per_step=r.tokens_per_step,
                     target=f"{g.target} vs {r.target}",
                     flag=gap,
                     config_mismatch=mismatch,

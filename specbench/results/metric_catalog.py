@@ -142,6 +142,44 @@ CATALOG: tuple[MetricSpec, ...] = (
 
 BY_NAME: dict[str, MetricSpec] = {m.name: m for m in CATALOG}
 
+
+@dataclass(frozen=True)
+class TauDefinition:
+    """One way of counting tokens per step, as published numbers use it (a reference's ``definition``)."""
+
+    name: str
+    metric: str  # the measured metric a published value of this definition is compared with
+    formula: str
+    used_by: str
+
+
+#: The report's glossary, and what a suite's ``references: definition:`` may name.
+TAU_DEFINITIONS: tuple[TauDefinition, ...] = (
+    TauDefinition("vllm_tau", "tau", "1 + accepted draft tokens / drafts, pooled over every drafting step; "
+                  "drafts accepted past EOS or max_tokens count, steps without a draft do not",
+                  "vLLM (/metrics, per-request mean_acceptance_length), vllm bench serve (acceptance length), "
+                  "speculators' evaluations (vLLM's number); AIPerf's token-weighted mean of vLLM's per-request τ"),
+    TauDefinition("vllm_tau_per_request", "tau_per_request", "mean over requests of each request's vllm_tau",
+                  "AIPerf (request mean of vLLM's per-request τ; vLLM issue 42508 shows how far it is from pooled)"),
+    TauDefinition("tokens_per_step", "tokens_per_step", "committed output tokens / target verification steps "
+                  "(with or without a draft; the prefill and its token not counted), pooled",
+                  "DeepSpec's eval (the DSpark paper's Table 1: Σ accepted+1 per verification step, cut at EOS, "
+                  "over all steps); what a speedup follows"),
+    TauDefinition("tokens_per_step_per_request", "tokens_per_step_per_request",
+                  "mean over requests of each request's tokens_per_step", "—"),
+    TauDefinition("unknown", "tau", "the source states no formula and has no code to read it from: shown beside "
+                  "vllm_tau, not compared as equal", "—"),
+)
+TAU_DEFINITION_BY_NAME: dict[str, TauDefinition] = {d.name: d for d in TAU_DEFINITIONS}
+DEFAULT_TAU_DEFINITION = "vllm_tau"  # a suite's τ reference without a definition (with a warning)
+
+
+def reference_metric(metric: str, definition: str | None) -> str:
+    """The measured metric a published value is compared with: a τ reference's by its definition."""
+    if metric != "tau":
+        return metric
+    return TAU_DEFINITION_BY_NAME[definition or DEFAULT_TAU_DEFINITION].metric
+
 #: Dimensions of a group (not metrics): its key, and the optional slice keys (:mod:`specbench.results.slices`).
 GROUP_KEYS: tuple[str, ...] = ("k", "temperature", "batch_size", "request_rate")
 DIMENSIONS: tuple[str, ...] = GROUP_KEYS + SLICE_KEYS
