@@ -97,7 +97,10 @@ CATALOG: tuple[MetricSpec, ...] = (
        gate=True, history=True, speed=True, stop="speedup"),
     _M("greedy_match", "greedy identity", "", "higher", 3,
        "share of prompts whose output equals the baseline's (T=0); n: prompts", gate=True, history=True),
-    _M("accuracy", "accuracy", "", "higher", 3, "share of prompts scored correct by <key>'s scorer; n: prompts",
+    _M("accuracy", "accuracy", "", "higher", 3,
+       "mean over prompts of each prompt's share of samples scored correct by <key>'s scorer (pass@1 with several "
+       "samples); n: prompts, not samples (a prompt's samples are resampled together; Wilson over prompts when "
+       "every prompt scored 0, or every one 1)",
        indexed="key", gate=True, history=True, stop="accuracy"),
     _M("accuracy_delta", "accuracy change", "", "higher", 3,
        "accuracy minus the baseline group's, paired by prompt; n: prompts", indexed="key", history=True),
