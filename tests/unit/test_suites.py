@@ -533,7 +533,8 @@ def test_sampled_cells_at_one_load_with_a_prompt_subset(tmp_path: Path):
 def test_reference_temperature_is_validated_and_matched(tmp_path: Path):
     text = GOOD + """\
 references:
-  - {target: tiny, method: dflash, dataset: humaneval, temperature: 1.0, value: 2.5, source: https://x}
+  - {target: tiny, method: dflash, dataset: humaneval, temperature: 1.0, value: 2.5, source: https://x,
+     definition: vllm_tau}
 """
     suite = load_suite(_write(tmp_path, text))
     assert suite.references[0].temperature == 1.0
