@@ -87,15 +87,19 @@ FEW_UNITS = 10
 
 
 def zero_width_intervals(groups: Sequence[GroupSummary]) -> list[str]:
-    """``"group: metric (n=…)"`` for every interval of zero width resting on fewer than :data:`FEW_UNITS`
-    units whose method is not ``exact``: a bootstrap of equal values claims a certainty few units
-    cannot give (shares get Wilson intervals; what is left is flagged in the report)."""
+    """``"group (n=…): metric, metric, …"``: per group, every interval of zero width resting on fewer
+    than :data:`FEW_UNITS` units whose method is not ``exact``. A bootstrap of equal values claims a
+    certainty few units cannot give (shares get Wilson intervals; what is left is flagged in the report)."""
     out = []
     for g in groups:
+        by_n: dict[int, list[str]] = {}
         for name, est in _estimates(g):
             if (est.value is not None and est.ci_low is not None and est.ci_low == est.ci_high
                     and 0 < est.n < FEW_UNITS and est.method not in ("exact", "bounds")):
-                out.append(f"{g.group_id}: {metric_catalog.label(name)} (n={est.n})")
+                names = by_n.setdefault(est.n, [])
+                if name not in names:
+                    names.append(name)
+        out += [f"{g.group_id} (n={n}): {', '.join(names)}" for n, names in sorted(by_n.items())]
     return out
 
 
@@ -104,13 +108,14 @@ def _estimates(g: GroupSummary) -> list[tuple[str, Estimate]]:
     for name in GroupSummary.model_fields:
         v = getattr(g, name)
         if isinstance(v, Estimate):
-            out.append((name, v))
+            out.append((metric_catalog.label(name), v))
         elif isinstance(v, list):
-            out += [(f"{name}.{i + 1}", e) for i, e in enumerate(v) if isinstance(e, Estimate)]
+            out += [(f"{metric_catalog.label(name)} {i + 1}", e) for i, e in enumerate(v) if isinstance(e, Estimate)]
         elif isinstance(v, dict):
-            out += [(f"{name}.{k}", e) for k, e in v.items() if isinstance(e, Estimate)]
+            out += [(f"{metric_catalog.label(name)} {k}", e) for k, e in v.items() if isinstance(e, Estimate)]
         elif isinstance(v, BaseModel):
-            out += [(f"{name}.{k}", e) for k in type(v).model_fields if isinstance(e := getattr(v, k), Estimate)]
+            out += [(metric_catalog.label(f"{name}.{k}"), e) for k in type(v).model_fields
+                    if isinstance(e := getattr(v, k), Estimate)]
     return out
 
 

@@ -138,4 +138,4 @@ def test_zero_width_intervals_on_few_units_are_flagged_unless_exact() -> None:
                      draft_rate=Estimate(value=1.0, ci_low=1.0, ci_high=1.0, n=4, method="exact"),
                      tpot_s=Estimate(value=0.1, ci_low=0.1, ci_high=0.1, n=12, method="bootstrap"),
                      accuracy={"strict": Estimate(value=0.0, ci_low=0.0, ci_high=0.0, n=2, method="bootstrap")})
-    assert zero_width_intervals([g]) == ["g: τ (n=4)", "g: accuracy (n=2)"]
+    assert zero_width_intervals([g]) == ["g (n=2): accuracy strict", "g (n=4): τ"]
