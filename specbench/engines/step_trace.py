@@ -32,9 +32,12 @@ def trace_from_vllm(sd: Any, method: str | None) -> StepTrace | None:
         return None
     get = sd.get if isinstance(sd, dict) else (lambda key, default=None: getattr(sd, key, default))
     accepted, drafted = get("per_step_accepted"), get("per_step_drafted")
+    counted = sum(get("acceptance_histogram", None) or get("histogram", None) or [])
+    if accepted is None and drafted is None and counted == 0:
+        accepted, drafted = [], []  # a response leaves the arrays out when no step drafted
     if accepted is None or drafted is None or len(accepted) != len(drafted):
         return None
-    if not accepted and sum(get("acceptance_histogram", get("histogram", [])) or []):
+    if len(accepted) != counted:
         return None  # steps counted but not listed: not the detailed level
     return StepTrace(drafted=[int(d) for d in drafted], accepted=[int(a) for a in accepted],
                      complete=method not in MAY_SKIP_DRAFTING, source="vllm")

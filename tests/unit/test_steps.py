@@ -125,6 +125,8 @@ def test_trace_from_vllm_reads_the_detailed_arrays() -> None:
     t = trace_from_vllm(sd, "ngram")
     assert t is not None and not t.complete
     assert trace_from_vllm({"acceptance_histogram": [0, 1, 1]}, "eagle3") is None  # summary level: no arrays
+    empty = trace_from_vllm({"acceptance_histogram": [0, 0, 0]}, "ngram")  # no step drafted: no arrays sent
+    assert empty is not None and empty.drafted == [] and not empty.complete
 
 
 def test_zero_width_intervals_on_few_units_are_flagged_unless_exact() -> None:
