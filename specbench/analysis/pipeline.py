@@ -110,7 +110,8 @@ def _estimates(g: GroupSummary) -> list[tuple[str, Estimate]]:
         if isinstance(v, Estimate):
             out.append((metric_catalog.label(name), v))
         elif isinstance(v, list):
-            out += [(f"{metric_catalog.label(name)} {i + 1}", e) for i, e in enumerate(v) if isinstance(e, Estimate)]
+            out += [(f"{metric_catalog.label(name).removesuffix(' i')} {i + 1}", e)
+                    for i, e in enumerate(v) if isinstance(e, Estimate)]
         elif isinstance(v, dict):
             out += [(f"{metric_catalog.label(name)} {k}", e) for k, e in v.items() if isinstance(e, Estimate)]
         elif isinstance(v, BaseModel):
