@@ -68,7 +68,8 @@ def test_group_metrics_equal_hand_computation() -> None:
     assert m["tokens_per_step"].value == pytest.approx((5 + 4) / (2 + 2))
     assert m["tokens_per_step_per_request"].value == pytest.approx((5 / 2 + 4 / 2) / 2)
     assert m["terminal_overcount"].value == pytest.approx((2 + 2) / (7 + 6))
-    assert m["draft_rate"].model_dump() == {"value": 1.0, "ci_low": 1.0, "ci_high": 1.0, "n": 2, "method": "exact"}
+    rate = m["draft_rate"]
+    assert (rate.value, rate.ci_low, rate.ci_high, rate.n, rate.method) == (1.0, 1.0, 1.0, 2, "exact")
     assert all(e.n == 2 for e in m.values())
     # Time per step divides by forward passes: 2 for each.
     assert [decoding_steps(r, speculative=True) for r in recs] == [2, 2]
