@@ -204,6 +204,19 @@ def by_rounds(units: np.ndarray, statistic: Callable[[np.ndarray], float],
     return round_bootstrap([units[[i for i, r in enumerate(labels) if r == d]] for d in distinct], statistic)
 
 
+def proportion_ci(hits: Sequence[float] | np.ndarray, totals: Sequence[float] | np.ndarray) -> Estimate:
+    """A pooled proportion Σ hits / Σ totals over units (requests): :func:`ratio_ci`, except when every
+    unit's share is 0, or every one is 1. A bootstrap then has zero width, a certainty a few units
+    cannot give; the Wilson interval over the pooled totals takes its place (its ``n`` is then
+    ``Σ totals``: tokens or steps, not units)."""
+    h, t = np.asarray(hits, float), np.asarray(totals, float)
+    keep = t > 0
+    h, t = h[keep], t[keep]
+    if t.size and (not h.any() or bool(np.all(h == t))):
+        return wilson(int(h.sum()), int(t.sum()))
+    return ratio_ci(h, t)
+
+
 def _ratio(a: np.ndarray) -> float:
     d = a[:, 1].sum()
     return float(a[:, 0].sum() / d) if d > 0 else float("nan")

@@ -24,10 +24,11 @@ from typing import Any, NamedTuple, TypeVar
 import numpy as np
 
 from specbench import stats
-from specbench.analysis import step_time
+from specbench.analysis import step_time, steps
 from specbench.config.plan import Cell
 from specbench.config.stop_rule import StopRecord
 from specbench.config.suite import TargetSpec
+from specbench.results import metric_catalog
 from specbench.results.parts import CounterCheck, CrossCheckRow, Equivalence
 from specbench.results.records import CellRecord, RequestRecord, SpecCounters
 from specbench.results.slices import Slice
@@ -449,6 +450,9 @@ def summarize_groups(
             g.per_position = acc["per_position"]
             g.draft_acceptance_rate = acc["draft_acceptance_rate"]
             g.verification = step_time.verification_spent(counters, greqs)
+            for name, est in (steps.step_metrics(greqs) or {}).items():
+                setattr(g, name, est)
+            g.steps_note = steps.trace_note(greqs)
         if greqs:
             sp = speed(greqs)
             for key, val in sp.items():
@@ -473,7 +477,8 @@ def summarize_groups(
                 ref, target=g.target, methods=(g.method, g.family), dataset=g.dataset, temperature=g.temperature,
                 k=g.k,
             ):
-                g.reference = {**(g.reference or {}), ref.get("metric", "tau"): ref}
+                compared_with = metric_catalog.reference_metric(ref.get("metric", "tau"), ref.get("definition"))
+                g.reference = {**(g.reference or {}), compared_with: ref}
         summaries[gid] = g
 
     # Comparisons against the baseline group of the same target/dataset/T/load.
@@ -573,6 +578,8 @@ def cross_check(
                     reference_group=r.group_id,
                     vllm_tau=g.tau,
                     reference_tau=r.tau,
+                    vllm_tokens_per_step=g.tokens_per_step,
+                    reference_tokens_per_step=r.tokens_per_step,
                     target=f"{g.target} vs {r.target}",
                     flag=gap,
                     config_mismatch=mismatch,

@@ -16,15 +16,19 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+from pydantic import BaseModel
+
 from specbench.analysis import metrics
 from specbench.analysis.method_comparison import headline, k_sweeps
 from specbench.analysis.serving_metrics import group_records, speedups_vs_load, summarize_cell
 from specbench.analysis.workload_slices import Categories, category_matrix, workload_slices
 from specbench.config.plan import Cell
 from specbench.config.suite import Suite, reference_method
+from specbench.results import metric_catalog
 from specbench.results.parts import Equivalence, ServingCellRow, ServingSpeedupRow, SummaryExtra
 from specbench.results.records import CellRecord, RequestRecord
-from specbench.results.summary import RunSummary
+from specbench.results.summary import GroupSummary, RunSummary
+from specbench.stats import Estimate
 
 Scores = Mapping[tuple[str, str, int], dict]  # (cell id, prompt id, sample index) → metric → score
 
@@ -80,8 +84,47 @@ def summarize_run(
             category_matrix=category_matrix(groups, slices, greqs, cats, reference_of),
             scoring_notes=list(scoring_notes),
             torn_lines=list(torn_lines),
+            zero_width=zero_width_intervals(groups),
         ),
     )
+
+
+#: Below this many units an interval of zero width is flagged (unless exact by construction).
+FEW_UNITS = 10
+
+
+def zero_width_intervals(groups: Sequence[GroupSummary]) -> list[str]:
+    """``"group (n=…): metric, metric, …"``: per group, every interval of zero width resting on fewer
+    than :data:`FEW_UNITS` units whose method is not ``exact``. A bootstrap of equal values claims a
+    certainty few units cannot give (shares get Wilson intervals; what is left is flagged in the report)."""
+    out = []
+    for g in groups:
+        by_n: dict[int, list[str]] = {}
+        for name, est in _estimates(g):
+            if (est.value is not None and est.ci_low is not None and est.ci_low == est.ci_high
+                    and 0 < est.n < FEW_UNITS and est.method not in ("exact", "bounds")):
+                names = by_n.setdefault(est.n, [])
+                if name not in names:
+                    names.append(name)
+        out += [f"{g.group_id} (n={n}): {', '.join(names)}" for n, names in sorted(by_n.items())]
+    return out
+
+
+def _estimates(g: GroupSummary) -> list[tuple[str, Estimate]]:
+    out: list[tuple[str, Estimate]] = []
+    for name in GroupSummary.model_fields:
+        v = getattr(g, name)
+        if isinstance(v, Estimate):
+            out.append((metric_catalog.label(name), v))
+        elif isinstance(v, list):
+            out += [(f"{metric_catalog.label(name).removesuffix(' i')} {i + 1}", e)
+                    for i, e in enumerate(v) if isinstance(e, Estimate)]
+        elif isinstance(v, dict):
+            out += [(f"{metric_catalog.label(name)} {k}", e) for k, e in v.items() if isinstance(e, Estimate)]
+        elif isinstance(v, BaseModel):
+            out += [(metric_catalog.label(f"{name}.{k}"), e) for k in type(v).model_fields
+                    if isinstance(e := getattr(v, k), Estimate)]
+    return out
 
 
 def draft_attention(manifest: Mapping[str, Any], cells: Sequence[Cell]) -> dict[tuple[str, str], dict]:

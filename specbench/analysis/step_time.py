@@ -3,8 +3,10 @@
 For one request:
 
 * decode time = latency − TTFT (everything after the first token);
-* decoding steps = the request's verification steps (its spec-decode
-  ``num_drafts``) with speculation, or output tokens − 1 without;
+* decoding steps = the target's forward passes after the prefill: the
+  request's verification steps with or without a draft (its step trace,
+  :mod:`specbench.analysis.steps`) with speculation, or output tokens − 1
+  without;
 * time per step = decode time / steps — a parallel drafter's claim lives here:
   EAGLE-3 runs K drafter passes per step, P-EAGLE / DFlash / DSpark one;
 * TPOT = decode time / (output tokens − 1), as ``vllm bench serve`` defines it.
@@ -18,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from specbench import stats
+from specbench.analysis.steps import request_steps
 from specbench.results.parts import VerificationSpent
 from specbench.results.records import RequestRecord, SpecCounters
 from specbench.stats import Estimate
@@ -31,8 +34,17 @@ def decode_time(r: RequestRecord) -> float | None:
 
 
 def decoding_steps(r: RequestRecord, speculative: bool) -> int | None:
-    """Verification steps of a request (``None`` when its counters are missing)."""
+    """Target forward passes after the prefill (``None`` when unknown).
+
+    With speculation: the request's verification steps, with or without a draft, from its step
+    trace (:func:`specbench.analysis.steps.request_steps`; ``None`` when the trace only bounds
+    them); a record written before step traces existed falls back to its drafts (``num_drafts``),
+    which is every step only for a method that always drafts.
+    """
     if speculative:
+        if r.steps is not None:
+            s = request_steps(r.num_output_tokens, r.steps)
+            return s.steps[0] if s is not None and s.exact and s.steps[0] > 0 else None
         return r.spec.num_drafts if r.spec is not None and r.spec.num_drafts > 0 else None
     return r.num_output_tokens - 1 if r.num_output_tokens > 1 else None
 

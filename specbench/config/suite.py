@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import warnings
 from pathlib import Path
 from typing import Any, Literal
 
@@ -211,6 +212,14 @@ class ScoringSpec(Strict):
     timeout_s: float = Field(10.0, gt=0)
 
 
+TauDefinitionName = Literal["vllm_tau", "vllm_tau_per_request", "tokens_per_step", "tokens_per_step_per_request",
+                           "unknown"]
+
+
+class SuiteWarning(UserWarning):
+    """A suite that loads, with something its author should know (shown, never an error)."""
+
+
 class ReferenceValue(Strict):
     """A published number to show next to the measured one."""
 
@@ -222,6 +231,13 @@ class ReferenceValue(Strict):
         "tau",
         description="tau, or a ratio against the target's reference method (compare_to): "
         "'tau_ratio' or 'speedup_ratio'",
+    )
+    definition: TauDefinitionName | None = Field(
+        None,
+        description="how the source counts tokens per step (the report's glossary): vllm_tau (vLLM, `vllm bench "
+        "serve`), vllm_tau_per_request, tokens_per_step (committed tokens per target step, e.g. DeepSpec), "
+        "tokens_per_step_per_request, or unknown; compared with the matching measured metric. A τ reference "
+        "without one is read as vllm_tau, with a warning",
     )
     value: float
     high: float | None = Field(None, description="upper end when the source gives a range (value is the lower)")
@@ -427,6 +443,12 @@ def load_suite(path: str | Path) -> Suite:
     problems = check_semantics(suite, base_dir=p.resolve().parent)
     if problems:
         raise SuiteError([f"{shown}:{_line(root, loc)}: {_fmt_loc(loc)}: {msg}" for loc, msg in problems])
+    for ri, r in enumerate(suite.references):
+        if r.metric == "tau" and r.definition is None:
+            loc = ("references", ri)
+            warnings.warn(f"{shown}:{_line(root, loc)}: {_fmt_loc(loc)}: no definition: compared as vllm_tau "
+                          "(vLLM's τ); name how the source counts (definition: vllm_tau | vllm_tau_per_request | "
+                          "tokens_per_step | tokens_per_step_per_request | unknown)", SuiteWarning, stacklevel=2)
     return suite
 
 

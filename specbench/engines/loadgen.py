@@ -54,6 +54,7 @@ import aiohttp
 from pydantic import BaseModel, ConfigDict, Field
 
 from specbench.config.plan import Cell
+from specbench.engines.step_trace import trace_from_vllm
 from specbench.results.records import RequestRecord, SpecCounters
 from specbench.results.requests import PreparedPrompt, SamplingRequest, request_seed
 
@@ -609,7 +610,7 @@ async def run_warmup(
 
 
 def to_record(
-    res: RequestResult, *, run_id: str, cell: Cell, engine_key: str, k: int | None
+    res: RequestResult, *, run_id: str, cell: Cell, engine_key: str, k: int | None, method: str | None = None
 ) -> RequestRecord:
     """A :class:`RequestRecord` from a client-side result (partial output kept on error)."""
     ttft, itl, latency = res.timing()
@@ -629,6 +630,7 @@ def to_record(
         ttft_s=ttft,
         itl_s=itl,
         spec=spec_counters_from_response(res.spec_metrics, k),
+        steps=trace_from_vllm(res.spec_metrics, method),
         logprobs=res.logprobs,
         error=res.error,
         sent_offset_s=res.sent_offset_s,

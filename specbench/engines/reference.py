@@ -39,7 +39,7 @@ from specbench.engines.protocol import (
     EngineUnavailable,
     cannot_score,
 )
-from specbench.results.records import RequestRecord, SpecCounters
+from specbench.results.records import RequestRecord, SpecCounters, StepTrace
 from specbench.results.requests import CellOutcome, CellRequest, PreparedPrompt, ScoreItem, ScoreResult
 
 SIMULATED = ("baseline", "eagle3", "p-eagle", "dflash", "dspark", "draft_model")
@@ -293,6 +293,9 @@ class ReferenceEngine:
                             output_text=res["output_text"],
                             finish_reason=res["finish_reason"],
                             spec=res["spec"],
+                            steps=None if res["spec"] is None else StepTrace(
+                                drafted=[r["drafted"] for r in res["rounds"]],
+                                accepted=[r["accepted"] for r in res["rounds"]], complete=True, source="reference"),
                             logprobs=lps,
                         )
                     )

@@ -10,7 +10,9 @@ parent only, which decides what stops (:mod:`specbench.engines.procs`).
 
 Counters come from ``LLM.get_metrics()`` (cumulative over the engine's life,
 so each cell takes the delta around its own requests). Per-request counters
-come from vLLM's per-request spec-decode metrics (``detailed``).
+come from vLLM's per-request spec-decode metrics (``detailed``), and so do the
+request's verification steps (:mod:`specbench.engines.step_trace`; an ngram
+engine replays its proposer to put back the steps without a draft).
 """
 
 from __future__ import annotations
@@ -37,8 +39,9 @@ from specbench.engines.procs import (
     wait_gone,
 )
 from specbench.engines.protocol import CellFailed, EmitRecord, EngineCapabilities, EngineUnavailable
+from specbench.engines.step_trace import Propose, replay_ngram, trace_from_vllm, vllm_ngram_proposer
 from specbench.engines.vllm_args import num_speculative_tokens
-from specbench.results.records import RequestRecord, SpecCounters
+from specbench.results.records import RequestRecord, SpecCounters, StepTrace
 from specbench.results.requests import CellOutcome, CellRequest, ScoreItem, ScoreResult, request_seed
 from specbench.settings import settings
 
@@ -94,7 +97,26 @@ def counters_from_request_metrics(sd: Any, k: int | None) -> SpecCounters | None
     )
 
 
-def _request_record(req: CellRequest, engine_key: str, prompt_id: str, sample: int, out: Any, k: int | None) -> dict:
+def _ngram_propose(llm: Any) -> Propose | None:
+    """vLLM's ngram proposal function with this engine's settings (None: the engine is not ngram)."""
+    sc = llm.llm_engine.vllm_config.speculative_config
+    if sc is None or sc.method != "ngram":
+        return None
+    return vllm_ngram_proposer(int(sc.prompt_lookup_min), int(sc.prompt_lookup_max), int(sc.num_speculative_tokens),
+                               int(llm.llm_engine.model_config.max_model_len))
+
+
+def request_steps(out: Any, method: str | None, ngram: Propose | None) -> StepTrace | None:
+    """A finished request's verification steps: vLLM's drafted steps, completed by the ngram replay."""
+    comp = out.outputs[0]
+    trace = trace_from_vllm(getattr(comp, "spec_decode_metrics", None), method)
+    if trace is None or trace.complete or ngram is None:
+        return trace
+    return replay_ngram(list(out.prompt_token_ids or []), list(comp.token_ids), trace, ngram) or trace
+
+
+def _request_record(req: CellRequest, engine_key: str, prompt_id: str, sample: int, out: Any, k: int | None,
+                    steps: StepTrace | None = None) -> dict:
     comp = out.outputs[0]
     m = out.metrics
     latency = ttft = None
@@ -122,6 +144,7 @@ def _request_record(req: CellRequest, engine_key: str, prompt_id: str, sample: i
         ttft_s=ttft,
         itl_s=itl,
         spec=counters_from_request_metrics(getattr(comp, "spec_decode_metrics", None), k),
+        steps=steps,
         logprobs=lps,
     )
     return rec.model_dump(mode="json")
@@ -317,6 +340,8 @@ def _worker_main(
     # The dtype vLLM resolved ("auto" → the checkpoint's): it sets the greedy near-tie tolerance.
     conn.send(("ready", {"dtype": str(llm.llm_engine.model_config.dtype).removeprefix("torch.")}))
     k = num_speculative_tokens(engine_kwargs)
+    method = (engine_kwargs.get("speculative_config") or {}).get("method")
+    ngram = _ngram_propose(llm)
     while True:
         msg = conn.recv()
         if msg[0] == "close":
@@ -363,7 +388,7 @@ def _worker_main(
                 ]
                 outs = llm.generate(texts, params, use_tqdm=False)
                 recs = [
-                    _request_record(req, msg[2]["engine_key"], p.prompt_id, s, o, k)
+                    _request_record(req, msg[2]["engine_key"], p.prompt_id, s, o, k, request_steps(o, method, ngram))
                     for (p, s), o in zip(batch, outs, strict=False)
                 ]
                 conn.send(("records", recs))

@@ -534,7 +534,8 @@ class VllmServerEngine:
                 return  # cut short by the run's stop, not a server failure: sent again on resume
             emitted.append(res)
             emit(
-                to_record(res, run_id=request.run_id, cell=request.cell, engine_key=self.config.key, k=self.k)
+                to_record(res, run_id=request.run_id, cell=request.cell, engine_key=self.config.key, k=self.k,
+                          method=(self.config.speculative_config or {}).get("method"))
             )
 
         report, before, after, prom_error = _run_async(

@@ -39,6 +39,7 @@ from specbench.report.method_comparison import (
     serving_table,
     verification_section,
 )
+from specbench.report.steps import steps_section
 from specbench.report.workloads import category_section, turn_section
 from specbench.results import metric_catalog
 from specbench.results.fmt import (
@@ -229,7 +230,8 @@ def _method_table(groups: list[GroupSummary], show_t: bool, show_load: bool, ref
         row.append(fmt_metric("tau", g.tau, n_default=n))
         if has_refs:
             row.append("; ".join(
-                f"{metric_catalog.label(metric)} {ref.get('value')} (ref. {refs.mark(str(ref.get('source', '?')))})"
+                f"{metric_catalog.label(metric)} {ref.get('value')}{_definition_note(ref)} "
+                f"(ref. {refs.mark(str(ref.get('source', '?')))})"
                 for metric, ref in sorted((g.reference or {}).items())
             ) or "–")
         row.append(fmt_metric("tau_per_request", g.tau_per_request, n_default=n))
@@ -252,6 +254,14 @@ def _method_table(groups: list[GroupSummary], show_t: bool, show_load: bool, ref
     if any(g.method_kind != "baseline" and g.status in ("ok", "partial") and g.speedup is None for g in groups):
         notes.append("Speedup and greedy match need an ok baseline group with the same temperature and load.")
     return Table(headers, rows, notes)
+
+
+def _definition_note(ref: dict[str, Any]) -> str:
+    """A published τ whose definition is unknown says so (the others sit under the metric they count)."""
+    d = ref.get("definition")
+    if ref.get("metric", "tau") != "tau":
+        return ""
+    return " (definition unknown)" if d == "unknown" else ""
 
 
 def _position_table(groups: list[GroupSummary], show_t: bool, show_load: bool) -> Table | None:
@@ -522,12 +532,18 @@ def _cross_check(summary: RunSummary) -> Section | None:
         part = split_group_id(str(r.get("vllm_group", "")))[1].id  # a slice (turn=2) of the group
         rows.append([str(r.get("target", "–")), str(r.get("dataset", "–")) + (f" · {part}" if part else ""),
                      str(r.get("method", "–")),
-                     fmt_est(ref, 2), fmt_est(vll, 2), _agreement(r, ref, vll), _one_line(r.get("note"), 200)])
+                     fmt_est(ref, 2), fmt_est(vll, 2),
+                     fmt_est(as_estimate(r.get("reference_tokens_per_step")), 3),
+                     fmt_est(as_estimate(r.get("vllm_tokens_per_step")), 3),
+                     _agreement(r, ref, vll), _one_line(r.get("note"), 200)])
     return Section("Reference cross-check", [
         Para("τ from specbench's reference decoder versus τ measured in vLLM, same prompts and drafter. "
              "FLAG: differs — the 95% intervals do not overlap; FLAG: served ≠ trained — vLLM serves the "
              "draft block with an attention the drafter was not trained with (from its config)."),
-        Table(["Target", "Dataset", "Method", "Reference τ", "vLLM τ", "Agreement", "Note"], rows),
+        Para("Self-drafting is the known answer: τ = K+1 exactly in vLLM's definition (vllm_tau, which counts "
+             "drafts accepted past the end); tokens per step is K+1 less the terminal overcount."),
+        Table(["Target", "Dataset", "Method", "Reference τ", "vLLM τ", "Reference tokens/step", "vLLM tokens/step",
+               "Agreement", "Note"], rows),
     ], anchor="cross-check")
 
 
@@ -647,7 +663,9 @@ def build_report(summary: RunSummary, manifest: dict[str, Any], *, markdown: boo
     headline = headline_section(summary, refs)
     blocks += [headline] if headline is not None else []
     blocks.append(_results(summary, refs))
-    for section in (input_length_section(summary), category_section(summary), turn_section(summary), k_sweep_section(summary), verification_section(summary), stopping_section(summary), _accuracy(summary),
+    for section in (steps_section(summary), input_length_section(summary), category_section(summary),
+                    turn_section(summary), k_sweep_section(summary),
+                    verification_section(summary), stopping_section(summary), _accuracy(summary),
                     _equivalence(summary), _serving(summary, markdown), _cross_check(summary)):
         if section is not None:
             blocks.append(section)

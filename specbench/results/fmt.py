@@ -63,6 +63,9 @@ def fmt_est(
     ``n_default`` is the n the reader already sees (a table's n column); the
     estimate's own n is appended when it differs. ``-1`` never shows n.
     """
+    if e is not None and e.value is None and e.method == "bounds" and e.ci_low is not None and e.ci_high is not None:
+        lo, hi = e.ci_low * scale, e.ci_high * scale  # labelled bounds: what the records allow, no estimate
+        return f"{lo:.{digits}f}–{hi:.{digits}f}{unit} (bounds)" + ("" if n_default == -1 else n_note(e, n_default))
     if e is None or e.value is None:
         return "–"
     sign = "+" if signed else ""

@@ -65,10 +65,22 @@ _M = MetricSpec
 
 CATALOG: tuple[MetricSpec, ...] = (
     _M("tau", "τ", "tokens/step", "higher", 2,
-       "1 + accepted draft tokens / drafts, pooled over the group's requests (bonus token counted); n: requests",
+       "vLLM's mean acceptance length: 1 + accepted draft tokens / drafts, pooled over the group's requests "
+       "(per drafting step, bonus token counted, drafts accepted past EOS or max_tokens included); n: requests",
        gate=True, history=True, stop="tau"),
     _M("tau_per_request", "τ (request mean)", "tokens/step", "higher", 2,
        "mean over requests of each request's 1 + accepted / drafts; n: requests", gate=True, history=True),
+    _M("tokens_per_step", "tokens per step", "tokens/step", "higher", 2,
+       "Σ committed tokens / Σ target forward passes: (output tokens − 1) over verification steps with or "
+       "without a draft (the prefill pass and its token not counted), pooled; n: requests"),
+    _M("tokens_per_step_per_request", "tokens per step (request mean)", "tokens/step", "higher", 2,
+       "mean over requests of (output tokens − 1) / verification steps; n: requests"),
+    _M("terminal_overcount", "terminal overcount", "", "lower", 3,
+       "share of the tokens τ counts (accepted + 1 per drafting step) that lie past EOS or max_tokens and are "
+       "never emitted, pooled; n: requests (Wilson over those tokens when every request has none)"),
+    _M("draft_rate", "draft rate", "", "none", 3,
+       "drafting steps / verification steps, pooled; exact (1) for a method that always drafts; n: requests "
+       "(Wilson over steps when every request's share is 0 or 1)"),
     _M("per_position", "acceptance at position i", "", "higher", 2,
        "accepted tokens at draft position i / drafts (pooled); n: requests", indexed="position", gate=True,
        history=True),
@@ -85,7 +97,10 @@ CATALOG: tuple[MetricSpec, ...] = (
        gate=True, history=True, speed=True, stop="speedup"),
     _M("greedy_match", "greedy identity", "", "higher", 3,
        "share of prompts whose output equals the baseline's (T=0); n: prompts", gate=True, history=True),
-    _M("accuracy", "accuracy", "", "higher", 3, "share of prompts scored correct by <key>'s scorer; n: prompts",
+    _M("accuracy", "accuracy", "", "higher", 3,
+       "mean over prompts of each prompt's share of samples scored correct by <key>'s scorer (pass@1 with several "
+       "samples); n: prompts, not samples (a prompt's samples are resampled together; Wilson over prompts when "
+       "every prompt scored 0, or every one 1)",
        indexed="key", gate=True, history=True, stop="accuracy"),
     _M("accuracy_delta", "accuracy change", "", "higher", 3,
        "accuracy minus the baseline group's, paired by prompt; n: prompts", indexed="key", history=True),
@@ -97,7 +112,8 @@ CATALOG: tuple[MetricSpec, ...] = (
     _M("tpot_s", "TPOT", "s", "lower", None,
        "Σ (latency − TTFT) / Σ (output tokens − 1); n: requests", stop="tpot"),
     _M("step_time_s", "time per decoding step", "s", "lower", None,
-       "Σ (latency − TTFT) / Σ verification steps; n: requests"),
+       "Σ (latency − TTFT) / Σ target forward passes after the prefill (verification steps with or without a "
+       "draft); n: requests"),
     _M("n_requests", "requests", "", "none", 0, "requests measured (latest record per prompt, sample, repeat)"),
     _M("n_errors", "errors", "", "lower", 0, "requests that returned an error"),
     _M("output_tokens", "output tokens", "tokens", "none", 0, "Σ output tokens of the group's requests"),
@@ -128,6 +144,44 @@ CATALOG: tuple[MetricSpec, ...] = (
 )
 
 BY_NAME: dict[str, MetricSpec] = {m.name: m for m in CATALOG}
+
+
+@dataclass(frozen=True)
+class TauDefinition:
+    """One way of counting tokens per step, as published numbers use it (a reference's ``definition``)."""
+
+    name: str
+    metric: str  # the measured metric a published value of this definition is compared with
+    formula: str
+    used_by: str
+
+
+#: The report's glossary, and what a suite's ``references: definition:`` may name.
+TAU_DEFINITIONS: tuple[TauDefinition, ...] = (
+    TauDefinition("vllm_tau", "tau", "1 + accepted draft tokens / drafts, pooled over every drafting step; "
+                  "drafts accepted past EOS or max_tokens count, steps without a draft do not",
+                  "vLLM (/metrics, per-request mean_acceptance_length), vllm bench serve (acceptance length), "
+                  "speculators' evaluations (vLLM's number); AIPerf's token-weighted mean of vLLM's per-request τ"),
+    TauDefinition("vllm_tau_per_request", "tau_per_request", "mean over requests of each request's vllm_tau",
+                  "AIPerf (request mean of vLLM's per-request τ; vLLM issue 42508 shows how far it is from pooled)"),
+    TauDefinition("tokens_per_step", "tokens_per_step", "committed output tokens / target verification steps "
+                  "(with or without a draft; the prefill and its token not counted), pooled",
+                  "DeepSpec's eval (the DSpark paper's Table 1: Σ accepted+1 per verification step, cut at EOS, "
+                  "over all steps); what a speedup follows"),
+    TauDefinition("tokens_per_step_per_request", "tokens_per_step_per_request",
+                  "mean over requests of each request's tokens_per_step", "—"),
+    TauDefinition("unknown", "tau", "the source states no formula and has no code to read it from: shown beside "
+                  "vllm_tau, not compared as equal", "—"),
+)
+TAU_DEFINITION_BY_NAME: dict[str, TauDefinition] = {d.name: d for d in TAU_DEFINITIONS}
+DEFAULT_TAU_DEFINITION = "vllm_tau"  # a suite's τ reference without a definition (with a warning)
+
+
+def reference_metric(metric: str, definition: str | None) -> str:
+    """The measured metric a published value is compared with: a τ reference's by its definition."""
+    if metric != "tau":
+        return metric
+    return TAU_DEFINITION_BY_NAME[definition or DEFAULT_TAU_DEFINITION].metric
 
 #: Dimensions of a group (not metrics): its key, and the optional slice keys (:mod:`specbench.results.slices`).
 GROUP_KEYS: tuple[str, ...] = ("k", "temperature", "batch_size", "request_rate")

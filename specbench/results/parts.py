@@ -215,6 +215,10 @@ class CrossCheckRow(Part):
     reference_group: str | None = None
     vllm_tau: Estimate
     reference_tau: Estimate
+    # Committed tokens per target step of each (specbench.analysis.steps): equal at T=0 when both engines
+    # accepted the same drafts; τ can agree while these differ only where the outputs differ.
+    vllm_tokens_per_step: Estimate | None = None
+    reference_tokens_per_step: Estimate | None = None
     target: str
     flag: bool
     config_mismatch: str | None = None
@@ -274,6 +278,8 @@ class SummaryExtra(Part):
     cross_check: list[CrossCheckRow] = Field(default_factory=list)
     scoring_notes: list[str] = Field(default_factory=list)
     torn_lines: list[str] = Field(default_factory=list)  # "file:line" of torn last lines analyze dropped
+    # "group: metric (n)" of every interval of zero width on fewer than 10 units that is not exact by construction
+    zero_width: list[str] = Field(default_factory=list)
 
 
 

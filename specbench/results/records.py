@@ -62,6 +62,32 @@ class SpecCounters(BaseModel):
         return self.num_drafts == 0 and self.num_draft_tokens == 0
 
 
+StepSource = Literal["vllm", "vllm+ngram-replay", "reference"]
+
+
+class StepTrace(BaseModel):
+    """A request's verification steps (the target's forward passes after its prefill), in order.
+
+    ``drafted[i]`` / ``accepted[i]``: draft tokens the target verified at step i and how many of
+    them it accepted; a step without a draft has ``drafted[i] == 0``. ``complete``: every step is
+    listed. It is False when only the steps that drafted are known: vLLM's per-request metrics
+    (``detailed``) record only those, which is every step for a method that always drafts, not
+    for one that may skip drafting (ngram, suffix) unless the skipped steps were recovered.
+    ``source``: ``vllm`` (vLLM's per-step metrics as they are), ``vllm+ngram-replay`` (the steps
+    without a draft found by replaying vLLM's own ngram proposer over the request's tokens, checked
+    step by step against vLLM's drafted steps), ``reference`` (the simulator's every round).
+    :mod:`specbench.analysis.steps` derives tokens per step, the terminal overcount and the draft
+    rate from it.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    drafted: list[int]
+    accepted: list[int]
+    complete: bool
+    source: StepSource
+
+
 class TokenLogprobs(BaseModel):
     """Top-k logprobs at one generated position (token id → logprob)."""
 
@@ -99,6 +125,8 @@ class RequestRecord(BaseModel):
     # Per-request spec-decode counters when the engine can attribute them
     # (offline at batch size 1; server with per-request metrics).
     spec: SpecCounters | None = None
+    # Its verification steps in order (speculative cells whose engine records them).
+    steps: StepTrace | None = None
     # Top-k logprobs of each generated position when the cell asked for them.
     logprobs: list[dict[int, float]] | None = None
     error: str | None = None

@@ -65,6 +65,12 @@ class GroupSummary(BaseModel):
     tau_per_request: Estimate | None = None
     per_position: list[Estimate] = Field(default_factory=list)
     draft_acceptance_rate: Estimate | None = None
+    # Tokens per target forward pass and what separates it from τ (specbench.analysis.steps).
+    tokens_per_step: Estimate | None = None
+    tokens_per_step_per_request: Estimate | None = None
+    terminal_overcount: Estimate | None = None
+    draft_rate: Estimate | None = None
+    steps_note: str | None = None  # how the steps are known when not every step was recorded
     # Speed.
     output_tokens: int = 0
     output_tps: Estimate | None = None  # per-stream decode rate: Σ tokens / Σ latency

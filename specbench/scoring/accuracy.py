@@ -11,6 +11,8 @@ Intervals (95 % unless ``confidence`` says otherwise):
   prompts (samples of one prompt are correlated, so they are resampled together).
 * ``pass_at_k``: the unbiased estimator per prompt, averaged; percentile
   bootstrap over prompts.
+* Either, when every prompt scored 0 (or every one 1): the Wilson interval over
+  prompts, never the zero-width interval a bootstrap of equal values gives.
 * ``paired_delta``: method minus baseline on the prompt ids both scored;
   percentile bootstrap resampling prompt ids (the pairs stay together), seeded.
 
@@ -116,8 +118,7 @@ def accuracy(
         lo, hi = wilson_interval(int(round(per_prompt.sum())), len(scores), confidence)
         method = "wilson"
     else:
-        lo, hi = bootstrap_mean_ci(per_prompt, confidence=confidence, n_boot=n_boot, seed=seed)
-        method = "bootstrap-prompts"
+        lo, hi, method = _prompt_interval(per_prompt, confidence, n_boot, seed)
     return AccuracyEstimate(
         value=value,
         ci_low=lo,
@@ -143,17 +144,28 @@ def pass_at_k_estimate(
     if short:
         raise ValueError(f"pass@{k} needs at least {k} samples per prompt; {len(short)} have fewer")
     per_task = np.array([pass_at_k(len(s), int(sum(map(bool, s))), k) for s in scores.values()])
-    lo, hi = bootstrap_mean_ci(per_task, confidence=confidence, n_boot=n_boot, seed=seed)
+    lo, hi, method = _prompt_interval(per_task, confidence, n_boot, seed)
     n_samples = sum(len(s) for s in scores.values())
     return AccuracyEstimate(
         value=float(per_task.mean()),
         ci_low=lo,
         ci_high=hi,
         n=len(scores),
-        method="bootstrap-prompts",
+        method=method,
         confidence=confidence,
         n_samples=n_samples,
     )
+
+
+def _prompt_interval(per_prompt: np.ndarray, confidence: float, n_boot: int, seed: int) -> tuple[float, float, str]:
+    """The interval of a mean over prompts: a bootstrap over prompts, except when every prompt scored 0
+    (or every one 1). A bootstrap of equal values has zero width, a certainty a few prompts cannot give;
+    the Wilson interval over prompts (each prompt one outcome) takes its place."""
+    if per_prompt.size and (np.all(per_prompt == 0) or np.all(per_prompt == 1)):
+        lo, hi = wilson_interval(int(per_prompt.sum()), int(per_prompt.size), confidence)
+        return lo, hi, "wilson-prompts"
+    lo, hi = bootstrap_mean_ci(per_prompt, confidence=confidence, n_boot=n_boot, seed=seed)
+    return lo, hi, "bootstrap-prompts"
 
 
 def paired_delta(

@@ -133,3 +133,14 @@ def test_paired_delta_is_paired():
     assert d.value == pytest.approx(20 / 200)
     assert d.ci_high - d.ci_low < 0.12
     assert d.model_dump()["n"] == 200
+
+
+def test_all_failed_prompts_get_a_wilson_interval_not_zero_width():
+    # pass@1 at T=0.5 on 4 prompts × 4 samples, all wrong: not "0.0 % [0.0, 0.0]".
+    scores = {f"p{i}": [False] * 4 for i in range(4)}
+    est = accuracy(scores)
+    lo, hi = wilson_interval(0, 4)
+    assert (est.value, est.ci_low, est.ci_high, est.method, est.n) == (0.0, 0.0, hi, "wilson-prompts", 4)
+    assert lo == 0.0 and hi > 0.4
+    assert pass_at_k_estimate(scores, 1).ci_high == hi
+    assert accuracy({f"p{i}": [True] * 2 for i in range(3)}).ci_low == wilson_interval(3, 3)[0]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import textwrap
 from pathlib import Path
+from typing import get_args
 
 import pytest
 from typer.testing import CliRunner
@@ -16,7 +17,8 @@ from typer.testing import CliRunner
 from specbench.api import dry_run
 from specbench.cli import app
 from specbench.config.methods import METHODS
-from specbench.config.suite import SuiteError, load_suite
+from specbench.config.suite import SuiteError, SuiteWarning, TauDefinitionName, load_suite
+from specbench.results import metric_catalog
 
 SUITES_DIR = Path(__file__).resolve().parents[2] / "suites"
 SUITE_FILES = sorted(SUITES_DIR.glob("*.yaml"))
@@ -49,6 +51,7 @@ def test_gpu_suites_references_name_real_cells(name: str):
         assert r.metric in ("tau", "tau_ratio", "speedup_ratio")
         assert 1.0 <= r.value <= 17.0 if r.metric == "tau" else 0.2 <= r.value <= 5.0
         assert r.source.startswith(("http://", "https://", "arXiv")), r.source
+        assert r.metric != "tau" or r.definition is not None, f"{name}: τ reference without its definition"
 
 
 @pytest.mark.parametrize("name", GPU_SUITES)
@@ -530,11 +533,28 @@ def test_sampled_cells_at_one_load_with_a_prompt_subset(tmp_path: Path):
 def test_reference_temperature_is_validated_and_matched(tmp_path: Path):
     text = GOOD + """\
 references:
-  - {target: tiny, method: dflash, dataset: humaneval, temperature: 1.0, value: 2.5, source: https://x}
+  - {target: tiny, method: dflash, dataset: humaneval, temperature: 1.0, value: 2.5, source: https://x,
+     definition: vllm_tau}
 """
     suite = load_suite(_write(tmp_path, text))
     assert suite.references[0].temperature == 1.0
     _errors(_write(tmp_path, text.replace("temperature: 1.0", "temprature: 1.0")))
+
+
+def test_a_tau_reference_without_definition_warns_and_defaults_to_vllm_tau(tmp_path: Path):
+    text = GOOD + """\
+references:
+  - {target: tiny, method: dflash, dataset: humaneval, value: 2.5, source: https://x}
+  - {target: tiny, method: dflash, dataset: humaneval, value: 2.4, source: https://y, definition: tokens_per_step}
+"""
+    with pytest.warns(SuiteWarning, match=r"suite.yaml:\d+: references\[0\]: no definition: compared as vllm_tau"):
+        suite = load_suite(_write(tmp_path, text))
+    assert [r.definition for r in suite.references] == [None, "tokens_per_step"]
+    assert [metric_catalog.reference_metric(r.metric, r.definition) for r in suite.references] == [
+        "tau", "tokens_per_step"]
+    _errors(_write(tmp_path, text.replace("definition: tokens_per_step", "definition: deepspec")))
+    # The suite's names are the catalogue's glossary.
+    assert set(get_args(TauDefinitionName)) == set(metric_catalog.TAU_DEFINITION_BY_NAME)
 
 
 def test_dspark_pins_the_v2_model_runner_on_cuda_only():
