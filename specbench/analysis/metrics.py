@@ -27,7 +27,7 @@ from specbench import stats
 from specbench.analysis import step_time, steps
 from specbench.config.plan import Cell
 from specbench.config.stop_rule import StopRecord
-from specbench.config.suite import TargetSpec
+from specbench.config.suite import ReferenceValue, TargetSpec
 from specbench.results import metric_catalog
 from specbench.results.parts import CounterCheck, CrossCheckRow, Equivalence
 from specbench.results.records import CellRecord, RequestRecord, SpecCounters
@@ -36,6 +36,7 @@ from specbench.results.summary import (
     CellStatusLine,
     GroupSummary,
     RunSummary,
+    TurnOneIdentity,
     is_ratio_reference,
     reference_applies,
 )
@@ -478,7 +479,7 @@ def summarize_groups(
                 k=g.k,
             ):
                 compared_with = metric_catalog.reference_metric(ref.get("metric", "tau"), ref.get("definition"))
-                g.reference = {**(g.reference or {}), compared_with: ref}
+                g.reference = {**(g.reference or {}), compared_with: ReferenceValue.model_validate(ref)}
         summaries[gid] = g
 
     # Comparisons against the baseline group of the same target/dataset/T/load.
@@ -500,7 +501,7 @@ def summarize_groups(
         if g.temperature == 0:
             g.greedy_match = greedy_match(pairs.method, pairs.baseline)
         if pairs.conversations:
-            g.extra["turn1_identical"] = {"identical": pairs.identical, "conversations": pairs.conversations}
+            g.turn1_identical = TurnOneIdentity(identical=pairs.identical, conversations=pairs.conversations)
     return list(summaries.values())
 
 

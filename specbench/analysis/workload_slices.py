@@ -29,7 +29,7 @@ from specbench.analysis.method_comparison import best_group, family, paired_tau_
 from specbench.results.parts import CategoryCell
 from specbench.results.records import RequestRecord
 from specbench.results.slices import Slice, sliced_group_id, split_group_id
-from specbench.results.summary import GroupSummary
+from specbench.results.summary import GroupSummary, TurnOneIdentity
 
 #: Fewer prompts than this in a category: the matrix shows the value and says it has no interval.
 MIN_PROMPTS_FOR_INTERVAL = 5
@@ -124,7 +124,7 @@ def workload_slices(groups: Sequence[GroupSummary], group_requests: Mapping[str,
         if g.temperature == 0:
             s.greedy_match = metrics.greedy_match(m, b)
         if key == "turn" and value != 1:
-            s.extra["turn1_identical"] = {"identical": pairs.identical, "conversations": pairs.conversations}
+            s.turn1_identical = TurnOneIdentity(identical=pairs.identical, conversations=pairs.conversations)
     return [s for _, s, _, _ in slices]
 
 

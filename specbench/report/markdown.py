@@ -30,6 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from specbench.config.suite import ReferenceValue
 from specbench.report.document import Block, Details, Para, Pre, Raw, Refs, Section, Table
 from specbench.report.early_stopping import stopping_section
 from specbench.report.input_length import input_length_section
@@ -230,8 +231,8 @@ def _method_table(groups: list[GroupSummary], show_t: bool, show_load: bool, ref
         row.append(fmt_metric("tau", g.tau, n_default=n))
         if has_refs:
             row.append("; ".join(
-                f"{metric_catalog.label(metric)} {ref.get('value')}{_definition_note(ref)} "
-                f"(ref. {refs.mark(str(ref.get('source', '?')))})"
+                f"{metric_catalog.label(metric)} {ref.value}{_definition_note(ref)} "
+                f"(ref. {refs.mark(ref.source)})"
                 for metric, ref in sorted((g.reference or {}).items())
             ) or "–")
         row.append(fmt_metric("tau_per_request", g.tau_per_request, n_default=n))
@@ -256,12 +257,9 @@ def _method_table(groups: list[GroupSummary], show_t: bool, show_load: bool, ref
     return Table(headers, rows, notes)
 
 
-def _definition_note(ref: dict[str, Any]) -> str:
+def _definition_note(ref: ReferenceValue) -> str:
     """A published τ whose definition is unknown says so (the others sit under the metric they count)."""
-    d = ref.get("definition")
-    if ref.get("metric", "tau") != "tau":
-        return ""
-    return " (definition unknown)" if d == "unknown" else ""
+    return " (definition unknown)" if ref.metric == "tau" and ref.definition == "unknown" else ""
 
 
 def _position_table(groups: list[GroupSummary], show_t: bool, show_load: bool) -> Table | None:

@@ -106,8 +106,8 @@ def _tau(summary: RunSummary, colors: dict[str, str]) -> bytes | None:
                 xs.append(x)
                 ests.append(hit.tau)
                 ref = (hit.reference or {}).get("tau")
-                if ref and isinstance(ref.get("value"), (int, float)):
-                    refs.append((x, float(ref["value"])))
+                if ref is not None:
+                    refs.append((x, float(ref.value)))
             ax.bar(xs, est_values(ests), width * 0.92, yerr=est_yerr(ests), capsize=3,
                    color=colors[m], edgecolor=INK, linewidth=0.4, label=m, error_kw={"ecolor": INK, "lw": 1})
             if refs:

@@ -76,8 +76,8 @@ def turn_section(summary: RunSummary) -> Section | None:
     rows = []
     for gid in sorted(turns):
         for s in sorted(turns[gid], key=lambda s: s.slice.turn if s.slice and s.slice.turn else 0):
-            t1 = s.extra.get("turn1_identical")
-            judged = f"{t1['identical']} of {t1['conversations']}" if t1 else "–"
+            t1 = s.turn1_identical
+            judged = f"{t1.identical} of {t1.conversations}" if t1 else "–"
             rows.append([gid, str(s.slice.turn if s.slice else "–"), str(s.n_requests), fmt_metric("tau", s.tau),
                          fmt_est(s.tpot_s, 2, scale=1000.0), fmt_speedup(s.speedup), fmt_pct(s.greedy_match),
                          judged])

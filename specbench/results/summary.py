@@ -9,10 +9,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from specbench.config.plan import BaselineKey, baseline_key
 from specbench.config.stop_rule import StopRecord
+from specbench.config.suite import ReferenceValue
 from specbench.results import metric_catalog
 from specbench.results.migrations import SUMMARY_SCHEMA_VERSION, upgrade_summary
 from specbench.results.parts import (
@@ -36,6 +44,15 @@ class CellStatusLine(BaseModel):
     reason: str | None = None
     engine_log_tail: str | None = None
     stop: StopRecord | None = None  # the cell ran under a stop rule: prompts used of available, why it stopped
+
+
+class TurnOneIdentity(BaseModel):
+    """Of the conversations a later turn is judged on: how many had turn 1 identical to the baseline's."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    identical: int
+    conversations: int
 
 
 class GroupSummary(BaseModel):
@@ -90,8 +107,21 @@ class GroupSummary(BaseModel):
     accuracy: dict[str, Estimate] = Field(default_factory=dict)
     accuracy_delta: dict[str, Estimate] = Field(default_factory=dict)
     scoring_note: str | None = None
-    reference: dict[str, Any] | None = None  # published values for this group
-    extra: dict[str, Any] = Field(default_factory=dict)
+    # Published values for this group, keyed by the measured metric each is compared with.
+    reference: dict[str, ReferenceValue] | None = None
+    # A later conversation turn (or a group of conversations): how many turn-1 replies matched the baseline's.
+    turn1_identical: TurnOneIdentity | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_stored(cls, data: Any) -> Any:
+        """Stored summaries keep ``turn1_identical`` under the group's ``extra`` (an older, untyped slot)."""
+        if isinstance(data, dict) and "extra" in data:
+            data = dict(data)
+            extra = data.pop("extra") or {}
+            if "turn1_identical" in extra and "turn1_identical" not in data:
+                data["turn1_identical"] = extra["turn1_identical"]
+        return data
 
     @model_serializer(mode="wrap")
     def _no_empty_slice(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -99,6 +129,8 @@ class GroupSummary(BaseModel):
         data = handler(self)
         if self.slice is None or self.slice.empty:
             data.pop("slice", None)
+        t1 = data.pop("turn1_identical", None)
+        data["extra"] = {"turn1_identical": t1} if t1 is not None else {}  # the stored shape, as before
         return data
 
     @property

@@ -63,9 +63,11 @@ def _resolve(model: type[BaseModel], dotted: str) -> bool:
     return any(_resolve(t, rest) for t in nested)
 
 
-#: Group fields that are not the group's metrics: its slice keys (dimensions, checked below) and its cells'
-#: status lines (a stopped cell's StopRecord, shown in the report's early-stopping section).
-NOT_METRICS = {"slice", "cells"}
+#: Group fields that are not the group's metrics: its slice keys (dimensions, checked below), its cells'
+#: status lines (a stopped cell's StopRecord, shown in the report's early-stopping section), the published
+#: values it is compared with (a suite's references, not measured) and, for a later conversation turn, how
+#: many conversations its comparisons were judged on (a count of the subset, shown beside them).
+NOT_METRICS = {"slice", "cells", "reference", "turn1_identical"}
 
 
 def test_every_numeric_group_field_has_a_catalogue_entry() -> None:

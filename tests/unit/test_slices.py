@@ -87,7 +87,8 @@ def test_stored_summaries_keep_their_shape() -> None:
     for name in ("summary_full.json", "summary_minimal.json", "schema/summary_v1_full.json"):
         raw = json.loads((FIXTURES / name).read_text())  # written before slices existed
         groups = RunSummary.load(raw).model_dump(mode="json")["groups"]
-        before = [f for f in GroupSummary.model_fields if f != "slice"]  # what the model wrote before slices
+        # what the model wrote before slices: turn1_identical is stored under the group's "extra", last
+        before = [f for f in GroupSummary.model_fields if f not in ("slice", "turn1_identical")] + ["extra"]
         assert groups and all(list(g) == before for g in groups), name
 
 
@@ -99,3 +100,11 @@ def test_frames_carry_slice_keys_only_when_a_run_has_slices() -> None:
     df = groups_frame(run)
     assert df["category"].isna().tolist() == [True, False] and df["category"].iloc[1] == "coding"
     assert df["turn"].fillna(0).tolist() == [0, 2] and df["input_tokens"].isna().all()
+
+
+def test_turn_one_identity_is_typed_and_stored_where_it_always_was() -> None:
+    g = _group(turn1_identical={"identical": 3, "conversations": 4})
+    data = g.model_dump(mode="json")
+    assert data["extra"] == {"turn1_identical": {"identical": 3, "conversations": 4}} and "turn1_identical" not in data
+    back = GroupSummary.model_validate(data)
+    assert back.turn1_identical is not None and back.turn1_identical.identical == 3 and back == g
