@@ -259,7 +259,7 @@ def greedy_match(method: Sequence[RequestRecord], baseline: Sequence[RequestReco
     return stats.wilson(same, len(keys))
 
 
-def _scores_by_metric(requests: Sequence[RequestRecord], scores: dict) -> dict[str, dict[str, list[bool]]]:
+def _scores_by_metric(requests: Sequence[RequestRecord], scores: Mapping) -> dict[str, dict[str, list[bool]]]:
     out: dict[str, dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
     for r in requests:
         for metric, ok in scores.get((r.cell_id, r.prompt_id, r.sample_index), {}).items():
@@ -268,13 +268,13 @@ def _scores_by_metric(requests: Sequence[RequestRecord], scores: dict) -> dict[s
     return out
 
 
-def group_accuracy(requests: Sequence[RequestRecord], scores: dict) -> dict[str, Estimate]:
+def group_accuracy(requests: Sequence[RequestRecord], scores: Mapping) -> dict[str, Estimate]:
     from specbench.scoring.accuracy import accuracy
 
     return {m: accuracy(per_prompt) for m, per_prompt in _scores_by_metric(requests, scores).items() if per_prompt}
 
 
-def accuracy_delta(method: Sequence[RequestRecord], baseline: Sequence[RequestRecord], scores: dict) -> dict[str, Estimate]:
+def accuracy_delta(method: Sequence[RequestRecord], baseline: Sequence[RequestRecord], scores: Mapping) -> dict[str, Estimate]:
     """Method accuracy minus baseline accuracy on the same prompts (paired)."""
     from specbench.scoring.accuracy import paired_delta
 

@@ -484,7 +484,7 @@ def check_semantics(suite: Suite, base_dir: Path) -> list[tuple[tuple[Any, ...],
     _unique([t.name for t in suite.targets], ("targets",), "target", problems)
     _unique([d.name for d in suite.datasets], ("datasets",), "dataset", problems)
     if suite.rounds > 1:
-        speed_stops = [("stop",)] if suite.stop is not None and suite.stop.metric in ("speedup", "tpot") else []
+        speed_stops: list[tuple[Any, ...]] = [("stop",)] if suite.stop is not None and suite.stop.metric in ("speedup", "tpot") else []
         speed_stops += [("targets", ti, "methods", mi, "stop") for ti, t in enumerate(suite.targets)
                         for mi, m in enumerate(t.methods) if m.stop is not None and m.stop.metric in ("speedup", "tpot")]
         problems += [(loc, "a stop rule on speedup or tpot does not combine with rounds > 1 (speed is measured "

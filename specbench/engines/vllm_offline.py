@@ -190,11 +190,11 @@ def dense_prompt_logprobs() -> Iterator[bool]:
             self.prompt_logprobs = DensePromptLogprobs()
         self.prompt_logprobs.append((token_ids.numpy().copy(), logprobs.numpy().copy()))
 
-    LogprobsProcessor._update_prompt_logprobs = keep_arrays
+    LogprobsProcessor._update_prompt_logprobs = keep_arrays  # type: ignore[method-assign,assignment]
     try:
         yield True
     finally:
-        LogprobsProcessor._update_prompt_logprobs = original
+        LogprobsProcessor._update_prompt_logprobs = original  # type: ignore[method-assign]
 
 
 def _flat_rows(plp: Any, start: int, n: int, vocab: int) -> Any:

@@ -38,7 +38,7 @@ from specbench.execution.jobs import EngineJob, EngineState, JobEnded, Placement
 try:
     import ray
 except ImportError:  # the optional extra: specbench[ray]
-    ray = None
+    ray = None  # type: ignore[assignment]
 
 BATCH_S = 0.2  # a running task sends its events at least this often
 

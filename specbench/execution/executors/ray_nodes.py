@@ -18,7 +18,7 @@ from specbench.execution.executors.cpu_slots import NodeCores
 try:
     import ray
 except ImportError:  # the optional extra: specbench[ray]
-    ray = None
+    ray = None  # type: ignore[assignment]
 
 
 class NodeProbe(BaseModel):
