@@ -142,6 +142,6 @@ def test_report_shows_the_cross_check(run, tmp_path):
     run_dir, s, _ = run
     md = api.report(run_dir, tmp_path)["markdown"].read_text()
     assert "Reference cross-check" in md and "dflash-causal" in md
-    assert ("| FLAG: differs |" in md) == any(r["flag"] for r in _rows(s).values())
-    assert "| FLAG: served ≠ trained (τ agrees) |" in md or _rows(s)["dflash-causal"]["flag"]
+    assert ("| FLAG: differs |" in md) == any(r.flag for r in _rows(s).values())
+    assert "| FLAG: served ≠ trained (τ agrees) |" in md or _rows(s)["dflash-causal"].flag
     assert "Draft served ≠ trained on" in md  # the header names the engine, too
