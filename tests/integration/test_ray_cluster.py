@@ -295,8 +295,10 @@ def _raylet_of(pid: int) -> int | None:
 def test_a_lost_node_fails_only_its_engines_cells_and_resume_finishes(cluster, tmp_path, cli_runs):
     w1 = cluster.nodes["w1"]
     raylet = w1.raylet()
-    limit = 6
-    suite = _suite(tmp_path, limit=limit, max_tokens=128)
+    # Enough work per cell (24 prompts × 256 tokens) that the lost engine is still inside a cell when its raylet
+    # dies: on an idle machine a 6-prompt cell of the tiny target ends within the event stream's lag.
+    limit = 24
+    suite = _suite(tmp_path, limit=limit, max_tokens=256)
     out = tmp_path / "out"
     proc = cli_runs.start(suite, out, *_on(cluster))
     try:
