@@ -22,6 +22,7 @@ from specbench.analysis.timing import Timeline
 from specbench.config.plan import Cell, Plan, cell_summary, expand, with_decisions
 from specbench.config.suite import EquivalenceSpec, Suite, SuiteError, load_suite
 from specbench.engines.factory import resolve_engine
+from specbench.engines.kept import KeptEngines as KeptEngines  # api.run(keep=KeptEngines())
 from specbench.engines.vllm_args import vllm_serve_command
 from specbench.engines.vllm_patches import PATCHES as ENGINE_PATCHES
 from specbench.execution.driver import Progress, Runner, detect_platform
@@ -170,8 +171,13 @@ def run(
     ray_address: str | None = None,
     max_parallel_engines: int | None = None,
     timeline: Timeline | None = None,
+    keep: KeptEngines | None = None,
 ) -> Path:
     """Run a suite (or resume a run) and write records, summary and reports.
+
+    ``keep``: engines kept running between runs in this process (:class:`KeptEngines`, local
+    executor only): an engine with the same vLLM arguments and environment as one a previous
+    run left there is taken over instead of started, and this run's engines stay there after it.
 
     ``executor`` (local | ray), ``ray_address`` and ``max_parallel_engines``
     override the suite's ``executor:`` section. ``timeline`` records where the
@@ -190,7 +196,7 @@ def run(
         return _run(suite_path, out=out, limit=limit, resume=resume, progress=progress, platform=platform,
                     allow_code_exec=allow_code_exec, num_speculative_tokens=num_speculative_tokens,
                     executor=executor, ray_address=ray_address, max_parallel_engines=max_parallel_engines,
-                    timeline=timeline if timeline is not None else Timeline())
+                    timeline=timeline if timeline is not None else Timeline(), keep=keep)
 
 
 def _run(
@@ -207,6 +213,7 @@ def _run(
     ray_address: str | None,
     max_parallel_engines: int | None,
     timeline: Timeline,
+    keep: KeptEngines | None = None,
 ) -> Path:
     platform = platform or detect_platform()
     if resume is not None:
@@ -227,7 +234,7 @@ def _run(
     kind = executor or spec.kind
     try:
         runs_on = make_executor(kind, ray_address=ray_address or spec.ray_address,
-                                max_parallel=max_parallel_engines or spec.max_parallel_engines)
+                                max_parallel=max_parallel_engines or spec.max_parallel_engines, kept=keep)
     except Exception as exc:  # noqa: BLE001 - no Ray, no cluster at that address: bad input, before any engine
         raise RunRefused([f"executor {kind}: {type(exc).__name__}: {exc}"]) from exc
     run_dir.mkdir(parents=True, exist_ok=resume is not None)

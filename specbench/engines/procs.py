@@ -212,3 +212,15 @@ def end_process(proc: Any, conn: Any, message: tuple, grace_s: float) -> None:
     if proc.is_alive():
         proc.kill()
         proc.join(timeout=5)
+
+
+def available_gib() -> float:
+    """MemAvailable of this machine (GiB); a large number where /proc/meminfo is missing."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return 1e9

@@ -24,6 +24,8 @@ import math
 from collections.abc import Sequence
 
 from specbench.config.plan import round_order, round_spans
+from specbench.engines.kept import KeptEngines
+from specbench.engines.procs import available_gib
 from specbench.engines.protocol import CellFailed, Engine, EngineUnavailable
 from specbench.execution.jobs import (
     CellDone,
@@ -45,18 +47,6 @@ ENGINE_OVERHEAD_GIB = 1.0  # a vLLM CPU engine beside its KV cache (measured: se
 def engine_gib(job: EngineJob) -> float:
     """Host memory one resident CPU engine holds (its KV cache space plus the overhead)."""
     return float(job.engine.env.get("VLLM_CPU_KVCACHE_SPACE", "1") or 1) + ENGINE_OVERHEAD_GIB
-
-
-def available_gib() -> float:
-    """MemAvailable of this machine (GiB); a large number where /proc/meminfo is missing."""
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) / 2**20
-    except OSError:
-        pass
-    return 1e9
 
 
 def resident_cap(jobs: Sequence[EngineJob], free_gib: float, gpu_fraction: float = 1.0) -> int:
@@ -129,19 +119,20 @@ class _Resident:
 
 
 def run_interleaved(jobs: Sequence[EngineJob], emit: Emit, placement: Placement,
-                    follow_up: FollowUp | None = None, free_gib: float | None = None) -> None:
+                    follow_up: FollowUp | None = None, free_gib: float | None = None,
+                    kept: KeptEngines | None = None) -> None:
     """Run one target's cell jobs (their ``rounds`` and ``round_seed``) in interleaved rounds."""
     cap = resident_cap(jobs, available_gib() if free_gib is None else free_gib)
     for group in resident_sets(jobs, cap):
-        _run_set(group, group[0].rounds, group[0].round_seed, emit, placement, follow_up)
+        _run_set(group, group[0].rounds, group[0].round_seed, emit, placement, follow_up, kept)
 
 
 def _run_set(group: list[EngineJob], rounds: int, seed: int, emit: Emit, placement: Placement,
-             follow_up: FollowUp | None) -> None:
+             follow_up: FollowUp | None, kept: KeptEngines | None) -> None:
     up: dict[str, _Resident] = {}
     try:
         for job in group:
-            runner = _Job(job, emit, placement, follow_up)
+            runner = _Job(job, emit, placement, follow_up, kept)
             try:
                 engine = runner.start()
             except EngineUnavailable as exc:

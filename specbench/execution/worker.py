@@ -17,6 +17,7 @@ from pathlib import Path
 from specbench.analysis.early_stopping import CellStopper
 from specbench.config.methods import get_method
 from specbench.engines.factory import make_engine
+from specbench.engines.kept import KeptEngines, engine_identity
 from specbench.engines.protocol import CellFailed, Engine, EngineUnavailable
 from specbench.execution.conversations import is_conversations, run_conversations
 from specbench.execution.jobs import (
@@ -56,11 +57,15 @@ FollowUp = Callable[[EngineJob], list[ScoreItem]]
 
 
 class _Job:
-    def __init__(self, job: EngineJob, emit: Emit, placement: Placement, follow_up: FollowUp | None = None):
+    def __init__(self, job: EngineJob, emit: Emit, placement: Placement, follow_up: FollowUp | None = None,
+                 kept: KeptEngines | None = None):
         self.job = job
         self.emit = emit
         self.placement = placement
         self.follow_up = follow_up
+        self.kept = kept
+        self.identity = engine_identity(job.engine, job.load) if kept is not None else ""
+        self.first_log = str(Path(job.run_dir) / "engines" / f"{job.engine.config.key}.log")
 
     def _phase(self, phase: str, start: float) -> None:
         self.emit(PhaseTimed(job_id=self.job.job_id, phase=phase, start=start, end=wall_now(), gpus=self.job.gpus))
@@ -69,6 +74,9 @@ class _Job:
         """Start the engine (raises :class:`EngineUnavailable`, marked skipped when the
         method cannot run on this platform by design)."""
         job = self.job
+        held = self.kept.take(self.identity) if self.kept is not None else None
+        if held is not None:
+            return self.take_over(*held)
         engine = make_engine(job.engine, Path(job.run_dir), job.load, prepare_next=job.offline_engine_follows)
         self.emit(EngineState(job_id=job.job_id, state="starting", placement=self.placement))
         t0 = wall_now()
@@ -83,14 +91,33 @@ class _Job:
             raise
         finally:
             self._phase("engine_start", t0)
-        describe = engine.describe()
+        self.announce(engine, engine.describe())
+        return engine
+
+    def take_over(self, engine: Engine, first_log: str) -> Engine:
+        """A kept engine with this job's identity serves it: no start; its log stays where it was
+        started, this run's engine log says where, and the manifest's entry says ``kept_from``."""
+        job = self.job
+        self.emit(EngineState(job_id=job.job_id, state="starting", placement=self.placement))
+        t0 = wall_now()
+        engine.config = job.engine.config
+        log = Path(job.run_dir) / "engines" / f"{job.engine.config.key}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "a") as f:
+            f.write(f"specbench: engine kept running from an earlier run in this process; its log: {first_log}\n")
+        self.first_log = first_log
+        self._phase("engine_start", t0)
+        self.announce(engine, {**engine.describe(), "kept_from": first_log})
+        return engine
+
+    def announce(self, engine: Engine, describe: dict) -> None:
+        job = self.job
         if job.engine.config.target.engine != "reference" and job.kind == "cells":
             # How vLLM will serve a DFlash draft block vs how it was trained (the cross-check reports it).
             attention = checkpoint_block_attention(job.engine.speculator_path)
             if attention is not None:
                 describe["draft_attention"] = attention
         self.emit(EngineState(job_id=job.job_id, state="started", describe=describe, placement=self.placement))
-        return engine
 
     def fail_cells(self, cells: list[CellWork], exc: EngineUnavailable) -> None:
         status = "skipped" if exc.skipped else "failed"
@@ -148,7 +175,8 @@ class _Job:
 
     def close(self, engine: Engine) -> None:
         t0 = wall_now()
-        engine.close()
+        if self.kept is None or not self.kept.keep(self.identity, engine, self.first_log):
+            engine.close()
         self._phase("engine_close", t0)
         self.emit(EngineState(job_id=self.job.job_id, state="closed"))
 
@@ -282,7 +310,8 @@ class _Job:
         return engine
 
 
-def run_job(job: EngineJob, emit: Emit, placement: Placement | None = None, follow_up: FollowUp | None = None) -> None:
+def run_job(job: EngineJob, emit: Emit, placement: Placement | None = None, follow_up: FollowUp | None = None,
+            kept: KeptEngines | None = None) -> None:
     """Run ``job`` to its end, emitting events; the last one is :class:`JobEnded`.
 
     ``follow_up`` (the local executor's driver): the items to teacher-force on a
@@ -290,8 +319,11 @@ def run_job(job: EngineJob, emit: Emit, placement: Placement | None = None, foll
 
     A :class:`BaseException` (a stop signal, a cancelled task) propagates after the
     engine was killed; an unexpected error ends the job with its reason.
+
+    ``kept``: engines kept between runs in this process (:mod:`specbench.engines.kept`): the job
+    takes one with its identity instead of starting one, and leaves its engine there when done.
     """
-    runner = _Job(job, emit, placement or local_placement(), follow_up)
+    runner = _Job(job, emit, placement or local_placement(), follow_up, kept)
     try:
         if job.kind == "cells":
             runner.run_cells()

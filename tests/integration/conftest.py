@@ -20,12 +20,32 @@ def repo() -> Path:
 
 
 @pytest.fixture(scope="session")
+def kept_engines():
+    """Engines kept running between the session's in-process runs (``api.run(keep=...)``): a
+    test's run whose engine matches one an earlier run left takes it over instead of starting one."""
+    from specbench.api import KeptEngines
+
+    with KeptEngines(max_engines=4) as kept:
+        yield kept
+
+
+@pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory):
     """The CPU smoke suite run once for the whole session (engine starts are costly)."""
     from specbench import api
 
     out = tmp_path_factory.mktemp("smoke-results")
     run_dir = api.run(REPO / "suites" / "cpu-smoke.yaml", out=out, limit=2)
+    return run_dir, api.load_summary(run_dir)
+
+
+@pytest.fixture(scope="session")
+def lengths_run(tmp_path_factory):
+    """suites/cpu-lengths.yaml run once for the session (test_context_length, and the context-length
+    benchmark's smoke, which prints its length groups)."""
+    from specbench import api
+
+    run_dir = api.run(REPO / "suites" / "cpu-lengths.yaml", out=tmp_path_factory.mktemp("lengths"))
     return run_dir, api.load_summary(run_dir)
 
 

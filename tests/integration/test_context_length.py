@@ -14,7 +14,6 @@ import json
 
 import pytest
 
-from specbench import api
 from specbench.report.markdown import render_markdown
 from specbench.results import rundir
 
@@ -23,12 +22,6 @@ PER_LENGTH = {"code": 2, "context": 1}
 # The chat template's fixed overhead for the zoo's target, per dataset: HumanEval is a raw completion prompt;
 # Spec-Bench goes through '<|im_start|>user\n' … '<|im_end|>\n<|im_start|>assistant\n' (10 tokens).
 OVERHEAD = {"code": 0, "context": 10}
-
-
-@pytest.fixture(scope="module")
-def lengths_run(repo, tmp_path_factory):
-    run_dir = api.run(repo / "suites" / "cpu-lengths.yaml", out=tmp_path_factory.mktemp("lengths"))
-    return run_dir, api.load_summary(run_dir)
 
 
 def _records_by_group(run_dir, s):

@@ -203,12 +203,12 @@ equivalence:
 
 
 @pytest.fixture(scope="module")
-def eq_run(tmp_path_factory):
+def eq_run(tmp_path_factory, kept_engines):
     from specbench import api
 
     d = tmp_path_factory.mktemp("eq-vllm")
     (d / "suite.yaml").write_text(SUITE)
-    run_dir = api.run(d / "suite.yaml", out=d / "results")
+    run_dir = api.run(d / "suite.yaml", out=d / "results", keep=kept_engines)  # test_lossy_top_p takes its baseline
     return run_dir, api.load_summary(run_dir)
 
 
@@ -259,7 +259,7 @@ def test_engine_as_shipped_is_caught_when_buggy(eq_run):
     assert base is not None and base.status == "ok"
 
 
-def test_lossy_top_p_is_divergent(tmp_path):
+def test_lossy_top_p_is_divergent(tmp_path, kept_engines):
     """Samples drawn with top_p=0.5, labelled and scored at top_p=1.0: the test must say divergent.
 
     (Temperature 1.1 labelled 1.0 is *not* detectable here: the tiny target is
@@ -269,6 +269,7 @@ def test_lossy_top_p_is_divergent(tmp_path):
     from specbench.config.plan import expand
     from specbench.config.suite import load_suite
     from specbench.engines.factory import resolve_engine
+    from specbench.engines.kept import engine_identity
     from specbench.engines.vllm_offline import VllmOfflineEngine
     from specbench.results.requests import CellRequest, SamplingRequest
 
@@ -277,15 +278,17 @@ def test_lossy_top_p_is_divergent(tmp_path):
     plan = expand(suite)
     cfg = next(e for e in plan.engines if e.method.method == "baseline")
     res = resolve_engine(cfg, "cpu")
-    engine = VllmOfflineEngine(
-        cfg, {**res.engine_kwargs, "max_logprobs": -1}, tmp_path / "engine.log", res.env
-    )
+    res.engine_kwargs["max_logprobs"] = -1  # a plain target that teacher-forces, as eq_run's baseline engine
+    identity = engine_identity(res, None)
+    held = kept_engines.take(identity)  # eq_run's, when it ran first
+    engine = held[0] if held else VllmOfflineEngine(cfg, res.engine_kwargs, tmp_path / "engine.log", res.env)
     spec = suite.datasets[0].model_copy(update={"limit": 8})
     prompts = datasets.prepare(spec, tmp_path, chat=False)
     b = _cell("baseline", "baseline", 1.0)
     m = _cell("lossy", "draft_model", 1.0)
     recs: list[RequestRecord] = []
-    engine.start()
+    if held is None:
+        engine.start()
     try:
         for cell, top_p in ((b, 1.0), (m, 0.5)):
             req = CellRequest(
@@ -300,7 +303,8 @@ def test_lossy_top_p_is_divergent(tmp_path):
         items = score_items_for(recs, cells, by_prompt, 1.0)
         rows = score_rows(items, engine.score(items))
     finally:
-        engine.close()
+        if not kept_engines.keep(identity, engine, held[1] if held else str(tmp_path / "engine.log")):
+            engine.close()
     assert all(r.f_minus is not None for r in rows), rows[0].error
     with open(tmp_path / EQUIVALENCE, "w") as fh:
         fh.writelines(json.dumps(r.stored()) + "\n" for r in rows)

@@ -56,12 +56,13 @@ runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
-def two_seeds(tmp_path_factory) -> tuple[Path, Path]:
+def two_seeds(tmp_path_factory, kept_engines) -> tuple[Path, Path]:
+    """Two runs of one suite (seeds 0 and 1) on the same three engines, kept running between them."""
     d = tmp_path_factory.mktemp("gate-seeds")
     runs = []
     for seed in (0, 1):
         (d / f"s{seed}.yaml").write_text(SUITE.format(seed=seed))
-        runs.append(api.run(d / f"s{seed}.yaml", out=d / "results"))
+        runs.append(api.run(d / f"s{seed}.yaml", out=d / "results", keep=kept_engines))
     return runs[0], runs[1]
 
 

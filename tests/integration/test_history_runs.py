@@ -3,7 +3,8 @@ stored into SQLite and into a real PostgreSQL server that the test starts; ``tre
 the same numbers from both; adding a run twice is a no-op; a planted step fails
 ``gate --baseline history`` naming the group and the first run of the step.
 
-One engine per run (ngram on the tiny target, greedy and sampled): five engine starts.
+The five runs share one engine (ngram on the tiny target, greedy and sampled), kept running
+between them (``api.run(keep=...)``): one engine start, and runs 2-5 say ``kept_from`` run 1's log.
 PostgreSQL comes from ``scripts/install.sh --test``; the test fails (never skips) without it.
 """
 
@@ -111,13 +112,27 @@ def pg_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def five_runs(tmp_path_factory) -> list[Path]:
+def five_runs(tmp_path_factory, kept_engines) -> list[Path]:
     d = tmp_path_factory.mktemp("history-runs")
     runs = []
     for seed in SEEDS:
         (d / f"s{seed}.yaml").write_text(SUITE.format(seed=seed))
-        runs.append(api.run(d / f"s{seed}.yaml", out=d / "results"))
+        runs.append(api.run(d / f"s{seed}.yaml", out=d / "results", keep=kept_engines))
     return runs
+
+
+@pytest.mark.integration
+def test_the_five_runs_share_one_engine(five_runs):
+    from specbench.results import rundir
+
+    engines = [rundir.read_manifest(r)["engines"] for r in five_runs]
+    assert all(len(e) == 1 and e[0]["status"] == "closed" for e in engines), engines
+    kept_from = [e[0].get("describe", {}).get("kept_from") for e in engines]
+    # Run 1 started it (or took over one an earlier test's run left with the same arguments).
+    first_log = kept_from[0] or str(five_runs[0] / "engines" / "tiny--ngram.log")
+    assert kept_from[1:] == [first_log] * 4, kept_from
+    assert Path(first_log).stat().st_size > 0
+    assert f"its log: {first_log}" in (five_runs[3] / "engines" / "tiny--ngram.log").read_text()
 
 
 def _counts(url: str) -> tuple[int, int]:

@@ -2,7 +2,7 @@
 ``rounds: 1``. The rounds run records each request's round (the first half of the prompts in round 0), keeps
 both engines up and alternates them (the manifest's timeline: both engines' cells in each half of the cell
 time), rests its speed intervals on 2 rounds, and leaves every output and every request's τ counters exactly
-as the run without rounds has them. Four engine starts of the tiny model."""
+as the run without rounds has them. Two engine starts of the tiny model: the second run takes both over."""
 
 from __future__ import annotations
 
@@ -34,16 +34,17 @@ def _suite(rounds: int) -> dict:
             "warmup": False, "rounds": rounds}
 
 
-def _run(tmp: Path, rounds: int) -> Path:
+def _run(tmp: Path, rounds: int, kept) -> Path:
     suite = tmp / f"rounds{rounds}.yaml"
     suite.write_text(yaml.safe_dump(_suite(rounds)))
-    return api.run(suite, out=tmp / f"out{rounds}")
+    return api.run(suite, out=tmp / f"out{rounds}", keep=kept)
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, kept_engines):
+    """The run with rounds starts both engines; the run without takes them over (kept between runs)."""
     tmp = tmp_path_factory.mktemp("rounds")
-    return _run(tmp, 2), _run(tmp, 1)
+    return _run(tmp, 2, kept_engines), _run(tmp, 1, kept_engines)
 
 
 def test_rounds_are_recorded_and_engines_alternate(runs) -> None:

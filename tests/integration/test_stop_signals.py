@@ -97,7 +97,9 @@ def _stop_mid_cell(cli_runs, proc: subprocess.Popen, run_dir: Path, cell: str, s
     assert proc.returncode == 128 + sig, output
     last = output.strip().splitlines()[-1]
     assert last.startswith(f"interrupted by {sig.name} after ") and f"--resume {run_dir}" in last, output
-    time.sleep(3)
+    end = time.monotonic() + 5  # the run has exited: what it started is gone now, or within seconds
+    while _alive(started) and time.monotonic() < end:
+        time.sleep(0.1)
     assert _alive(started) == [], f"left running after {sig.name}: {_alive(started)}"
     manifest = json.loads((run_dir / rundir.MANIFEST).read_text())
     assert manifest["status"] == "interrupted" and manifest["interrupted_by"] == sig.name

@@ -36,9 +36,9 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, api.RunSummary]:
+def run(tmp_path_factory: pytest.TempPathFactory, kept_engines) -> tuple[Path, api.RunSummary]:
     out = tmp_path_factory.mktemp("workloads")
-    run_dir = api.run(SUITE, out=out)
+    run_dir = api.run(SUITE, out=out, keep=kept_engines)  # the baseline and EAGLE-3 of test_speed_rounds, when kept
     return run_dir, api.load_summary(run_dir)
 
 

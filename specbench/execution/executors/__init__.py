@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from specbench.engines.kept import KeptEngines
 from specbench.execution.jobs import EngineJob
 
 
@@ -28,11 +29,16 @@ class Executor(Protocol):
         """End every job and engine process still running (also on a stop signal)."""
 
 
-def make_executor(name: str, *, ray_address: str | None = None, max_parallel: int | None = None) -> Executor:
+def make_executor(name: str, *, ray_address: str | None = None, max_parallel: int | None = None,
+                  kept: KeptEngines | None = None) -> Executor:
+    """``kept`` (engines kept between runs in this process) only applies to the local executor,
+    whose engines are this process's children; a Ray cluster's engines live in its workers."""
     if name == "local":
         from specbench.execution.executors.local import LocalExecutor
 
-        return LocalExecutor()
+        return LocalExecutor(kept=kept)
+    if kept is not None:
+        raise ValueError(f"engines are kept between runs by the local executor only, not by {name!r}")
     if name == "ray":
         from specbench.execution.executors.ray_executor import RayExecutor
 

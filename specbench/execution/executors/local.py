@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from specbench.engines.child import close_hosts
+from specbench.engines.kept import KeptEngines
 from specbench.engines.vllm_offline import close_spare
 from specbench.execution.jobs import EngineJob
 from specbench.execution.rounds import run_interleaved
@@ -15,8 +16,9 @@ from specbench.execution.worker import FollowUp, local_placement, run_job
 class LocalExecutor:
     name = "local"
 
-    def __init__(self, follow_up: FollowUp | None = None):
+    def __init__(self, follow_up: FollowUp | None = None, kept: KeptEngines | None = None):
         self.follow_up = follow_up  # set by the driver: teacher forcing on an engine already up
+        self.kept = kept  # engines kept between runs in this process (api.run(keep=...))
 
     def check(self, jobs: Sequence[EngineJob]) -> list[str]:
         return []
@@ -33,9 +35,9 @@ class LocalExecutor:
                 target = job.engine.config.target.name
                 group = [j for j in jobs if j.rounds > 1 and j.kind == "cells" and j.engine.config.target.name == target]
                 done |= {j.job_id for j in group}
-                run_interleaved(group, emit, placement, self.follow_up)
+                run_interleaved(group, emit, placement, self.follow_up, kept=self.kept)
             else:
-                run_job(job, emit, placement, self.follow_up)
+                run_job(job, emit, placement, self.follow_up, kept=self.kept)
 
     def shutdown(self) -> None:
         close_spare()
