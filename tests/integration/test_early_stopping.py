@@ -5,8 +5,6 @@ prompts used of available with an interval recomputable from the records."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -49,16 +47,16 @@ stop: {metric: tau, rel_half_width: 0.05, min_prompts: 16, check_every: 16}
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory) -> Path:
+def run_dir(tmp_path_factory, kept_engines) -> Path:
+    """The run and its reports (``reports/`` beside the results, as ``specbench run`` writes them); its
+    baseline and EAGLE-3 engines stay up for test_speed_rounds and test_workloads (kept_engines)."""
+    from specbench import api
+
     tmp = tmp_path_factory.mktemp("stops")
     suite = tmp / "stops.yaml"
     suite.write_text(SUITE)
-    proc = subprocess.run(
-        [sys.executable, "-m", "specbench.cli", "run", str(suite), "--out", str(tmp / "out")],
-        capture_output=True, text=True, timeout=900,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (rd,) = sorted((tmp / "out" / "stops").glob("*/"))
+    rd = api.run(suite, out=tmp / "out", keep=kept_engines)
+    api.report(rd, tmp / "out" / "reports")
     return rd
 
 

@@ -1,9 +1,10 @@
-"""Stopping a run on real vLLM CPU: SIGTERM or SIGINT to the `specbench` process alone, mid server cell.
+"""Stopping a run on real vLLM CPU: SIGTERM or SIGINT to the `specbench` process alone, mid-cell.
 
-Each stop ends the run within 30 s with 128 + the signal's number, says how
-to resume on its last line, leaves no process it started (the vLLM API server and its
-EngineCore included), and ``--resume`` then records every request exactly
-once. Run under the CPU lock:
+SIGTERM arrives in a launched server's cell (the baseline, ``vllm-server``), SIGINT in an offline
+engine's cell (ngram, ``vllm-offline``) of the resumed run. Each stop ends the run within 30 s with
+128 + the signal's number, says how to resume on its last line, leaves no process it started (the
+vLLM API server and its EngineCore, the offline engine's worker), and ``--resume`` then records every
+request exactly once. Run under the CPU lock:
 ``flock /tmp/specbench-cpu.lock pytest tests/integration/test_stop_signals.py``.
 """
 
@@ -34,6 +35,11 @@ targets:
     max_model_len: 1024
     methods:
       - method: baseline
+  - name: offline
+    model: tiny
+    dtype: float32
+    max_model_len: 1024
+    methods:
       - method: ngram
         num_speculative_tokens: 3
 datasets:
@@ -83,7 +89,10 @@ def _stop_mid_cell(cli_runs, proc: subprocess.Popen, run_dir: Path, cell: str, s
     """Once ``cell`` has a record, send ``sig`` to the specbench process alone; check how the run ends."""
     cli_runs.wait_for(lambda: cli_runs.n_records(run_dir, cell) >= 1)
     started = _started_by(proc.pid, run_dir)
-    assert any("vllm" in " ".join(p.cmdline()) for p in started), [p.cmdline() for p in started]
+    # An engine is among them: a vLLM API server, or an offline engine's worker (its pid in its log).
+    workers = {int(pid) for log in (run_dir / "engines").glob("*.log")
+               for pid in re.findall(r"specbench-engine-\S+ pid=(\d+)", log.read_text(errors="replace"))}
+    assert any("vllm" in " ".join(p.cmdline()) or p.pid in workers for p in started), [p.cmdline() for p in started]
     t0 = time.monotonic()
     os.kill(proc.pid, sig)  # not its process group
     try:
@@ -106,8 +115,8 @@ def _stop_mid_cell(cli_runs, proc: subprocess.Popen, run_dir: Path, cell: str, s
 
 
 def test_sigterm_then_sigint_stop_the_run_and_resume_completes_it(suite, tmp_path, cli_runs):
-    """One run stopped twice (engine starts are what costs): SIGTERM in the first server cell,
-    SIGINT in the second engine's cell of the resumed run; a second resume completes it."""
+    """One run stopped twice (engine starts are what costs): SIGTERM in the server's cell, SIGINT in the
+    offline engine's cell of the resumed run; a second resume completes it."""
     out = tmp_path / "out"
     proc = cli_runs.start(suite, out)
     run_dir = cli_runs.wait_for(lambda: cli_runs.run_dirs(out, "stops"))[-1]
@@ -115,7 +124,7 @@ def test_sigterm_then_sigint_stop_the_run_and_resume_completes_it(suite, tmp_pat
     assert 1 <= cli_runs.n_records(run_dir) < 12
 
     resumed = cli_runs.start(suite, out, "--resume", str(run_dir))
-    _stop_mid_cell(cli_runs, resumed, run_dir, "tiny/ngram/he/T0/b1", signal.SIGINT)
+    _stop_mid_cell(cli_runs, resumed, run_dir, "offline/ngram/he/T0/b1", signal.SIGINT)
     assert latest_cell_records(rundir.read_cells(run_dir))["tiny/baseline/he/T0/b1/r0"].status == "ok"
 
     resumed = cli_runs.start(suite, out, "--resume", str(run_dir))
