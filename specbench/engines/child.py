@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import importlib
 import multiprocessing as mp
+import multiprocessing.util  # noqa: F401 - its exit hook joins live children: registered before ours, it runs after
 import os
 import time
 import traceback

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import multiprocessing.util  # noqa: F401 - its exit hook joins live children: registered before ours, it runs after
 from collections import OrderedDict
 from typing import Any
 
@@ -82,13 +83,20 @@ class KeptEngines:
         return len(self._idle)
 
     def close(self) -> None:
-        """Close every idle engine."""
+        """Close every idle engine, and the idle processes they leave (an engine host given back by a
+        closed engine, a spare worker): nothing of theirs outlives the keeper."""
+        from specbench.engines.child import close_hosts
+        from specbench.engines.vllm_offline import close_spare
+
         idle, self._idle = list(self._idle.values()), OrderedDict()
         for engine, _ in idle:
             try:
                 engine.close()
             except Exception:  # noqa: BLE001 - ending anyway
                 engine.kill()
+        if idle:
+            close_hosts()
+            close_spare()
 
     def __enter__(self) -> KeptEngines:
         return self

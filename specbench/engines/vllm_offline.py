@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import multiprocessing as mp
+import multiprocessing.util  # noqa: F401 - its exit hook joins live children: registered before ours, it runs after
 import os
 import sys
 import time
