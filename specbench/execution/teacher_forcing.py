@@ -50,11 +50,10 @@ from specbench.analysis.pit import pit_from_row
 from specbench.config.plan import Cell, Plan
 from specbench.config.suite import EquivalenceSpec
 from specbench.engines.factory import ResolvedEngine, resolve_engine
-from specbench.execution.conversations import turn_messages
 from specbench.results import rundir
 from specbench.results.parts import Equivalence
 from specbench.results.records import RequestRecord
-from specbench.results.requests import ScoreItem, ScoreKey, ScoreResult, ScoreRow
+from specbench.results.requests import ScoreItem, ScoreKey, ScoreResult, ScoreRow, turn_messages
 from specbench.results.rundir import EQUIVALENCE
 
 SCORER = "vllm prompt_logprobs=-1 (full vocabulary, raw), temperature/top-p applied by specbench"
