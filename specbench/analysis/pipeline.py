@@ -50,7 +50,8 @@ def summarize_run(
 
     ``scores``: task scores (:func:`specbench.scoring.apply.score_requests`) and ``scoring_notes``
     (why some were not scored); ``equivalence``: group id → its lossless checks
-    (:func:`specbench.execution.teacher_forcing.equivalence_summaries`); ``prompt_references``:
+    (:func:`specbench.execution.teacher_forcing.equivalence_summaries`; a turn slice's under its slice id);
+    ``prompt_references``:
     prompt id → reference answer (an early-stopped cell's accuracy); ``prompt_categories``: (dataset,
     prompt id) → category (the category slices and matrix); ``torn_lines``: the torn last
     lines of interrupted writes that reading the records dropped.
@@ -69,7 +70,7 @@ def summarize_run(
     greqs = metrics.requests_by_group(cells, latest, unique)
     reference_of = {t.name: ref for t in suite.targets if (ref := reference_method(suite, t)) is not None}
     cats = prompt_categories or {}
-    slices = workload_slices(groups, greqs, cats, scores)
+    slices = workload_slices(groups, greqs, cats, scores, equivalence)
     return RunSummary(
         run_id=manifest["run_id"],
         suite_name=manifest["suite_name"],

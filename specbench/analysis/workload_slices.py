@@ -10,7 +10,11 @@ metrics are the group's, computed on the slice's requests only: τ pooled from t
 requests' own counters (the engine's pooled counters cover the whole cell), TPOT,
 speed, accuracy, and against the baseline's requests of the same slice the paired
 speedup and greedy identity — a later turn only on conversations whose turn 1 was
-token-identical to the baseline's (:func:`specbench.analysis.metrics.pair_turns`).
+token-identical to the baseline's (:func:`specbench.analysis.metrics.pair_turns`). A turn
+slice also carries the sampled equivalence test of that turn's samples when the run has
+one (computed with the group's, keyed by the slice id:
+:func:`specbench.execution.teacher_forcing.sampled_equivalence`, which says why a later
+turn's samples are tested on their own).
 
 The category matrix (:func:`category_matrix`) puts, per target, dataset, temperature
 and load, every method·K against every category: the slice's τ and its ratio to the
@@ -26,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from specbench.analysis import metrics, step_time
 from specbench.analysis.method_comparison import best_group, family, paired_tau_ratio
-from specbench.results.parts import CategoryCell
+from specbench.results.parts import CategoryCell, Equivalence
 from specbench.results.records import RequestRecord
 from specbench.results.slices import Slice, sliced_group_id, split_group_id
 from specbench.results.summary import GroupSummary, TurnOneIdentity
@@ -61,7 +65,7 @@ def _slicers(g: GroupSummary, reqs: Sequence[RequestRecord], categories: Categor
 
 
 def _summary(g: GroupSummary, key: str, value: object, reqs: list[RequestRecord],
-             scores: Mapping[tuple[str, str, int], dict]) -> GroupSummary:
+             scores: Mapping[tuple[str, str, int], dict], equivalence: Mapping[str, Equivalence]) -> GroupSummary:
     base_id, base_slice = split_group_id(g.group_id)
     s = (g.slice or base_slice).model_copy(update={key: value})
     ok = [r for r in reqs if r.error is None]
@@ -71,6 +75,7 @@ def _summary(g: GroupSummary, key: str, value: object, reqs: list[RequestRecord]
         request_rate=g.request_rate, slice=Slice.model_validate(s.model_dump()), status=g.status,
         n_requests=len(reqs), n_errors=len(reqs) - len(ok), output_tokens=sum(r.num_output_tokens for r in ok),
     )
+    out.equivalence = equivalence.get(out.group_id)
     if g.method_kind != "baseline":
         if ok and all(r.spec is not None for r in ok):
             counters = metrics.sum_counters(r.spec for r in ok)
@@ -95,10 +100,12 @@ def _in_slice(reqs: Sequence[RequestRecord], key: str, value: object, dataset: s
 
 
 def workload_slices(groups: Sequence[GroupSummary], group_requests: Mapping[str, list[RequestRecord]],
-                    categories: Categories, scores: Mapping[tuple[str, str, int], dict] | None = None
-                    ) -> list[GroupSummary]:
-    """Every group's category and turn slices, with their comparisons against the baseline's same slice."""
+                    categories: Categories, scores: Mapping[tuple[str, str, int], dict] | None = None,
+                    equivalence: Mapping[str, Equivalence] | None = None) -> list[GroupSummary]:
+    """Every group's category and turn slices, with their comparisons against the baseline's same slice
+    (``equivalence``: slice id → its lossless checks, as for a group)."""
     scores = scores or {}
+    equivalence = equivalence or {}
     slices: list[tuple[GroupSummary, GroupSummary, str, object]] = []  # (group, slice, key, value)
     for g in groups:
         reqs = group_requests.get(g.group_id, [])
@@ -109,7 +116,7 @@ def workload_slices(groups: Sequence[GroupSummary], group_requests: Mapping[str,
             for r in reqs:
                 parts[of(r)].append(r)
             for value in sorted(v for v in parts if v is not None):  # type: ignore[type-var]
-                slices.append((g, _summary(g, key, value, parts[value], scores), key, value))
+                slices.append((g, _summary(g, key, value, parts[value], scores, equivalence), key, value))
     baseline_of = {g.baseline_key: g for g in groups if g.method_kind == "baseline" and g.status in ("ok", "partial")}
     for g, s, key, value in slices:
         base = baseline_of.get(g.baseline_key)

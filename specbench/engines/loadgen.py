@@ -12,6 +12,13 @@ Both stop after ``num_requests`` and/or once ``duration_s`` has passed (no
 new request is sent after the deadline; those in flight finish). Warmup
 requests run first and are never reported.
 
+Conversations (``follow_up``): each item is then a conversation's first turn, and
+its later turns are sent one after the other on the stream (or in-flight slot) the
+conversation holds, each as soon as the one before finished; so ``concurrency``
+counts conversations in flight, Poisson arrivals are conversations, and
+``num_requests`` and the deadline bound the conversations started (one under way
+is carried to its end unless the run aborts).
+
 Counting tokens, not chunks
 ---------------------------
 Under speculative decoding one SSE chunk can carry several tokens (all those
@@ -66,6 +73,9 @@ except ImportError:  # pragma: no cover - plain environments
     _loads = json.loads
 
 ERROR_KINDS = ("http", "timeout", "connection", "stream", "incomplete", "cancelled")
+
+#: A conversation's next request once one of its requests finished (None: it has ended).
+FollowUp = Callable[["RequestResult"], "RequestItem | None"]
 
 
 class LoadProfile(BaseModel):
@@ -459,8 +469,11 @@ async def run_load(
     abort: asyncio.Event | None = None,
     check_alive: Callable[[], Awaitable[bool]] | None = None,
     alive_hint: Callable[[], bool] | None = None,
+    follow_up: FollowUp | None = None,
 ) -> LoadReport:
     """Offer ``items`` to the server under ``profile``; ``on_result`` gets every sent request once.
+
+    With ``follow_up`` every item starts a conversation whose next turns it gives (module doc).
 
     Warmup is *not* handled here (see :func:`run_warmup`). When ``abort`` is
     set (by a watchdog, or here when a connection error meets a failed
@@ -485,13 +498,16 @@ async def run_load(
         results.append(res)
         on_result(res)
 
-    def may_send() -> bool:
+    def going() -> bool:
         if alive_hint is not None and not abort.is_set() and not alive_hint():
             reason.append("server process is gone")
             abort.set()
-        return bool(todo) and not abort.is_set() and (deadline is None or time.perf_counter() < deadline)
+        return not abort.is_set()
 
-    async def one(item: RequestItem) -> None:
+    def may_send() -> bool:
+        return going() and bool(todo) and (deadline is None or time.perf_counter() < deadline)
+
+    async def one(item: RequestItem) -> RequestResult:
         holder: list[RequestResult] = []
         task = asyncio.current_task()
         assert task is not None
@@ -514,11 +530,18 @@ async def run_load(
             if not await check_alive():
                 reason.append(f"server unreachable after {res.error}")
                 abort.set()
+        return res
+
+    async def chain(item: RequestItem | None) -> None:
+        """One request, or a whole conversation: its turns one after the other."""
+        while item is not None:
+            res = await one(item)
+            item = follow_up(res) if follow_up is not None and going() else None
 
     async def closed_loop() -> None:
         async def worker() -> None:
             while may_send():
-                await one(todo.popleft())
+                await chain(todo.popleft())
 
         n = profile.concurrency or 1
         await asyncio.gather(*(worker() for _ in range(n)))
@@ -531,13 +554,13 @@ async def run_load(
 
         async def gated(item: RequestItem) -> None:
             if sem is None:
-                await one(item)
+                await chain(item)
                 return
             async with sem:
                 if abort.is_set():
                     todo.appendleft(item)  # never sent
                     return
-                await one(item)
+                await chain(item)
 
         while may_send():
             next_t = t_start + next(arrivals)  # the schedule, whatever the completions do

@@ -57,7 +57,10 @@ class EngineCapabilities(BaseModel):
     kind: str  # the suite's ``target.engine``: "vllm-offline", "vllm-server", "reference"
     scores: bool = False  # teacher forcing (:meth:`Engine.score`)
     server: bool = False  # an HTTP server driven by a load generator (launched or attached)
-    multi_turn: bool = False  # not needed: execution.conversations runs any engine turn by turn
+    # Runs a cell of conversations (prompts with ``later_turns``) itself, each as one unit of its load, records
+    # annotated with conversation and turn (the server: concurrency counts conversations); without it
+    # execution.conversations sends the engine one turn of every conversation at a time.
+    multi_turn: bool = False
 
 
 class Engine(Protocol):

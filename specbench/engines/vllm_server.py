@@ -17,6 +17,9 @@ Per cell: optional warmup requests, a ``/metrics`` scrape, the load (see
 :mod:`specbench.engines.loadgen`), another scrape; the spec-decode counter
 delta is the cell's counters. One :class:`RequestRecord` is emitted per
 request sent, as soon as it finishes, errors included.
+A cell of conversations (prompts with ``later_turns``) is run as
+conversations: each holds one stream of the load for all its turns
+(:mod:`specbench.engines.server_conversations`; ``capabilities.multi_turn``).
 
 Faults: a server that fails to start raises :class:`EngineUnavailable` with
 its log tail (``skipped=True`` when the error says the configuration is not
@@ -53,6 +56,7 @@ from typing import Any, TypeVar
 from specbench.config.methods import VllmPassthrough
 from specbench.config.plan import EngineConfig
 from specbench.engines.loadgen import (
+    FollowUp,
     LoadProfile,
     LoadReport,
     RequestItem,
@@ -72,9 +76,17 @@ from specbench.engines.protocol import (
     EngineUnavailable,
     cannot_score,
 )
+from specbench.engines.server_conversations import ConversationLoad
 from specbench.engines.vllm_args import num_speculative_tokens, server_argv
 from specbench.engines.vllm_offline import tail
-from specbench.results.requests import CellOutcome, CellRequest, ScoreItem, ScoreResult
+from specbench.results.requests import (
+    CellOutcome,
+    CellRequest,
+    PreparedPrompt,
+    ScoreItem,
+    ScoreResult,
+    is_conversations,
+)
 from specbench.settings import settings
 
 HOST = "127.0.0.1"
@@ -421,7 +433,7 @@ class VllmServerEngine:
 
     @property
     def capabilities(self) -> EngineCapabilities:
-        return EngineCapabilities(kind="vllm-server", server=True)
+        return EngineCapabilities(kind="vllm-server", server=True, multi_turn=True)
 
     @property
     def alive(self) -> bool:
@@ -504,20 +516,17 @@ class VllmServerEngine:
         return LoadProfile.for_cell(request.cell, self.load or LoadProfile(request_timeout_s=settings().request_timeout))
 
     def items_for(self, request: CellRequest) -> list[RequestItem]:
-        assert self.model_name is not None
         return [
-            build_item(
-                p,
-                request.sampling,
-                self.model_name,
-                sample=s,
-                repeat=request.cell.repeat,
-                chat_template_kwargs=self.config.target.chat_template_kwargs or None,
-            )
+            self._item(request, p, s)
             for p in request.prompts
             for s in range(request.sampling.samples_per_prompt)
             if (p.prompt_id, s) not in request.skip
         ]
+
+    def _item(self, request: CellRequest, prompt: PreparedPrompt, sample: int = 0) -> RequestItem:
+        assert self.model_name is not None
+        return build_item(prompt, request.sampling, self.model_name, sample=sample, repeat=request.cell.repeat,
+                          chat_template_kwargs=self.config.target.chat_template_kwargs or None)
 
     def run_cell(
         self, request: CellRequest, emit: EmitRecord, load: LoadProfile | None = None
@@ -525,7 +534,8 @@ class VllmServerEngine:
         if self.base_url is None or (self._proc is not None and self._proc.poll() is not None):
             raise CellFailed("vLLM server is not running", engine_dead=True, log_tail=self._tail())
         profile = self.profile_for(request, load)
-        items = self.items_for(request)
+        convs = ConversationLoad(request, lambda p: self._item(request, p)) if is_conversations(request.prompts) else None
+        items = convs.items() if convs is not None else self.items_for(request)
         emitted: list[RequestResult] = []
         stopping: list[bool] = []
 
@@ -533,13 +543,13 @@ class VllmServerEngine:
             if stopping and not res.ok:
                 return  # cut short by the run's stop, not a server failure: sent again on resume
             emitted.append(res)
-            emit(
-                to_record(res, run_id=request.run_id, cell=request.cell, engine_key=self.config.key, k=self.k,
-                          method=(self.config.speculative_config or {}).get("method"))
-            )
+            rec = to_record(res, run_id=request.run_id, cell=request.cell, engine_key=self.config.key, k=self.k,
+                            method=(self.config.speculative_config or {}).get("method"))
+            emit(convs.annotate(rec) if convs is not None else rec)
 
         report, before, after, prom_error = _run_async(
-            self._cell(items, profile, on_result), on_stop=lambda: stopping.append(True)
+            self._cell(items, profile, on_result, convs.follow_up if convs is not None else None),
+            on_stop=lambda: stopping.append(True),
         )
         errors = report.error_counts()
         self.last_cell = {
@@ -581,7 +591,7 @@ class VllmServerEngine:
         return CellOutcome(counters=counters, wall_time_s=report.wall_time_s, num_requests=len(emitted))
 
     async def _cell(
-        self, items: list[RequestItem], profile: LoadProfile, on_result: Any
+        self, items: list[RequestItem], profile: LoadProfile, on_result: Any, follow_up: FollowUp | None = None
     ) -> tuple[LoadReport, PromSnapshot | None, PromSnapshot | None, str | None]:
         assert self.base_url is not None
         url = self.base_url
@@ -632,6 +642,7 @@ class VllmServerEngine:
                     abort=abort,
                     check_alive=check_alive,
                     alive_hint=(lambda: proc.poll() is None) if proc is not None else None,
+                    follow_up=follow_up,
                 )
                 if dead_reason and report.aborted:
                     report.aborted = dead_reason[0]

@@ -50,12 +50,12 @@ from specbench.analysis.pit import pit_from_row
 from specbench.config.plan import Cell, Plan
 from specbench.config.suite import EquivalenceSpec
 from specbench.engines.factory import ResolvedEngine, resolve_engine
-from specbench.execution.conversations import turn_messages
 from specbench.results import rundir
 from specbench.results.parts import Equivalence
 from specbench.results.records import RequestRecord
-from specbench.results.requests import ScoreItem, ScoreKey, ScoreResult, ScoreRow
+from specbench.results.requests import ScoreItem, ScoreKey, ScoreResult, ScoreRow, turn_messages
 from specbench.results.rundir import EQUIVALENCE
+from specbench.results.slices import sliced_group_id, split_group_id
 
 SCORER = "vllm prompt_logprobs=-1 (full vocabulary, raw), temperature/top-p applied by specbench"
 ORDER = "probability"
@@ -278,70 +278,90 @@ def sampled_equivalence(
     target_tv: float | None = None,
     torn: list[str] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """PIT verdict of every non-baseline group at temperature > 0.
+    """PIT verdict of every non-baseline group at temperature > 0, and of each conversation turn.
 
     Needs ``equivalence.jsonl`` (from :func:`teacher_force_run`). The
     method's PIT values are tested for uniformity and against the baseline
     group's own scored samples (:func:`~specbench.analysis.lossless.distribution_verdict`).
     Returns ``{group_id: {"sampled": {...}}}``; groups with nothing scored
     get ``"not shown equivalent"`` with the reason.
+
+    A group of conversations with two or more turns also gets one entry per turn, under its
+    turn slice's id (``…/turn=2``): the same test on that turn's samples only, against the
+    baseline's samples of the same turn; the turns' requests and tokens add up to the group's.
+    Unlike greedy identity and paired speedup, a later turn is *not* restricted to the
+    conversations whose turn 1 matched the baseline's: the test is conditional on the prompt
+    (each token's PIT is taken under the plain target given the history the method was sent,
+    its own earlier replies included), so every turn's samples are tested on their own.
     """
     kw: dict[str, Any] = {"alpha": alpha, "power": power}
     if target_tv is not None:
         kw["target_tv"] = target_tv
     groups, baselines = _groups(cells)
     recs = _records_by_group(cells, requests)
-    ok, err, engine_errors = _latest_scores(read_scores(run_dir, torn))
+    scores = _latest_scores(read_scores(run_dir, torn))
     out: dict[str, dict[str, Any]] = {}
     for gid, gcells in groups.items():
         c0 = gcells[0]
         if _is_baseline(c0) or c0.temperature <= 0:
             continue
-        u, n_scored, n_missing, errors = _group_pit(gcells, recs.get(gid, []), ok, err)
         bgid = baselines.get(c0.baseline_group_key)
-        bu = None
-        b_scored = 0
-        if bgid is not None:
-            bu, b_scored, _, _ = _group_pit(groups[bgid], recs.get(bgid, []), ok, err)
-            if bu.size == 0:
-                bu = None
-        v = distribution_verdict(u, bu, **kw)
-        reason = v.reason
-        if n_scored == 0:
-            why = (
-                "; ".join(errors or engine_errors) or "no teacher-forced scores (equivalence.jsonl missing?)"
-            )
-            reason = f"no scored samples: {why}"
-        elif n_missing:
-            reason += f"; {n_missing} request(s) not scored"
-        if bgid is None:
-            reason += "; no baseline group to compare with"
-        out[gid] = {
-            "sampled": {
-                "verdict": v.verdict,
-                "reason": reason,
-                "baseline_group": bgid,
-                "temperature": c0.temperature,
-                "n_requests": n_scored,
-                "n_unscored": n_missing,
-                "n_tokens": v.n_tokens,
-                "n_baseline_tokens": int(bu.size) if bu is not None else 0,
-                "n_baseline_requests": b_scored,
-                "statistic": _finite(v.method.statistic),
-                "pvalue": _finite(v.pvalue),
-                "ks_pvalue": _finite(v.method.ks_pvalue),
-                "chi2_pvalue": _finite(v.method.chi2_pvalue),
-                "two_sample_pvalue": _finite(v.two_sample.pvalue) if v.two_sample else None,
-                "baseline_pvalue": _finite(v.baseline.pvalue) if v.baseline else None,
-                "alpha": alpha,
-                "detectable_tv": _finite(v.detectable_tv),
-                "min_detectable_tv": _finite(v.detectable_tv),
-                "target_tv": v.target_tv,
-                "min_tokens": v.min_tokens,
-                "scorer": SCORER,
-            }
-        }
+        bcells = groups[bgid] if bgid is not None else []
+        mine, theirs = recs.get(gid, []), recs.get(bgid, []) if bgid is not None else []
+        out[gid] = {"sampled": _sampled_test(gcells, mine, bcells, theirs, scores, bgid, c0.temperature, kw)}
+        turns = sorted({r.turn for r in mine if r.turn is not None})
+        if len(turns) >= 2:
+            base_id, whole = split_group_id(gid)
+            for t in turns:
+                out[sliced_group_id(base_id, whole.model_copy(update={"turn": t}))] = {"sampled": _sampled_test(
+                    gcells, [r for r in mine if r.turn == t], bcells, [r for r in theirs if r.turn == t], scores, bgid,
+                    c0.temperature, kw)}
     return out
+
+
+def _sampled_test(gcells: Sequence[Cell], mine: Sequence[RequestRecord], bcells: Sequence[Cell],
+                  theirs: Sequence[RequestRecord], scores: tuple[dict[tuple, dict], dict[tuple, str], list[str]],
+                  bgid: str | None, temperature: float, kw: dict[str, Any]) -> dict[str, Any]:
+    """The sampled test of the method's requests ``mine`` against the baseline's ``theirs`` (its stored result)."""
+    ok, err, engine_errors = scores
+    u, n_scored, n_missing, errors = _group_pit(gcells, mine, ok, err)
+    bu, b_scored = None, 0
+    if bgid is not None:
+        bu, b_scored, _, _ = _group_pit(bcells, theirs, ok, err)
+        if bu.size == 0:
+            bu = None
+    v = distribution_verdict(u, bu, **kw)
+    reason = v.reason
+    if n_scored == 0:
+        why = "; ".join(errors or engine_errors) or "no teacher-forced scores (equivalence.jsonl missing?)"
+        reason = f"no scored samples: {why}"
+    elif n_missing:
+        reason += f"; {n_missing} request(s) not scored"
+    if bgid is None:
+        reason += "; no baseline group to compare with"
+    return {
+        "verdict": v.verdict,
+        "reason": reason,
+        "baseline_group": bgid,
+        "temperature": temperature,
+        "n_requests": n_scored,
+        "n_unscored": n_missing,
+        "n_tokens": v.n_tokens,
+        "n_baseline_tokens": int(bu.size) if bu is not None else 0,
+        "n_baseline_requests": b_scored,
+        "statistic": _finite(v.method.statistic),
+        "pvalue": _finite(v.pvalue),
+        "ks_pvalue": _finite(v.method.ks_pvalue),
+        "chi2_pvalue": _finite(v.method.chi2_pvalue),
+        "two_sample_pvalue": _finite(v.two_sample.pvalue) if v.two_sample else None,
+        "baseline_pvalue": _finite(v.baseline.pvalue) if v.baseline else None,
+        "alpha": kw["alpha"],
+        "detectable_tv": _finite(v.detectable_tv),
+        "min_detectable_tv": _finite(v.detectable_tv),
+        "target_tv": v.target_tv,
+        "min_tokens": v.min_tokens,
+        "scorer": SCORER,
+    }
 
 
 def equivalence_summaries(

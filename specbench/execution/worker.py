@@ -19,7 +19,7 @@ from specbench.config.methods import get_method
 from specbench.engines.factory import make_engine
 from specbench.engines.kept import KeptEngines, engine_identity
 from specbench.engines.protocol import CellFailed, Engine, EngineUnavailable
-from specbench.execution.conversations import is_conversations, run_conversations
+from specbench.execution.conversations import run_conversations
 from specbench.execution.jobs import (
     CellDone,
     CellStarted,
@@ -35,7 +35,14 @@ from specbench.execution.jobs import (
     wall_now,
 )
 from specbench.results.records import CellRecord, RequestRecord
-from specbench.results.requests import CellOutcome, CellRequest, ScoreItem, ScoreResult, ScoreRow
+from specbench.results.requests import (
+    CellOutcome,
+    CellRequest,
+    ScoreItem,
+    ScoreResult,
+    ScoreRow,
+    is_conversations,
+)
 from specbench.zoo.draft_attention import checkpoint_block_attention
 
 Emit = Callable[[Event], None]
@@ -206,7 +213,7 @@ class _Job:
 
         stopper = None
         try:
-            if is_conversations(req):
+            if is_conversations(req.prompts):
                 if cell.stop is not None:
                     raise CellFailed("stop rules do not apply to conversations run turn by turn")
                 outcome = run_conversations(engine, req, on_record)
@@ -340,7 +347,7 @@ def warmup_requests(cells: list[CellRequest]) -> list[CellRequest]:
     will see: CPU kernels and the logprobs path are prepared on first use, which would
     otherwise be timed in the first cell. A request-rate cell warms up closed-loop at
     its cap (1 stream when uncapped). Two verification steps are enough to prepare a
-    step (2·(K+1) tokens; 4 without speculation)."""
+    step (2·(K+1) tokens; 4 without speculation). A conversation warms up as its first turn."""
     shapes: dict[tuple[int, bool, int | None], CellRequest] = {}
     for r in cells:
         shapes.setdefault((max(1, r.cell.batch_size), r.cell.temperature > 0, r.sampling.logprobs), r)
@@ -350,7 +357,7 @@ def warmup_requests(cells: list[CellRequest]) -> list[CellRequest]:
         out.append(CellRequest(
             run_id=r.run_id,
             cell=r.cell.model_copy(update={"cell_id": f"warmup-b{bs}", "batch_size": bs, "request_rate": None}),
-            prompts=r.prompts[:bs],
+            prompts=[p.model_copy(update={"later_turns": None}) for p in r.prompts[:bs]],  # single requests
             sampling=r.sampling.model_copy(update={"max_tokens": tokens, "samples_per_prompt": 1}),
         ))
     return out

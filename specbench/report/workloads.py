@@ -69,10 +69,20 @@ def _turn_slices(summary: RunSummary) -> dict[str, list[GroupSummary]]:
     return out
 
 
+def _sampled(s: GroupSummary) -> str:
+    """A turn's sampled test: verdict, p-value and its n (requests, tokens)."""
+    t = s.equivalence.sampled if s.equivalence is not None else None
+    if t is None:
+        return "–"
+    p = f"p={t.pvalue:.3g}; " if t.pvalue is not None else ""
+    return f"{t.verdict} ({p}n={t.n_requests or 0} requests, {t.n_tokens or 0} tokens)"
+
+
 def turn_section(summary: RunSummary) -> Section | None:
     turns = _turn_slices(summary)
     if not turns:
         return None
+    sampled = any(s.equivalence is not None and s.equivalence.sampled is not None for ss in turns.values() for s in ss)
     rows = []
     for gid in sorted(turns):
         for s in sorted(turns[gid], key=lambda s: s.slice.turn if s.slice and s.slice.turn else 0):
@@ -80,10 +90,12 @@ def turn_section(summary: RunSummary) -> Section | None:
             judged = f"{t1.identical} of {t1.conversations}" if t1 else "–"
             rows.append([gid, str(s.slice.turn if s.slice else "–"), str(s.n_requests), fmt_metric("tau", s.tau),
                          fmt_est(s.tpot_s, 2, scale=1000.0), fmt_speedup(s.speedup), fmt_pct(s.greedy_match),
-                         judged])
+                         judged] + ([_sampled(s)] if sampled else []))
+    note = (" The sampled test (T > 0) is run on each turn's samples alone, every conversation included: it is "
+            "conditional on the prompt, which holds the method's own earlier replies." if sampled else "")
     return Section("Conversation turns", [
         Para("Each conversation ran turn by turn, a later turn's history holding the same engine's own reply to "
              "the turn before. Speedup and greedy identity of a later turn are judged only on the conversations "
-             "whose turn 1 was token-identical to the baseline's (last column: how many of how many)."),
+             "whose turn 1 was token-identical to the baseline's (column 'Judged': how many of how many)." + note),
         Table(["Group", "Turn", "Requests", "τ", "TPOT (ms)", "Speedup", "Greedy identical",
-               "Judged (turn 1 identical)"], rows)], anchor="turns")
+               "Judged (turn 1 identical)"] + (["Sampled test"] if sampled else []), rows)], anchor="turns")

@@ -33,6 +33,34 @@ class PreparedPrompt(BaseModel):
     max_tokens: int | None = None
 
 
+def is_conversations(prompts: list[PreparedPrompt]) -> bool:
+    """Prompts that are conversations to run turn by turn (``later_turns`` set)."""
+    return any(p.later_turns is not None for p in prompts)
+
+
+def conversations_problem(sampling: SamplingRequest, prompts: list[PreparedPrompt]) -> str | None:
+    """Why these conversations cannot run turn by turn (every engine's cell fails with it), or None."""
+    if sampling.samples_per_prompt != 1:
+        return "conversations run one sample per prompt (samples_per_prompt: 1)"
+    if any(p.messages is None for p in prompts):
+        return "conversations need chat messages (a target with a chat template)"
+    return None
+
+
+def turn_prompt_id(conversation_id: str, turn: int) -> str:
+    """A conversation's turn as a request: turn 1 keeps the conversation's prompt id; later turns are ``<id>.turn<t>``."""
+    return conversation_id if turn == 1 else f"{conversation_id}.turn{turn}"
+
+
+def turn_messages(first: list[dict[str, str]], later_turns: list[str], replies: list[str]) -> list[dict[str, str]]:
+    """The chat history turn ``len(replies) + 1`` of a conversation is sent with: the first turn's messages,
+    then each earlier reply of the engine and the next user turn."""
+    out = list(first)
+    for reply, user in zip(replies, later_turns, strict=False):
+        out += [{"role": "assistant", "content": reply}, {"role": "user", "content": user}]
+    return out
+
+
 class SamplingRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

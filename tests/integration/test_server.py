@@ -285,6 +285,43 @@ sampling:
     assert "the suite claims K=2, the server's per-position counters show K=3" in report
 
 
+def test_conversations_turn_by_turn_concurrency_counts_conversations(engine: VllmServerEngine, assets: Any) -> None:
+    """Three two-turn conversations at concurrency 2 through the worker's entry for conversation cells: every
+    turn is a record (conversation id, turn); each turn-2 prompt holds the same conversation's turn-1 reply from
+    this server as the chat template renders it (by prompt length, which leaving the reply out changes); at
+    most two conversations are under way at once, each sending turn 2 on its stream once turn 1 ended."""
+    from transformers import AutoTokenizer
+
+    from specbench.engines.vllm_offline import _render_chat
+    from specbench.execution.conversations import run_conversations
+
+    convs = {f"v{i}": ([{"role": "user", "content": f"hello {i}"}], f"and then {i}?") for i in range(3)}
+    req = _request(2, max_tokens=16, name="conv").model_copy(update={"prompts": [
+        PreparedPrompt(prompt_id=cid, messages=first, later_turns=[then]) for cid, (first, then) in convs.items()]})
+    recs: list[RequestRecord] = []
+    out = run_conversations(engine, req, recs.append)
+    assert out.num_requests == len(recs) == 6 and all(r.error is None for r in recs), [r.error for r in recs]
+    assert sorted((r.conversation_id, r.turn, r.conversation_turns, r.prompt_id) for r in recs) == sorted(
+        [(c, 1, 2, c) for c in convs] + [(c, 2, 2, f"{c}.turn2") for c in convs])
+    assert out.counters == sum((r.spec for r in recs if r.spec is not None), SpecCounters())  # one scrape, all turns
+    tok = AutoTokenizer.from_pretrained(str(assets.target))
+    by = {(r.conversation_id, r.turn): r for r in recs}
+    spans = []
+    for cid, (first, then) in convs.items():
+        one, two = by[(cid, 1)], by[(cid, 2)]
+
+        def length(reply: str, first: list = first, then: str = then) -> int:
+            msgs = [*first, {"role": "assistant", "content": reply}, {"role": "user", "content": then}]
+            return len(tok(_render_chat(tok, msgs, {}), add_special_tokens=False).input_ids)
+
+        assert one.output_token_ids and two.prompt_tokens == length(one.output_text) > length(""), cid
+        assert one.sent_offset_s is not None and two.sent_offset_s is not None and one.latency_s and two.latency_s
+        assert two.sent_offset_s >= one.sent_offset_s + one.latency_s, cid  # one load: one clock for all turns
+        spans.append((one.sent_offset_s, two.sent_offset_s + two.latency_s))
+    # At each conversation's start: two under way (itself included), never three; the third waited for a slot.
+    assert max(sum(s <= t < e - 1e-9 for s, e in spans) for t, _ in spans) == 2
+
+
 def test_server_killed_mid_cell_then_restart(engine: VllmServerEngine, assets: Any, tmp_path: Path) -> None:
     """Runs last: kills the module's server (SIGKILL to its process group) while requests are in flight."""
     import threading

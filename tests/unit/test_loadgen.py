@@ -557,6 +557,46 @@ def test_engine_attach_unreachable(tmp_path: Path) -> None:
         eng.start()
 
 
+def test_engine_runs_conversations_each_holding_a_stream(server: FakeServer, tmp_path: Path) -> None:
+    """Concurrency counts conversations: at concurrency 2, three two-turn conversations run two at a time, each
+    sending turn 2 (its history holding the server's own turn-1 reply) once its turn 1 ended; one whose turn 1
+    failed ends there. A conversation's records are passed on together, in turn order."""
+    from specbench.execution.conversations import run_conversations
+
+    eng = VllmServerEngine(_config(), {"model": "fake-model"}, tmp_path / "log", {}, base_url=server.url)
+    eng.start()
+    assert eng.capabilities.multi_turn
+    prompts = [PreparedPrompt(prompt_id=c, messages=[{"role": "user", "content": f"hi {c}"}], later_turns=[f"more {c}"])
+               for c in ("a", "b", "c")]
+    prompts.append(PreparedPrompt(prompt_id="bad", messages=[{"role": "user", "content": "http500"}],
+                                  later_turns=["never"]))
+    req = CellRequest(run_id="r", cell=_cell(bs=2), prompts=prompts,
+                      sampling=SamplingRequest(temperature=0.0, max_tokens=6))
+    recs: list[RequestRecord] = []
+    out = run_conversations(eng, req, recs.append)
+    eng.close()
+    assert out.num_requests == len(recs) == 7 and server.max_inflight <= 2
+    order = [(r.conversation_id, r.turn, r.conversation_turns) for r in recs]
+    assert sorted(order, key=lambda x: (x[0] or "", x[1] or 0)) == [
+        ("a", 1, 2), ("a", 2, 2), ("b", 1, 2), ("b", 2, 2), ("bad", 1, 2), ("c", 1, 2), ("c", 2, 2)]
+    assert all(order[i + 1] == (cid, 2, 2) for i, (cid, t, _) in enumerate(order) if t == 1 and cid != "bad")
+    assert not any("never" in json.dumps(b) for b in server.requests)
+    by = {(r.conversation_id, r.turn): r for r in recs}
+    spans = []
+    for c in ("a", "b", "c"):
+        one, two = by[(c, 1)], by[(c, 2)]
+        assert two.prompt_id == f"{c}.turn2" and one.error is None and two.error is None
+        body = next(b for b in server.requests if b["messages"][-1]["content"] == f"more {c}")
+        assert body["messages"] == [{"role": "user", "content": f"hi {c}"},
+                                    {"role": "assistant", "content": one.output_text},
+                                    {"role": "user", "content": f"more {c}"}]
+        assert one.sent_offset_s is not None and two.sent_offset_s is not None and one.latency_s and two.latency_s
+        assert two.sent_offset_s >= one.sent_offset_s + one.latency_s  # turn 2 after turn 1, on its stream
+        spans.append((one.sent_offset_s, two.sent_offset_s + two.latency_s))
+    # At no conversation's start are more than two conversations under way: the third waited for a slot.
+    assert max(sum(s <= t < e - 1e-9 for s, e in spans) for t, _ in spans) == 2
+
+
 # ---------------------------------------------------------------------------
 # request-rate (Poisson) cells
 

@@ -15,12 +15,18 @@ from specbench.config.plan import Cell
 from specbench.config.suite import DatasetSpec, SuiteError, load_suite
 from specbench.datasets import DatasetError, prepare
 from specbench.engines.protocol import EngineCapabilities
-from specbench.execution.conversations import run_conversations, turn_prompt_id
+from specbench.execution.conversations import run_conversations
 from specbench.regression.gate import GateConfigError, check_rule_categories, load_rules
 from specbench.report.markdown import render_markdown
 from specbench.report.plots import make_figures
 from specbench.results.records import CellRecord, RequestRecord, SpecCounters
-from specbench.results.requests import CellOutcome, CellRequest, PreparedPrompt, SamplingRequest
+from specbench.results.requests import (
+    CellOutcome,
+    CellRequest,
+    PreparedPrompt,
+    SamplingRequest,
+    turn_prompt_id,
+)
 from specbench.results.summary import RunSummary
 
 CATS = {"a0": "coding", "a1": "coding", "a2": "coding", "a3": "coding", "a4": "coding", "a5": "coding",
