@@ -98,7 +98,7 @@ class _Job:
             raise
         finally:
             self._phase("engine_start", t0)
-        self.announce(engine, engine.describe())
+        self.announce(engine.describe())
         return engine
 
     def take_over(self, engine: Engine, first_log: str) -> Engine:
@@ -114,10 +114,11 @@ class _Job:
             f.write(f"specbench: engine kept running from an earlier run in this process; its log: {first_log}\n")
         self.first_log = first_log
         self._phase("engine_start", t0)
-        self.announce(engine, {**engine.describe(), "kept_from": first_log})
+        self.announce({**engine.describe(), "kept_from": first_log})
         return engine
 
-    def announce(self, engine: Engine, describe: dict) -> None:
+    def announce(self, describe: dict) -> None:
+        """The engine is up: its description (with how a DFlash draft block is served) for the manifest."""
         job = self.job
         if job.engine.config.target.engine != "reference" and job.kind == "cells":
             # How vLLM will serve a DFlash draft block vs how it was trained (the cross-check reports it).
