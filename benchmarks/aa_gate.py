@@ -5,9 +5,11 @@ makes them (``--suite S --n N``: ``specbench run S`` N times in a row; the load 
 run is printed). The first ``--calibrate-on`` runs (default: half, at least 2) calibrate the speed
 noise floor (:func:`specbench.regression.noise.calibrate`); every pair of the *other* runs is judged:
 
-* per speed metric (speedup, output tok/s, TPOT, throughput): the share of (pair, group) changes
-  outside their two 95 % intervals (the difference interval excludes 0, no multiplicity, no floor),
-  i.e. how often a within-run interval misses run-to-run drift;
+* per speed metric (speedup, output tok/s, TPOT, throughput, the headline's speedup ratio): the share
+  of (pair, group) changes outside their two 95 % intervals (the difference interval excludes 0, no
+  multiplicity), with the within-run intervals as stored and with the intervals a run analysed with
+  the calibration reports (:func:`specbench.analysis.between_run.with_speed_noise`: between-run noise
+  added in quadrature) — the issue's check is on the latter;
 * the false-alarm rate of ``compare`` (any significant speed change, with the calibrated floor as
   ``--speed-noise-floor-pct``) and of ``gate`` (``--rules``, default ``gates.example.yaml``, with the
   calibration, exit ≠ 0) over all judged pairs, both orders;
@@ -18,11 +20,12 @@ noise floor (:func:`specbench.regression.noise.calibrate`); every pair of the *o
   per set, the median speedup change it caused and the share of (planted, judged run) pairs the
   gate fails, and the smallest change caught in ≥ 90 % of pairs. Not measured without planted runs.
 
-``--write-noise FILE`` stores the calibration for ``specbench gate --noise FILE``. ``--smoke`` checks the
+``--write-noise FILE`` stores the calibration (``specbench calibrate`` writes the same file). ``--smoke`` checks the
 whole path on the runs given (the integration test passes the shared cpu-smoke run, read twice: an
 A/A pair whose changes are exactly 0), calibrating and judging on the same runs when fewer than 4 are
 given (said in the output). Exit 1 when a check of the issue fails on ≥ 4 runs (outside-interval share
-> 10 % for a metric after calibration, or a gate false alarm), else 0.
+> 10 % for a metric with the calibration, a gate false alarm, a headline flip between faster and slower,
+or > 10 % of headline verdicts moving to or from "not distinguishable"), else 0.
 """
 
 from __future__ import annotations
@@ -40,31 +43,40 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from specbench.analysis.between_run import with_speed_noise  # noqa: E402
 from specbench.api import load_summary  # noqa: E402
 from specbench.engines.vllm_patches import PLANTED_DELAY_ENV  # noqa: E402
 from specbench.regression.gate import evaluate_gate, load_rules  # noqa: E402
 from specbench.regression.noise import NoiseCalibration, calibrate, save_noise  # noqa: E402
-from specbench.regression.run_diff import compare_runs, estimates_of, metric_change  # noqa: E402
+from specbench.regression.run_diff import compare_runs, estimates_of, headline_key, metric_change  # noqa: E402
 from specbench.results import metric_catalog as catalog  # noqa: E402
 from specbench.results import rundir  # noqa: E402
 from specbench.results.summary import RunSummary  # noqa: E402
+from specbench.stats import Estimate  # noqa: E402
 
-SPEED = ("speedup", "output_tps", "tpot_s", "throughput_tps")
-SPECS = tuple(m for m in catalog.CATALOG if m.name in SPEED)
+SPEED = ("speedup", "output_tps", "tpot_s", "throughput_tps", "speedup_ratio")
+SPECS = tuple(m for m in catalog.CATALOG if m.name in SPEED and m.source == "group")
+
+
+def _speed_estimates(s: RunSummary, metric: str) -> dict[str, Estimate]:
+    """Group id (headline key for the speedup ratio) → the run's estimate of ``metric``."""
+    if metric == "speedup_ratio":
+        return {headline_key(r): r.speedup_ratio for r in s.headline}
+    out = {}
+    for g in s.groups:
+        e = estimates_of(g, SPECS).get(metric) if g.status in ("ok", "partial") else None
+        if e is not None:
+            out[g.group_id] = e
+    return out
 
 
 def outside_share(runs: list[RunSummary], metric: str) -> tuple[int, int]:
     """(changes whose difference interval excludes 0, changes) over every pair and shared group."""
     out = total = 0
     for a, b in itertools.combinations(runs, 2):
-        ea = {g.group_id: estimates_of(g, SPECS) for g in a.groups if g.status in ("ok", "partial")}
-        for g in b.groups:
-            if g.group_id not in ea or g.status not in ("ok", "partial"):
-                continue
-            ba, bb = ea[g.group_id].get(metric), estimates_of(g, SPECS).get(metric)
-            if ba is None or bb is None:
-                continue
-            c = metric_change(metric, ba, bb)
+        ea, eb = _speed_estimates(a, metric), _speed_estimates(b, metric)
+        for key in ea.keys() & eb.keys():
+            c = metric_change(metric, ea[key], eb[key])
             if c is None or c.diff_low is None:
                 continue
             total += 1
@@ -94,7 +106,9 @@ def gate_fails(new: RunSummary, base: RunSummary, rules_path: Path, cal: NoiseCa
 
 
 def compare_alarms(a: RunSummary, b: RunSummary, floor: float | None) -> bool:
-    comp = compare_runs(a, b, speed_noise_floor_pct=floor or 0.0)
+    """Any significant speed change between two runs (speed is tested when both were analysed with a
+    calibration, or with ``floor``)."""
+    comp = compare_runs(a, b, speed_noise_floor_pct=floor)
     return any(c.significant and c.metric.split(".")[0] in SPEED for _, c in comp.changes(significant_only=True))
 
 
@@ -172,22 +186,29 @@ def main() -> int:
     if args.write_noise:
         save_noise(cal, args.write_noise)
     print(f"# A/A: {len(runs)} runs of {runs[0].suite_name} on {hw}; {note}\n")
-    print("| metric | noise floor | changes outside both 95 % intervals |")
-    print("|---|---|---|")
+    # The judged runs as a run analysed with this calibration reports them (between-run noise included).
+    widened = [with_speed_noise(r, cal) for r in judged]
+    print("| metric | noise floor | outside both 95 % intervals: within-run | with the calibration |")
+    print("|---|---|---|---|")
+    checks = len(runs) >= 4 and len(runs) - k >= 2
     bad = False
     for m in SPEED:
         out, total = outside_share(judged, m)
+        w_out, w_total = outside_share(widened, m)
         floor = cal.floor_pct(m)
-        print(f"| {m} | {'–' if floor is None else f'±{floor:.2f} %'} | {pct(out, total)} |")
-        bad |= total > 0 and out > 0.10 * total and len(runs) >= 4 and floor is None
-    pairs = list(itertools.permutations(judged, 2))
+        print(f"| {m} | {'–' if floor is None else f'±{floor:.2f} %'} | {pct(out, total)} | {pct(w_out, w_total)} |")
+        bad |= checks and w_total > 0 and w_out > 0.10 * w_total
+    pairs = list(itertools.permutations(widened, 2))
     g_alarms = sum(gate_fails(b, a, args.rules, cal) for a, b in pairs)
-    c_alarms = sum(compare_alarms(a, b, cal.floor_pct("speedup")) for a, b in pairs)
-    flips, moves, best, n = headline_moves(judged)
+    c_alarms = sum(compare_alarms(a, b, None) for a, b in pairs)
+    flips, moves, best, n = headline_moves(widened)
+    w_flips, w_moves, _, _ = headline_moves(judged)
     print(f"\ngate ({args.rules.name}, with the calibration) false alarms: {pct(g_alarms, len(pairs))} of ordered pairs")
-    print(f"compare (speed floor = the speedup calibration) false alarms: {pct(c_alarms, len(pairs))} of ordered pairs")
-    print(f"headline: {flips} faster↔slower flips, {pct(moves, n)} moves to/from not distinguishable, "
-          f"{best} best-K changes over {n} verdict pairs")
+    print(f"compare (runs analysed with the calibration) false alarms: {pct(c_alarms, len(pairs))} of ordered pairs")
+    print(f"headline (with the calibration): {flips} faster↔slower flips, {pct(moves, n)} moves to/from not "
+          f"distinguishable, {best} best-K changes over {n} verdict pairs (within-run intervals: {w_flips} flips, "
+          f"{pct(w_moves, n)} moves)")
+    bad |= checks and (flips > 0 or moves > 0.10 * max(n, 1))
     planted_sets: list[tuple[str, list[Path]]] = [("given", list(args.planted))] if args.planted else []
     if args.suite:
         planted_sets += [(f"{d:g} ms/step", make_runs(args.suite, args.planted_n, d)) for d in args.plant_delay_ms]
@@ -195,9 +216,9 @@ def main() -> int:
         print("power: not measured (give --planted DIR ... or --suite S --plant-delay-ms D ...)")
     smallest = None
     for label, pdirs in planted_sets:
-        planted = [load_summary(d) for d in pdirs]
-        caught = sum(gate_fails(p, a, args.rules, cal) for p in planted for a in judged)
-        total = len(planted) * len(judged)
+        planted = [with_speed_noise(load_summary(d), cal) for d in pdirs]
+        caught = sum(gate_fails(p, a, args.rules, cal) for p in planted for a in widened)
+        total = len(planted) * len(widened)
         move = median_speedup_change(planted, judged)
         moved = "–" if move is None else f"{100 * move:+.1f} %"
         print(f"power, planted {label} (median speedup change {moved}): caught by gate in {pct(caught, total)} "
@@ -207,7 +228,7 @@ def main() -> int:
     if planted_sets:
         print("smallest planted slowdown caught in ≥ 90 % of pairs: "
               + ("none" if smallest is None else f"{100 * smallest:.1f} % (median speedup change)"))
-    bad |= len(runs) >= 4 and g_alarms > 0
+    bad |= checks and g_alarms > 0
     return 1 if bad and not args.smoke else 0
 
 

@@ -31,6 +31,7 @@ from specbench.execution.executors import make_executor
 from specbench.execution.interrupt import StopRequested, stop_on_signals
 from specbench.results import rundir
 from specbench.results.migrations import MANIFEST_SCHEMA_VERSION, hardware_class
+from specbench.results.noise import NoiseError as NoiseError  # the CLI reports it as bad input
 from specbench.results.parts import Equivalence
 from specbench.results.summary import RunSummary
 from specbench.settings import settings
@@ -172,8 +173,12 @@ def run(
     max_parallel_engines: int | None = None,
     timeline: Timeline | None = None,
     keep: KeptEngines | None = None,
+    noise: Path | None = None,
 ) -> Path:
     """Run a suite (or resume a run) and write records, summary and reports.
+
+    ``noise``: an A/A calibration of this hardware class and suite whose between-run noise the speed
+    intervals include (see :func:`analyze`; checked before any engine starts).
 
     ``keep``: engines kept running between runs in this process (:class:`KeptEngines`, local
     executor only): an engine with the same vLLM arguments and environment as one a previous
@@ -196,7 +201,7 @@ def run(
         return _run(suite_path, out=out, limit=limit, resume=resume, progress=progress, platform=platform,
                     allow_code_exec=allow_code_exec, num_speculative_tokens=num_speculative_tokens,
                     executor=executor, ray_address=ray_address, max_parallel_engines=max_parallel_engines,
-                    timeline=timeline if timeline is not None else Timeline(), keep=keep)
+                    timeline=timeline if timeline is not None else Timeline(), keep=keep, noise=noise)
 
 
 def _run(
@@ -214,6 +219,7 @@ def _run(
     max_parallel_engines: int | None,
     timeline: Timeline,
     keep: KeptEngines | None = None,
+    noise: Path | None = None,
 ) -> Path:
     platform = platform or detect_platform()
     if resume is not None:
@@ -230,6 +236,11 @@ def _run(
         run_id = rundir.new_run_id()
         run_dir = results_root(out) / suite.name / run_id
         manifest = _manifest(suite, plan, run_id, platform, limit)
+    if noise is not None:
+        try:
+            _speed_noise(run_dir, manifest, noise)
+        except ValueError as exc:  # NoiseError: another hardware class or suite, or not a calibration
+            raise RunRefused([str(exc)]) from exc
     spec = suite.executor
     kind = executor or spec.kind
     try:
@@ -262,7 +273,7 @@ def _run(
         rundir.write_json(run_dir / rundir.MANIFEST, manifest)
     timeline.extend(engine_spans_of(runner.phases, run_dir, plan, since=timeline.started))
     try:
-        analyze(run_dir, allow_code_exec=allow_code_exec, timeline=timeline)
+        analyze(run_dir, allow_code_exec=allow_code_exec, timeline=timeline, noise=noise)
     except StopRequested as stop:  # every cell ran: a resume only analyzes
         stop.run_dir, stop.requests = run_dir, len(rundir.read_requests(run_dir))
         raise
@@ -341,23 +352,54 @@ def record_time_breakdown(run_dir: Path, timeline: Timeline, manifest: dict[str,
     rundir.write_json(Path(run_dir) / rundir.MANIFEST, manifest)
 
 
-def analyze(run_dir: Path, *, allow_code_exec: bool | None = None, timeline: Timeline | None = None) -> RunSummary:
+def analyze(run_dir: Path, *, allow_code_exec: bool | None = None, timeline: Timeline | None = None,
+            noise: Path | None = None) -> RunSummary:
     """Rebuild ``summary.json`` from the run's raw records.
 
     ``allow_code_exec`` overrides the suite's ``scoring.allow_code_exec``
     (HumanEval runs generated code, in the sandbox, only when allowed).
-    ``timeline`` gets a scoring and an analysis span.
+    ``timeline`` gets a scoring and an analysis span. ``noise``: an A/A calibration
+    (:mod:`specbench.results.noise`) whose between-run noise the speed intervals then include; it
+    must be of the run's hardware class and suite (else :class:`NoiseError`). Without one, the
+    calibration kept beside the run (``results/<suite>/noise.json``) is used when it applies.
     """
     timeline = timeline if timeline is not None else Timeline()
     with timeline.span("analysis"):
-        return _analyze(Path(run_dir), allow_code_exec, timeline)
+        return _analyze(Path(run_dir), allow_code_exec, timeline, noise)
 
 
-def _analyze(run_dir: Path, allow_code_exec: bool | None, timeline: Timeline) -> RunSummary:
+def _speed_noise(run_dir: Path, manifest: dict[str, Any], noise: Path | None) -> tuple[Any, str | None]:
+    """(the calibration the run's speed intervals include or None, why one found was not used).
+
+    ``noise`` when given (it must apply); else ``noise.json`` beside the run; else the suite's
+    ``speed_noise`` file, each when it is of the run's hardware class and suite."""
+    from specbench.config.suite import resolve_path
+    from specbench.results.noise import check_applies, find_noise, load_noise
+
+    hw, suite = manifest.get("hardware_class"), manifest["suite_name"]
+    if noise is None:
+        cal, why = find_noise(run_dir, hw, suite)
+        named, suite_path = (manifest.get("suite") or {}).get("speed_noise"), manifest.get("suite_path")
+        if cal is not None or not named or not suite_path:
+            return cal, why
+        path = resolve_path(named, Path(suite_path).parent)
+        try:
+            cal = load_noise(path)
+            check_applies(cal, hw, suite, path)
+        except NoiseError as exc:
+            return None, "; ".join(filter(None, [why, f"not used: {exc}"]))
+        return cal, why
+    cal = load_noise(noise)
+    check_applies(cal, hw, suite, noise)
+    return cal, None
+
+
+def _analyze(run_dir: Path, allow_code_exec: bool | None, timeline: Timeline, noise: Path | None = None) -> RunSummary:
     """Read the run directory, score, run the equivalence tests; :func:`summarize_run` does the rest."""
     from specbench.analysis.pipeline import summarize_run
 
     manifest = rundir.read_manifest(run_dir)
+    speed_noise, noise_note = _speed_noise(run_dir, manifest, noise)
     cells = [Cell.model_validate(c) for c in manifest["plan"]["cells"]]
     torn: list[str] = []  # torn last lines of interrupted writes, "file:line: …"
     requests = rundir.read_requests(run_dir, torn)
@@ -369,7 +411,8 @@ def _analyze(run_dir: Path, allow_code_exec: bool | None, timeline: Timeline) ->
     equivalence = _equivalence(run_dir, manifest, cells, requests, torn)  # may add torn lines of its own file
     summary = summarize_run(manifest, cells, cell_records, requests, scores=scores, scoring_notes=notes,
                             prompt_references=prompt_references, prompt_categories=rundir.prompt_categories(run_dir),
-                            equivalence=equivalence, torn_lines=torn)
+                            equivalence=equivalence, torn_lines=torn, speed_noise=speed_noise,
+                            speed_noise_note=noise_note)
     rundir.write_json(run_dir / rundir.SUMMARY, summary.model_dump(mode="json"))
     return summary
 
@@ -493,8 +536,9 @@ def gate(new_run: Path, baseline: str, *, rules: Path | None = None, db: str | N
     """The CI regression gate of ``new_run`` against ``baseline``: a stored run directory, a JSON of
     expected values, or ``history[:N]`` (the median of the suite's last N runs on this hardware
     class in the history ``db``). ``noise``: an A/A calibration of speed noise on the new run's
-    hardware class (:mod:`specbench.regression.noise`); without one, speed against a single run
-    is not gated."""
+    hardware class (:mod:`specbench.regression.noise`); without one, the calibration the new run
+    was analysed with (``specbench calibrate``, then runs beside it); with neither, speed against a
+    single run is not gated."""
     from specbench.regression.gate import (
         GateConfigError,
         check_rule_categories,
@@ -512,7 +556,7 @@ def gate(new_run: Path, baseline: str, *, rules: Path | None = None, db: str | N
         rule_set = load_rules(rules)
         new = load_summary(new_run)
         check_rule_categories(rule_set, rules, new)
-        cal = None
+        cal = new.extra.speed_noise  # the calibration the new run was analysed with, if any
         if noise is not None:
             cal = load_noise(noise)
             hw = rundir.load_manifest(new_run).hardware_class
@@ -526,6 +570,25 @@ def gate(new_run: Path, baseline: str, *, rules: Path | None = None, db: str | N
     except (GateConfigError, HistoryError, rundir.StoreError, FileNotFoundError, ValueError) as exc:
         raise InputError(str(exc)) from exc
     return GateReport(render_gate(result), result.exit_code)
+
+
+def calibrate(run_dirs: list[Path], out: Path | None = None) -> tuple[Any, Path]:
+    """An A/A noise calibration from ≥ 2 finished identical-code runs of one suite on one hardware
+    class (:func:`specbench.regression.noise.calibrate`), written to ``out`` (default: ``noise.json``
+    beside the runs, where later runs of the suite find it). Returns (calibration, path)."""
+    from specbench.regression.noise import calibrate as calibrate_runs
+    from specbench.regression.noise import save_noise
+    from specbench.results.noise import NOISE_FILE
+
+    classes = {rundir.load_manifest(d).hardware_class for d in run_dirs}
+    if len(classes) != 1:
+        raise NoiseError(f"a calibration needs runs of one hardware class, got {sorted(classes)}")
+    summaries = [load_summary(d) for d in run_dirs]  # values only: a calibration a run was analysed with is moot
+    cal = calibrate_runs(summaries, classes.pop())
+    parents = {Path(d).resolve().parent for d in run_dirs}
+    path = out if out is not None else (parents.pop() if len(parents) == 1 else Path(".")) / NOISE_FILE
+    save_noise(cal, path)
+    return cal, path
 
 
 def history_add(run_dirs: list[Path], db: str | None = None) -> Iterator[AddResult]:

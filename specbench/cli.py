@@ -148,6 +148,9 @@ def run(
     max_parallel_engines: Annotated[
         int | None, typer.Option(min=1, help="at most N engines at once (ray executor)")
     ] = None,
+    noise: Annotated[Path | None, typer.Option(
+        help="an A/A calibration (specbench calibrate) whose between-run noise the speed intervals include "
+             "(default: results/<suite>/noise.json when it is of this hardware class)")] = None,
 ) -> None:
     """Run a suite on real engines; write records, summary and reports."""
     ks: list[int] | None = None
@@ -196,7 +199,7 @@ def run(
                     suite, out=out, limit=limit, resume=resume, progress=_RichProgress(p, total), platform=platform,
                     allow_code_exec=allow_code_exec or None, num_speculative_tokens=ks, executor=executor,
                     ray_address=ray_address, max_parallel_engines=max_parallel_engines,
-                    timeline=timeline,
+                    timeline=timeline, noise=noise,
                 )
             except (SuiteError, api.RunRefused) as exc:
                 _bad_input(exc.messages)
@@ -239,6 +242,7 @@ def closing_tables(summary) -> list[Table]:
     """The answer first (each method against the reference, per target), then one compact table of every
     group per target (see :mod:`specbench.report.terminal`)."""
     from specbench.report.terminal import HEADER, HEADLINE_HEADER, HEADLINE_NOTE, closing_rows, headline_rows
+    from specbench.results.fmt import speed_intervals_note
 
     def table(header: tuple[str, ...], title: str, caption: str | None = None) -> Table:
         t = Table(*header, title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1),
@@ -249,7 +253,8 @@ def closing_tables(summary) -> list[Table]:
 
     tables = []
     for target, rows in headline_rows(summary).items():
-        t = table(HEADLINE_HEADER, f"target {target}: each method against the reference", HEADLINE_NOTE)
+        t = table(HEADLINE_HEADER, f"target {target}: each method against the reference",
+                  f"{HEADLINE_NOTE}; {speed_intervals_note(summary, short=True)}")
         for i, row in enumerate(rows):
             t.add_row(*row, end_section=i + 1 < len(rows) and bool(rows[i + 1][0]))
         tables.append(t)
@@ -279,11 +284,14 @@ def analyze(
     allow_code_exec: Annotated[
         bool, typer.Option("--allow-code-exec", help="score HumanEval by running generated code in the sandbox")
     ] = False,
+    noise: Annotated[Path | None, typer.Option(
+        help="an A/A calibration (specbench calibrate) whose between-run noise the speed intervals include "
+             "(default: results/<suite>/noise.json when it is of this hardware class)")] = None,
 ) -> None:
     """Rebuild summary.json from the raw records (no engine needed)."""
     try:
-        summary = api.analyze(run_dir, allow_code_exec=allow_code_exec or None)
-    except api.rundir.StoreError as exc:
+        summary = api.analyze(run_dir, allow_code_exec=allow_code_exec or None, noise=noise)
+    except (api.rundir.StoreError, api.NoiseError) as exc:
         _bad_input([str(exc)])
     _print_summary(run_dir)
     torn = summary.extra.torn_lines
@@ -291,6 +299,22 @@ def analyze(
         from specbench.report.markdown import torn_lines_note
 
         err.print(f"[yellow]note[/yellow] {run_dir}: {torn_lines_note(torn)}", highlight=False, soft_wrap=True)
+
+
+@app.command()
+def calibrate(
+    runs: Annotated[list[Path], typer.Argument(help="≥ 2 finished runs of one suite, identical code, this machine")],
+    out: Annotated[Path | None, typer.Option(help="where to write it (default: noise.json beside the runs)")] = None,
+) -> None:
+    """A/A noise calibration: how far identical code moves between runs, per speed metric.
+
+    Later runs of the suite on this hardware class (and `specbench analyze`) add it to their speed
+    intervals when it is kept beside them, and `gate` tests speed against a single run with it."""
+    try:
+        cal, path = api.calibrate(runs, out)
+    except (api.rundir.StoreError, api.NoiseError) as exc:
+        _bad_input([str(exc)])
+    console.print(f"{cal.describe()}\nwritten: {path}", highlight=False, soft_wrap=True)
 
 
 @app.command("report")
@@ -352,8 +376,9 @@ def gate(
     rules: Annotated[Path | None, typer.Option(help="gate rules YAML (default rules otherwise)")] = None,
     db: DbOption = None,
     noise: Annotated[Path | None, typer.Option(
-        help="speed noise calibrated on identical-code runs of this hardware class (benchmarks/aa_gate.py "
-             "--write-noise); without it speed against a single run is not gated")] = None,
+        help="speed noise calibrated on identical-code runs of this hardware class (specbench calibrate); "
+             "default: the calibration the new run was analysed with; without one speed against a single run "
+             "is not gated")] = None,
     step_summary: StepSummary = True,
 ) -> None:
     """CI regression gate. Exit 0 pass, 1 regression, 2 bad input/config, 3 nothing measured / run errors."""

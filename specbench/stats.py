@@ -170,6 +170,19 @@ def round_bootstrap(
                                   "rounds": r})
 
 
+def with_between_run(e: Estimate, pct: float) -> Estimate:
+    """``e`` with a between-run component of ``pct`` % of its value added to each side of its interval in
+    quadrature (the two are independent: the spread over prompts within a run, and what moves a whole
+    run; issue 22). ``pct`` comes from an A/A calibration (:mod:`specbench.results.noise`). An estimate
+    without an interval gets one of the between-run width alone; ``method`` says it was widened."""
+    if not pct or e.value is None:
+        return e
+    h = abs(e.value) * pct / 100
+    lo = e.value - (math.hypot(e.value - e.ci_low, h) if e.ci_low is not None else h)
+    hi = e.value + (math.hypot(e.ci_high - e.value, h) if e.ci_high is not None else h)
+    return e.model_copy(update={"ci_low": lo, "ci_high": hi, "method": f"{e.method} + between-run (A/A)"})
+
+
 def _percentile_estimate(value: float, reps: np.ndarray, n: int, confidence: float) -> Estimate:
     reps = reps[np.isfinite(reps)]
     if reps.size == 0:

@@ -19,12 +19,14 @@ from typing import Any
 from pydantic import BaseModel
 
 from specbench.analysis import metrics
+from specbench.analysis.between_run import with_speed_noise
 from specbench.analysis.method_comparison import headline, k_sweeps
 from specbench.analysis.serving_metrics import group_records, speedups_vs_load, summarize_cell
 from specbench.analysis.workload_slices import Categories, category_matrix, workload_slices
 from specbench.config.plan import Cell
 from specbench.config.suite import Suite, reference_method
 from specbench.results import metric_catalog
+from specbench.results.noise import NoiseCalibration
 from specbench.results.parts import Equivalence, ServingCellRow, ServingSpeedupRow, SummaryExtra
 from specbench.results.records import CellRecord, RequestRecord
 from specbench.results.summary import GroupSummary, RunSummary
@@ -45,6 +47,8 @@ def summarize_run(
     prompt_references: Mapping[str, str | None] | None = None,
     prompt_categories: Categories | None = None,
     torn_lines: Sequence[str] = (),
+    speed_noise: NoiseCalibration | None = None,
+    speed_noise_note: str | None = None,
 ) -> RunSummary:
     """The run's summary (``summary.json``) from its manifest, the plan's cells and the raw records.
 
@@ -54,7 +58,9 @@ def summarize_run(
     ``prompt_references``:
     prompt id → reference answer (an early-stopped cell's accuracy); ``prompt_categories``: (dataset,
     prompt id) → category (the category slices and matrix); ``torn_lines``: the torn last
-    lines of interrupted writes that reading the records dropped.
+    lines of interrupted writes that reading the records dropped; ``speed_noise``: an A/A calibration
+    whose between-run noise the speed intervals then include (:mod:`specbench.analysis.between_run`),
+    ``speed_noise_note``: why one beside the run was not used.
     """
     suite = Suite.model_validate(manifest["suite"])
     references = list(manifest["suite"].get("references", []))
@@ -71,7 +77,7 @@ def summarize_run(
     reference_of = {t.name: ref for t in suite.targets if (ref := reference_method(suite, t)) is not None}
     cats = prompt_categories or {}
     slices = workload_slices(groups, greqs, cats, scores, equivalence)
-    return RunSummary(
+    summary = RunSummary(
         run_id=manifest["run_id"],
         suite_name=manifest["suite_name"],
         groups=groups + slices,
@@ -86,8 +92,10 @@ def summarize_run(
             scoring_notes=list(scoring_notes),
             torn_lines=list(torn_lines),
             zero_width=zero_width_intervals(groups),
+            speed_noise_note=speed_noise_note,
         ),
     )
+    return summary if speed_noise is None else with_speed_noise(summary, speed_noise)
 
 
 #: Below this many units an interval of zero width is flagged (unless exact by construction).

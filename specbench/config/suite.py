@@ -323,6 +323,11 @@ class Suite(Strict):
         description="the reference method (label) of the headline comparison in every target that has it; "
         "a target's own compare_to wins; default: each target's first eagle3 method",
     )
+    speed_noise: str | None = Field(
+        None,
+        description="an A/A calibration file (specbench calibrate), relative to the suite: runs on the hardware "
+        "class it was made on include its between-run noise in their speed intervals (README: Speed between runs)",
+    )
 
     # Set by load_suite (not part of the YAML).
     source_path: str | None = Field(None, exclude=True)
@@ -526,6 +531,8 @@ def check_semantics(suite: Suite, base_dir: Path) -> list[tuple[tuple[Any, ...],
     _check_compare_to(suite, problems)
     _check_load(suite, problems)
     _check_equivalence(suite, problems)
+    if suite.speed_noise is not None and not resolve_path(suite.speed_noise, base_dir).exists():
+        problems.append((("speed_noise",), f"calibration file {suite.speed_noise!r} does not exist"))
     for di, d in enumerate(suite.datasets):
         loc_d: tuple[Any, ...] = ("datasets", di)
         if d.path is not None and not resolve_path(d.path, base_dir).exists():

@@ -72,7 +72,7 @@ from specbench.results.migrations import SchemaError
 from specbench.results.parts import HeadlineRow
 from specbench.results.slices import group_matches, parse_selector
 from specbench.results.summary import GroupSummary, RunSummary
-from specbench.stats import Estimate
+from specbench.stats import Estimate, with_between_run
 
 
 class GateConfigError(Exception):
@@ -426,13 +426,23 @@ def evaluate_gate(new: RunSummary, baseline: RunSummary | ExpectedValues, rules:
             todo.append((gid, name, rule, floor, b_est, now[name], tol_pct, tol_abs))
     if not_gated:
         result.warnings.append(f"{NOT_GATED} ({len(not_gated)} comparisons, e.g. {not_gated[0]}): calibrate one "
-                               "on identical-code runs (benchmarks/aa_gate.py --write-noise FILE, then --noise FILE) "
-                               "or give the rule a noise_floor_pct")
+                               "on identical-code runs (specbench calibrate RUN RUN ..., then --noise FILE or runs "
+                               "analysed beside it) or give the rule a noise_floor_pct")
     m = sum(1 for item in todo if item[4].ci_low is not None and item[5].ci_low is not None)
     result.n_comparisons = m
     result.widen = bonferroni_widen(m if rules.family_wise else 1, rules.confidence)
+    # expected values (a history window's median and MAD band) hold the run-to-run spread already
+    base_calibrated = not isinstance(baseline, RunSummary) or baseline.extra.speed_noise is not None
+    new_calibrated = new.extra.speed_noise is not None
     for gid, name, rule, floor, b_est, n_est, tol_pct, tol_abs in todo:
-        c = metric_change(name, floor_interval(b_est, floor), floor_interval(n_est, floor), result.widen)
+        if metric_family(name) in SPEED_METRICS and not rule.noise_floor_pct and floor:
+            # An A/A calibration's noise, added as the analysis adds it (in quadrature), to each run whose
+            # interval does not include it already; an explicit noise_floor_pct is a floor (at least ±P %).
+            b_est = b_est if base_calibrated else with_between_run(b_est, floor)
+            n_est = n_est if new_calibrated else with_between_run(n_est, floor)
+            c = metric_change(name, b_est, n_est, result.widen)
+        else:
+            c = metric_change(name, floor_interval(b_est, floor), floor_interval(n_est, floor), result.widen)
         if c is None:
             continue
         failed, limit = _regressed(c, rule, tol_pct, tol_abs)

@@ -183,6 +183,7 @@ class Comparison(BaseModel):
     n_comparisons: int = 0
     widen: float = 1.0
     speed_noise_floor_pct: float | None = None
+    speed_calibrated: bool = False  # both runs' speed intervals include an A/A calibration's noise
     groups: list[GroupComparison] = Field(default_factory=list)
     only_in_base: list[str] = Field(default_factory=list)
     only_in_new: list[str] = Field(default_factory=list)
@@ -207,11 +208,13 @@ def compare_runs(base: RunSummary, new: RunSummary, *, confidence: float = 0.95,
                  family_wise: bool = True, speed_noise_floor_pct: float | None = None) -> Comparison:
     """Every metric of every group present in both runs, base → new.
 
-    Speed metrics are tested only with ``speed_noise_floor_pct`` (see the module docstring).
+    Speed metrics are tested only with ``speed_noise_floor_pct`` or when both runs' speed intervals
+    include an A/A calibration's between-run noise (``extra.speed_noise``; see the module docstring).
     """
+    calibrated = base.extra.speed_noise is not None and new.extra.speed_noise is not None
 
     def tested(metric: str) -> bool:
-        return metric not in SPEED_METRICS or speed_noise_floor_pct is not None
+        return metric not in SPEED_METRICS or speed_noise_floor_pct is not None or calibrated
 
     def prepared(metric: str, e: Estimate) -> Estimate:
         if metric in SPEED_METRICS and speed_noise_floor_pct:
@@ -256,7 +259,7 @@ def compare_runs(base: RunSummary, new: RunSummary, *, confidence: float = 0.95,
         ratios=sorted(ratios, key=lambda c: c.metric),
         base_run_id=base.run_id, new_run_id=new.run_id, base_suite=base.suite_name, new_suite=new.suite_name,
         confidence=confidence, family_wise=family_wise, n_comparisons=m, widen=widen,
-        speed_noise_floor_pct=speed_noise_floor_pct, groups=groups,
+        speed_noise_floor_pct=speed_noise_floor_pct, speed_calibrated=calibrated, groups=groups,
         only_in_base=[g.group_id for g in base.groups if g.group_id not in new_by_id],
         only_in_new=[g.group_id for g in new.groups if g.group_id not in base_ids],
     )
@@ -313,10 +316,14 @@ def render_comparison_markdown(comp: Comparison) -> str:
     lines += [f"{len(comp.groups)} groups in both runs; {len(sig)} significant changes ({len(worse)} worse, "
               f"{len(better)} better). Intervals of the differences are {level}, {adj}, from the two runs' "
               "intervals assuming independence.", ""]
-    if comp.speed_noise_floor_pct is None:
+    if comp.speed_noise_floor_pct is None and comp.speed_calibrated:
+        lines += ["Speed is tested: both runs' speed intervals include the between-run noise of an A/A "
+                  "calibration (`specbench calibrate`).", ""]
+    elif comp.speed_noise_floor_pct is None:
         lines += ["Speed (output_tps, speedup) is shown but not tested: its intervals cover request noise within "
                   "a run, not machine drift between runs. `--speed-noise-floor-pct P` tests it with each run's "
-                  "interval widened to at least ±P%.", ""]
+                  "interval widened to at least ±P%; runs analysed with an A/A calibration "
+                  "(`specbench calibrate`) are tested as they are.", ""]
     else:
         lines += [f"Speed intervals widened to at least ±{comp.speed_noise_floor_pct:g}% of each run's value "
                   "(machine drift between runs).", ""]

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from specbench.report.document import Block, Para, Section, Table
 from specbench.report.markdown import _md_blocks, equivalence_entries
 from specbench.report.terminal import with_k
-from specbench.results.fmt import fmt_est, fmt_speedup
+from specbench.results.fmt import fmt_est, fmt_speedup, speed_intervals_note
 from specbench.results.parts import HeadlineRow
 from specbench.results.summary import RunSummary
 
@@ -55,7 +55,7 @@ def _headline(summary: RunSummary) -> Section:
     return Section(f"Against {', '.join(refs)}", anchor="headline", blocks=[
         Para("Each method over the reference at one target, dataset, temperature (T) and load, each arm at its "
              "best K; ratios paired by prompt with 95% bootstrap intervals. "
-             + ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items())) + "."),
+             + ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items())) + ". " + speed_intervals_note(summary)),
         Table(["Target", "Dataset · T · load", "Method", "Reference", "n", "Speedup ratio", "τ ratio", "Verdict"],
               [[r.target, _where(r), with_k(r.method, r.method_k), with_k(r.reference, r.reference_k),
                 str(r.n_prompts), fmt_speedup(r.speedup_ratio), fmt_est(r.tau_ratio, 2, unit="×"), r.verdict]

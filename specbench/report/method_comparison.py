@@ -14,7 +14,14 @@ from typing import Any
 
 from specbench.config.plan import load_label
 from specbench.report.document import Block, Para, Refs, Section, Table
-from specbench.results.fmt import dataset_label, fmt_est, fmt_load, fmt_metric, fmt_speedup
+from specbench.results.fmt import (
+    dataset_label,
+    fmt_est,
+    fmt_load,
+    fmt_metric,
+    fmt_speedup,
+    speed_intervals_note,
+)
 from specbench.results.parts import HeadlineRow, KSweep
 from specbench.results.slices import split_group_id
 from specbench.results.summary import GroupSummary, RunSummary
@@ -60,7 +67,7 @@ def headline_section(summary: RunSummary, refs: Refs) -> Section | None:
         "best K at that load (highest per-stream tok/s; highest τ where the engine records no timings). Ratios are paired by prompt over the prompts both "
         "measured, with 95% bootstrap intervals over those prompts: speedup ratio = per-stream output tok/s "
         "of the method over the reference's; τ ratio = pooled τ over pooled τ. Verdict: faster / slower when "
-        "the speedup ratio's interval excludes 1, else not distinguishable.")]
+        "the speedup ratio's interval excludes 1, else not distinguishable. " + speed_intervals_note(summary))]
     for key in sorted(tables):
         rows = tables[key]
         r0 = rows[0]

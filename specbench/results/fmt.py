@@ -12,7 +12,7 @@ from typing import Any
 from specbench.config.plan import load_label
 from specbench.results import metric_catalog
 from specbench.results.slices import Slice, split_group_id
-from specbench.results.summary import GroupSummary
+from specbench.results.summary import GroupSummary, RunSummary
 from specbench.stats import Estimate
 
 
@@ -141,3 +141,18 @@ def dataset_label(dataset: str, group_id: str) -> str:
     """A group's dataset with its slice, as tables show it: 'code' or 'code 768 tok'."""
     label = fmt_slice(split_group_id(group_id)[1])
     return f"{dataset} {label}" if label else dataset
+
+
+def speed_intervals_note(summary: RunSummary, *, short: bool = False) -> str:
+    """What a run's speed intervals include: the between-run noise of an A/A calibration, or the spread
+    within this run only (issue 22). ``short``: one clause for the terminal."""
+    cal, why = summary.extra.speed_noise, summary.extra.speed_noise_note
+    if cal is not None:
+        if short:
+            return f"speed intervals include between-run noise (A/A calibration on {len(cal.runs)} runs)"
+        return f"Speed intervals include the between-run noise of an {cal.describe()} (`specbench calibrate`)."
+    if short:
+        return "speed intervals: this run only (no A/A calibration: specbench calibrate)"
+    return ("Speed intervals cover the spread within this run only (its prompts, and its rounds if any), not drift "
+            "between runs: a rerun may land outside them. `specbench calibrate` on identical-code runs adds that "
+            "noise." + (f" A calibration was found but {why}." if why else ""))

@@ -18,6 +18,7 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
+from specbench.results.noise import NoiseCalibration
 from specbench.stats import Estimate
 
 Verdict = Literal["faster", "slower", "not distinguishable", "no data"]
@@ -280,6 +281,15 @@ class SummaryExtra(Part):
     torn_lines: list[str] = Field(default_factory=list)  # "file:line" of torn last lines analyze dropped
     # "group: metric (n)" of every interval of zero width on fewer than 10 units that is not exact by construction
     zero_width: list[str] = Field(default_factory=list)
+    # the A/A calibration whose between-run noise the speed intervals include (issue 22); None: within-run only
+    speed_noise: NoiseCalibration | None = None
+    speed_noise_note: str | None = None  # why a calibration beside the run was not used
+
+    @model_serializer(mode="wrap")
+    def _without_unset_noise(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Summaries analysed without a calibration are stored as before."""
+        data = handler(self)
+        return {k: v for k, v in data.items() if not (k in ("speed_noise", "speed_noise_note") and v is None)}
 
 
 

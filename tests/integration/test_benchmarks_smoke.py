@@ -25,7 +25,9 @@ def _table_rows(out: str, first_cell: str) -> list[list[str]]:
 
 def check_aa_gate(out: str) -> None:
     # The shared run read twice: an A/A pair whose speed changes are exactly 0, so no alarm anywhere.
-    assert re.search(r"^\| output_tps \| ±0\.00 % \| 0/\d+ \(0 %\) \|$", out, re.M), out
+    # within-run intervals and with the calibration (floor 0: the same intervals): nothing outside either
+    for metric in ("output_tps", "speedup", "speedup_ratio"):
+        assert re.search(rf"^\| {metric} \| ±0\.00 % \| 0/[1-9]\d* \(0 %\) \| 0/[1-9]\d* \(0 %\) \|$", out, re.M), out
     assert "gate (gates.example.yaml, with the calibration) false alarms: 0/2 (0 %)" in out, out
     assert "0 faster↔slower flips" in out and "power: not measured" in out
 

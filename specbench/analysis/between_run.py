@@ -1,0 +1,61 @@
+"""Between-run noise in a run's speed intervals (pure; issue 22).
+
+A speed interval computed inside one run covers the spread over its prompts (and, with speed rounds,
+the drift between rounds), not what moves a whole run: the same code, rerun half an hour later on the
+same machine, lands elsewhere. An A/A calibration (:mod:`specbench.results.noise`) measures that per
+speed metric; :func:`with_speed_noise` adds it, in quadrature (:func:`specbench.stats.with_between_run`),
+to every speed number of a summary:
+
+* each group's (and slice's) speed metrics of the catalogue (speedup, output tok/s, TPOT, …);
+* the headline's speedup ratio (its own calibrated floor) and the two speedups beside it; the headline
+  verdict is decided again on the widened ratio, so *faster* / *slower* hold across reruns;
+* the K sweeps' per-K speedup, tok/s, TPOT and step time, and the category matrix's speedups.
+
+τ, acceptance, identity and accuracy are not timed and stay as they are. The calibration goes into the
+summary (``extra.speed_noise``), so the report says what the intervals include.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from specbench.analysis.method_comparison import verdict
+from specbench.results import metric_catalog as catalog
+from specbench.results.noise import NoiseCalibration
+from specbench.results.summary import RunSummary
+from specbench.stats import Estimate, with_between_run
+
+M = TypeVar("M", bound=BaseModel)
+
+_GROUP_SPEED = {m.summary_field: m.name for m in catalog.CATALOG if m.speed and m.source == "group"}
+
+
+def _widened(model: M, fields: dict[str, str], cal: NoiseCalibration) -> M:
+    """``model`` with each Estimate field in ``fields`` (field → the metric whose floor applies) widened."""
+    update: dict[str, Any] = {}
+    for field, metric in fields.items():
+        e = getattr(model, field, None)
+        floor = cal.floor_pct(metric)
+        if isinstance(e, Estimate) and floor:
+            update[field] = with_between_run(e, floor)
+    return model.model_copy(update=update) if update else model
+
+
+def with_speed_noise(summary: RunSummary, cal: NoiseCalibration) -> RunSummary:
+    """A new summary whose speed intervals include the calibrated between-run noise (see the module)."""
+    if summary.extra.speed_noise is not None:
+        raise ValueError(f"run {summary.run_id}: its speed intervals already include a calibration")
+    groups = [_widened(g, _GROUP_SPEED, cal) for g in summary.groups]
+    headline = []
+    for r in summary.headline:
+        r = _widened(r, {"speedup_ratio": "speedup_ratio", "method_speedup": "speedup",
+                         "reference_speedup": "speedup"}, cal)
+        headline.append(r.model_copy(update={"verdict": verdict(r.speedup_ratio)}))
+    point_fields = {"speedup": "speedup", "output_tps": "output_tps", "tpot_s": "tpot_s", "step_time_s": "step_time_s"}
+    sweeps = [s.model_copy(update={"points": [_widened(p, point_fields, cal) for p in s.points]})
+              for s in summary.k_sweeps]
+    matrix = [_widened(c, {"speedup": "speedup"}, cal) for c in summary.extra.category_matrix]
+    extra = summary.extra.model_copy(update={"speed_noise": cal, "category_matrix": matrix, "speed_noise_note": None})
+    return summary.model_copy(update={"groups": groups, "headline": headline, "k_sweeps": sweeps, "extra": extra})
