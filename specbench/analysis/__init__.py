@@ -4,7 +4,8 @@ complete summary out), ``metrics`` (per-group τ, acceptance, speedup, latency),
 ``method_comparison`` (headline ratios, K sweeps), ``step_time``,
 ``serving_metrics``, ``lossless`` (greedy identity and the sampled test) with
 ``pit``, ``sequential`` and ``early_stopping`` (confidence sequences and stop
-rules), ``timing`` (where a run's wall went).
+rules), ``between_run`` (an A/A calibration's noise in a summary's speed intervals),
+``timing`` (where a run's wall went).
 """
 
 from specbench._lazy import exports

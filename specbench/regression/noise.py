@@ -53,7 +53,8 @@ def _headline_estimates(s: RunSummary) -> dict[str, dict[str, Estimate]]:
 def relative_changes(summaries: Sequence[RunSummary], metric: str) -> list[float]:
     """|new − base| / |base| of ``metric`` for every group (or headline row) two runs both measured,
     over all run pairs."""
-    source = catalog.spec(metric).source if catalog.spec(metric) else "group"
+    spec = catalog.spec(metric)
+    source = spec.source if spec is not None else "group"
     of: Callable[[RunSummary], dict[str, dict[str, Estimate]]] = \
         _headline_estimates if source == "headline" else _group_estimates
     per_run = [of(s) for s in summaries]

@@ -4,7 +4,8 @@ records, the source of truth), ``requests`` (what an engine is asked to run),
 ``migrations`` (schema versions and loaders of older files), ``rundir`` (the only
 reader and writer of a run directory's files), ``fmt`` (how a number with its
 interval is written), ``metric_catalog`` (every metric declared once: field, unit,
-direction, digits, definition) and ``slices`` (a group's optional slice keys).
+direction, digits, definition), ``slices`` (a group's optional slice keys) and ``noise``
+(an A/A speed-noise calibration and its file).
 """
 
 from specbench._lazy import exports
@@ -28,5 +29,6 @@ __getattr__, __dir__ = exports(__name__, {
     "fmt_est": "fmt",
     "MetricSpec": "metric_catalog",
     "Slice": "slices",
+    "NoiseCalibration": "noise",
 })
 __all__ = sorted(__dir__())
