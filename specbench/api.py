@@ -550,6 +550,7 @@ def gate(new_run: Path, baseline: str, *, rules: Path | None = None, db: str | N
     from specbench.regression.gate_history import evaluate_history_gate, history_window
     from specbench.regression.history import History, HistoryError
     from specbench.regression.noise import load_noise
+    from specbench.results.noise import check_applies
 
     window = history_window(baseline)
     try:
@@ -559,9 +560,7 @@ def gate(new_run: Path, baseline: str, *, rules: Path | None = None, db: str | N
         cal = new.extra.speed_noise  # the calibration the new run was analysed with, if any
         if noise is not None:
             cal = load_noise(noise)
-            hw = rundir.load_manifest(new_run).hardware_class
-            if cal.hardware_class != hw:
-                raise GateConfigError(f"{noise}: calibrated on {cal.hardware_class!r}, the run is on {hw!r}")
+            check_applies(cal, rundir.load_manifest(new_run).hardware_class, new.suite_name, noise)
         if window is None:
             result = evaluate_gate(new, load_baseline(Path(baseline)), rule_set, noise=cal)
         else:
