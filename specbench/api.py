@@ -31,6 +31,7 @@ from specbench.execution.executors import make_executor
 from specbench.execution.interrupt import StopRequested, stop_on_signals
 from specbench.results import rundir
 from specbench.results.migrations import MANIFEST_SCHEMA_VERSION, hardware_class
+from specbench.results.noise import NoiseCalibration
 from specbench.results.noise import NoiseError as NoiseError  # the CLI reports it as bad input
 from specbench.results.parts import Equivalence
 from specbench.results.summary import RunSummary
@@ -368,13 +369,13 @@ def analyze(run_dir: Path, *, allow_code_exec: bool | None = None, timeline: Tim
         return _analyze(Path(run_dir), allow_code_exec, timeline, noise)
 
 
-def _speed_noise(run_dir: Path, manifest: dict[str, Any], noise: Path | None) -> tuple[Any, str | None]:
+def _speed_noise(run_dir: Path, manifest: dict[str, Any], noise: Path | None) -> tuple[NoiseCalibration | None, str | None]:
     """(the calibration the run's speed intervals include or None, why one found was not used).
 
     ``noise`` when given (it must apply); else ``noise.json`` beside the run; else the suite's
     ``speed_noise`` file, each when it is of the run's hardware class and suite."""
     from specbench.config.suite import resolve_path
-    from specbench.results.noise import check_applies, find_noise, load_noise
+    from specbench.results.noise import applying, check_applies, find_noise, load_noise
 
     hw, suite = manifest.get("hardware_class"), manifest["suite_name"]
     if noise is None:
@@ -382,13 +383,8 @@ def _speed_noise(run_dir: Path, manifest: dict[str, Any], noise: Path | None) ->
         named, suite_path = (manifest.get("suite") or {}).get("speed_noise"), manifest.get("suite_path")
         if cal is not None or not named or not suite_path:
             return cal, why
-        path = resolve_path(named, Path(suite_path).parent)
-        try:
-            cal = load_noise(path)
-            check_applies(cal, hw, suite, path)
-        except NoiseError as exc:
-            return None, "; ".join(filter(None, [why, f"not used: {exc}"]))
-        return cal, why
+        cal, why_suite = applying(resolve_path(named, Path(suite_path).parent), hw, suite)
+        return cal, "; ".join(filter(None, [why, why_suite])) or None
     cal = load_noise(noise)
     check_applies(cal, hw, suite, noise)
     return cal, None
@@ -549,8 +545,7 @@ def gate(new_run: Path, baseline: str, *, rules: Path | None = None, db: str | N
     )
     from specbench.regression.gate_history import evaluate_history_gate, history_window
     from specbench.regression.history import History, HistoryError
-    from specbench.regression.noise import load_noise
-    from specbench.results.noise import check_applies
+    from specbench.results.noise import check_applies, load_noise
 
     window = history_window(baseline)
     try:
@@ -571,13 +566,12 @@ def gate(new_run: Path, baseline: str, *, rules: Path | None = None, db: str | N
     return GateReport(render_gate(result), result.exit_code)
 
 
-def calibrate(run_dirs: list[Path], out: Path | None = None) -> tuple[Any, Path]:
+def calibrate(run_dirs: list[Path], out: Path | None = None) -> tuple[NoiseCalibration, Path]:
     """An A/A noise calibration from ≥ 2 finished identical-code runs of one suite on one hardware
     class (:func:`specbench.regression.noise.calibrate`), written to ``out`` (default: ``noise.json``
     beside the runs, where later runs of the suite find it). Returns (calibration, path)."""
     from specbench.regression.noise import calibrate as calibrate_runs
-    from specbench.regression.noise import save_noise
-    from specbench.results.noise import NOISE_FILE
+    from specbench.results.noise import NOISE_FILE, save_noise
 
     classes = {rundir.load_manifest(d).hardware_class for d in run_dirs}
     if len(classes) != 1:

@@ -29,7 +29,7 @@ from specbench.stats import Estimate, with_between_run
 
 M = TypeVar("M", bound=BaseModel)
 
-_GROUP_SPEED = {m.summary_field: m.name for m in catalog.CATALOG if m.speed and m.source == "group"}
+_GROUP_SPEED = {m.summary_field: m.name for m in catalog.speed_specs("group")}
 
 
 def _widened(model: M, fields: dict[str, str], cal: NoiseCalibration) -> M:

@@ -34,12 +34,12 @@ from specbench.stats import Estimate
 __all__ = ["MetricNoise", "NoiseCalibration", "NoiseError", "calibrate", "load_noise", "relative_changes",
            "save_noise", "speed_metric_names"]
 
-_GROUP_SPEED = tuple(m for m in catalog.CATALOG if m.speed and m.source == "group")
+_GROUP_SPEED = catalog.speed_specs("group")
 
 
 def speed_metric_names() -> list[str]:
     """The speed metrics a calibration covers: per group and the headline's speedup ratio."""
-    return [m.name for m in catalog.CATALOG if m.speed and m.source in ("group", "headline")]
+    return [m.name for m in (*catalog.speed_specs("group"), *catalog.speed_specs("headline"))]
 
 
 def _group_estimates(s: RunSummary) -> dict[str, dict[str, Estimate]]:

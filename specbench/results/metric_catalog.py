@@ -240,6 +240,11 @@ def speed_metrics() -> frozenset[str]:
     return frozenset(m.name for m in CATALOG if m.speed)
 
 
+def speed_specs(source: Source = "group") -> tuple[MetricSpec, ...]:
+    """The metrics measured in time, per group (or the headline's ratios): what an A/A calibration covers."""
+    return tuple(m for m in CATALOG if m.speed and m.source == source)
+
+
 def stop_metrics() -> dict[str, MetricSpec]:
     """``{stop rule name: metric}`` of the metrics a suite can early-stop on."""
     return {m.stop: m for m in CATALOG if m.stop is not None}

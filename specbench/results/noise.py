@@ -84,11 +84,10 @@ def check_applies(cal: NoiseCalibration, hardware_class: str | None, suite: str,
         raise NoiseError(f"{source}: calibrated on runs of suite {cal.suite!r}, the run is of {suite!r}")
 
 
-def find_noise(run_dir: Path, hardware_class: str | None, suite: str) -> tuple[NoiseCalibration | None, str | None]:
-    """The calibration kept beside a run (``<suite results>/noise.json``) if it applies to it, else None,
-    with a note saying why one was not used (None when there is no file)."""
-    path = Path(run_dir).parent / NOISE_FILE
-    if not path.exists():
+def applying(path: Path, hardware_class: str | None, suite: str) -> tuple[NoiseCalibration | None, str | None]:
+    """The calibration in ``path`` if the file exists and applies to the run, else None, with a note
+    saying why one was not used (None when there is no file)."""
+    if not Path(path).exists():
         return None, None
     try:
         cal = load_noise(path)
@@ -96,3 +95,8 @@ def find_noise(run_dir: Path, hardware_class: str | None, suite: str) -> tuple[N
     except NoiseError as exc:
         return None, f"not used: {exc}"
     return cal, None
+
+
+def find_noise(run_dir: Path, hardware_class: str | None, suite: str) -> tuple[NoiseCalibration | None, str | None]:
+    """The calibration kept beside a run (``<suite results>/noise.json``), see :func:`applying`."""
+    return applying(Path(run_dir).parent / NOISE_FILE, hardware_class, suite)
