@@ -68,6 +68,7 @@ def bootstrap(
     seed: int = DEFAULT_SEED,
     confidence: float = CONFIDENCE,
     vectorized: bool = False,
+    batched: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> Estimate:
     """Percentile bootstrap of ``statistic`` over resampled units (the one one-sample bootstrap).
 
@@ -76,6 +77,9 @@ def bootstrap(
     receives a resampled array of the same shape and returns a float. With
     ``vectorized`` it receives a block of resamples at once, shape
     ``(b, *units.shape)``, and returns ``b`` values (reduce over axis 1).
+    ``batched``: the same statistic in that block form, used for the resamples only (the point
+    value stays ``statistic``'s); it must give the very numbers ``statistic`` gives per resample
+    (``tests/unit/test_stats_batched.py``), only without a Python call per resample.
     NaN resamples (e.g. a ratio with a zero denominator) are dropped.
     """
     arr = np.asarray(units, dtype=float)
@@ -93,6 +97,8 @@ def bootstrap(
         idx = rng.integers(0, n, size=(stop - start, n))
         if vectorized:
             reps[start:stop] = statistic(arr[idx])
+        elif batched is not None:
+            reps[start:stop] = batched(arr[idx])
         else:
             reps[start:stop] = [statistic(arr[i]) for i in idx]
     return _percentile_estimate(value, reps, n, confidence)
@@ -137,6 +143,7 @@ def round_bootstrap(
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
     confidence: float = CONFIDENCE,
+    batched: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> Estimate:
     """Hierarchical percentile bootstrap over measurement rounds, then units within them (the one
     drift-aware speed interval; issue 22).
@@ -148,23 +155,37 @@ def round_bootstrap(
     rows pooled. A machine that drifts between rounds moves whole rounds, so the interval widens
     with the drift and not only with the spread over prompts. One round is the plain
     :func:`bootstrap` over its units. ``n`` is the number of units, ``rounds`` the rounds used.
+    ``batched`` (see :func:`bootstrap`) computes the resamples of one pooled size at once.
     """
     blocks = [np.asarray(r, dtype=float) for r in rounds]
     blocks = [b for b in blocks if b.ndim and b.shape[0] > 0]
     if not blocks:
         return empty()
     if len(blocks) == 1:
-        return bootstrap(blocks[0], statistic, resamples=resamples, seed=seed, confidence=confidence).model_copy(
-            update={"rounds": 1})
+        return bootstrap(blocks[0], statistic, resamples=resamples, seed=seed, confidence=confidence,
+                         batched=batched).model_copy(update={"rounds": 1})
     pooled = np.concatenate(blocks)
     n = int(pooled.shape[0])
     value = float(statistic(pooled))
     rng = np.random.default_rng(seed)
-    reps = np.empty(resamples, dtype=float)
+    sizes = [b.shape[0] for b in blocks]
+    starts = np.cumsum([0, *sizes[:-1]])
     r = len(blocks)
-    for i in range(resamples):
-        picked = [blocks[j] for j in rng.integers(0, r, size=r)]
-        reps[i] = statistic(np.concatenate([b[rng.integers(0, b.shape[0], size=b.shape[0])] for b in picked]))
+    # Each resample's rows of ``pooled``: its rounds drawn, then each drawn round's units (in this order).
+    rows = []
+    for _ in range(resamples):
+        picked = rng.integers(0, r, size=r)
+        rows.append(np.concatenate([starts[j] + rng.integers(0, sizes[j], size=sizes[j]) for j in picked]))
+    reps = np.empty(resamples, dtype=float)
+    if batched is None:
+        for i, idx in enumerate(rows):
+            reps[i] = statistic(pooled[idx])
+    else:
+        by_size: dict[int, list[int]] = {}
+        for i, idx in enumerate(rows):
+            by_size.setdefault(len(idx), []).append(i)
+        for which in by_size.values():
+            reps[which] = batched(pooled[np.stack([rows[i] for i in which])])
     est = _percentile_estimate(value, reps, n, confidence)
     return est.model_copy(update={"method": "round bootstrap" if est.method == "bootstrap" else est.method,
                                   "rounds": r})
@@ -195,7 +216,7 @@ def _percentile_estimate(value: float, reps: np.ndarray, n: int, confidence: flo
 def mean_ci(values: Sequence[float] | np.ndarray) -> Estimate:
     """Mean with a bootstrap interval."""
     vals = [v for v in values if v is not None and math.isfinite(v)]
-    return bootstrap(np.asarray(vals), lambda a: float(np.mean(a)))
+    return bootstrap(np.asarray(vals), lambda a: float(np.mean(a)), batched=lambda blk: blk.mean(axis=1))
 
 
 def ratio_ci(num: Sequence[float] | np.ndarray, den: Sequence[float] | np.ndarray,
@@ -203,18 +224,21 @@ def ratio_ci(num: Sequence[float] | np.ndarray, den: Sequence[float] | np.ndarra
     """sum(num)/sum(den) with a bootstrap over the paired units; with ``rounds`` (each unit's speed
     round) spanning more than one round, the :func:`round_bootstrap` over rounds and units."""
     pairs = np.column_stack([np.asarray(num, float), np.asarray(den, float)]) if len(num) else np.empty((0, 2))
-    return by_rounds(pairs, _ratio, rounds)
+    return by_rounds(pairs, _ratio, rounds, batched=_ratios)
 
 
 def by_rounds(units: np.ndarray, statistic: Callable[[np.ndarray], float],
-              rounds: Sequence[int | None] | None) -> Estimate:
-    """:func:`bootstrap` of ``units``, or :func:`round_bootstrap` when ``rounds`` (one label per unit)
-    holds more than one round: the speed interval of a run measured in rounds."""
+              rounds: Sequence[int | None] | None,
+              batched: Callable[[np.ndarray], np.ndarray] | None = None) -> Estimate:
+    """:func:`bootstrap` of ``units`` (``batched``: see there), or :func:`round_bootstrap` when
+    ``rounds`` (one label per unit) holds more than one round: the speed interval of a run measured
+    in rounds."""
     labels = list(rounds) if rounds is not None else []
     distinct = sorted({r for r in labels if r is not None})
     if len(distinct) < 2 or len(labels) != len(units):
-        return bootstrap(units, statistic)
-    return round_bootstrap([units[[i for i, r in enumerate(labels) if r == d]] for d in distinct], statistic)
+        return bootstrap(units, statistic, batched=batched)
+    return round_bootstrap([units[[i for i, r in enumerate(labels) if r == d]] for d in distinct], statistic,
+                           batched=batched)
 
 
 def proportion_ci(hits: Sequence[float] | np.ndarray, totals: Sequence[float] | np.ndarray) -> Estimate:
@@ -233,6 +257,13 @@ def proportion_ci(hits: Sequence[float] | np.ndarray, totals: Sequence[float] | 
 def _ratio(a: np.ndarray) -> float:
     d = a[:, 1].sum()
     return float(a[:, 0].sum() / d) if d > 0 else float("nan")
+
+
+def _ratios(blk: np.ndarray) -> np.ndarray:
+    """:func:`_ratio` of each resample in a block ``(b, n, 2)``."""
+    d = blk[:, :, 1].sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(d > 0, blk[:, :, 0].sum(axis=1) / d, np.nan)
 
 
 def wilson_interval(successes: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:

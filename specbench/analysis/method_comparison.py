@@ -90,10 +90,16 @@ def paired_tau_ratio(method: Sequence[RequestRecord], reference: Sequence[Reques
             return float("nan")
         return float((1 + s[0] / s[1]) / (1 + s[2] / s[3]))
 
+    def ratios(blk: np.ndarray) -> np.ndarray:  # ratio of each resample in a block (b, n, 4)
+        s = blk.sum(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = (1 + s[:, 0] / s[:, 1]) / (1 + s[:, 2] / s[:, 3])
+        return np.where((s[:, 1] > 0) & (s[:, 3] > 0), out, np.nan)
+
     arr = np.array(shared, float)
     if not np.isfinite(ratio(arr)):  # an arm drafted nothing on these prompts (e.g. ngram on sampled text)
         return Estimate(value=None, n=len(shared))
-    return stats.bootstrap(arr, ratio)
+    return stats.bootstrap(arr, ratio, batched=ratios)
 
 
 def _claims(published: Sequence[dict], target: str, method: str, g: GroupSummary) -> list[PublishedClaim]:

@@ -216,7 +216,13 @@ def paired_speedup(method: Sequence[RequestRecord], baseline: Sequence[RequestRe
             return float("nan")
         return float((s[0] / s[1]) / (s[2] / s[3]))
 
-    return stats.by_rounds(arr, ratio, [round_of[p] for p in prompts])
+    def ratios(blk: np.ndarray) -> np.ndarray:  # ratio of each resample in a block (b, n, 4)
+        s = blk.sum(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = (s[:, 0] / s[:, 1]) / (s[:, 2] / s[:, 3])
+        return np.where((s[:, 1] > 0) & (s[:, 2] > 0) & (s[:, 3] > 0), out, np.nan)
+
+    return stats.by_rounds(arr, ratio, [round_of[p] for p in prompts], batched=ratios)
 
 
 class TurnPairing(NamedTuple):
@@ -280,7 +286,7 @@ def accuracy_delta(method: Sequence[RequestRecord], baseline: Sequence[RequestRe
 
     m, b = _scores_by_metric(method, scores), _scores_by_metric(baseline, scores)
     out: dict[str, Estimate] = {}
-    for metric in m.keys() & b.keys():
+    for metric in sorted(m.keys() & b.keys()):  # sorted: a summary's bytes do not depend on the hash seed
         if set(m[metric]) & set(b[metric]):
             out[metric] = paired_delta(m[metric], b[metric])
     return out
