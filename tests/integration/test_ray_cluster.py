@@ -260,7 +260,7 @@ def _raylet_of(pid: int) -> int | None:
         return None
 
 
-LIMIT, MAX_TOKENS = 8, 128  # b1 and b2 cells of ~8 and ~5 s per engine: the node is lost inside one
+LIMIT, MAX_TOKENS = 6, 96  # b1 and b2 cells of ~5 and ~3 s per engine: the node is lost inside one
 
 
 def _check_spread_and_binding(cluster: Cluster, run_dir: Path) -> None:
