@@ -47,3 +47,12 @@ def test_every_batched_bootstrap_of_an_analysis_equals_its_scalar_one(tmp_path: 
     api.analyze(run)
     # τ and acceptance (Σ/Σ), means, and the paired speedup (metrics.paired_speedup's ratio)
     assert {f.__qualname__ for f in seen} >= {"_ratio", "mean_ci.<locals>.<lambda>", "paired_speedup.<locals>.ratio"}
+
+
+@pytest.mark.parametrize("sizes", [(4, 4, 4, 4), (3, 5, 2), (8, 1)])
+def test_round_bootstrap_batched_equals_scalar(sizes: tuple[int, ...]) -> None:
+    """Rounds of equal and unequal sizes (resamples of several pooled sizes), with a zero denominator."""
+    rng = np.random.default_rng(sum(sizes))
+    rounds = [np.column_stack([rng.integers(0, 60, k), rng.integers(0, 4, k)]).astype(float) for k in sizes]
+    assert stats.round_bootstrap(rounds, stats._ratio, batched=stats._ratios) == stats.round_bootstrap(
+        rounds, stats._ratio)
