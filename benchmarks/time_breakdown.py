@@ -46,8 +46,8 @@ def teacher_forcing_detail(run_dir: Path) -> str | None:
 
 
 def engine_lines(run_dir: Path) -> list[str]:
-    """Per engine (estimated from the files): start, warmup and cells, and whether it ran in a
-    process of its own (a log) or in the run's process (none)."""
+    """Per engine (estimated from the files): start, warmup and cells, and whether a spare worker
+    (vLLM imported ahead of time) served its start."""
     spans = engine_spans(run_dir)
     out = []
     for key in dict.fromkeys(s.engine for s in spans if s.engine is not None):
@@ -58,8 +58,8 @@ def engine_lines(run_dir: Path) -> list[str]:
 
         log = run_dir / "engines" / f"{key}.log"
         text = log.read_text(errors="replace") if log.is_file() else ""
-        where = "own process" if text else "in-process"
-        out.append(f"  {key:32} start {total('engine_start'):6.1f} s ({where}), warmup {total('warmup'):5.1f} s, "
+        spare = "spare" if "(specbench-engine-spare " in text else "own process" if text else "in-process"
+        out.append(f"  {key:32} start {total('engine_start'):6.1f} s ({spare}), warmup {total('warmup'):5.1f} s, "
                    f"cells {total('cells'):6.1f} s" + (f", teacher forcing {total('teacher_forcing'):6.1f} s"
                                                        if total("teacher_forcing") else ""))
     return out

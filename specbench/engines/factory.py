@@ -92,8 +92,12 @@ def engine_gpus(cfg: EngineConfig, platform: str) -> int:
     return cfg.target.tensor_parallel_size * pp
 
 
-def make_engine(res: ResolvedEngine, run_dir: Path, load: LoadProfile | None = None) -> Engine:
+def make_engine(res: ResolvedEngine, run_dir: Path, load: LoadProfile | None = None, *,
+                prepare_next: bool = False) -> Engine:
     """The engine for a resolved config; its log goes to ``run_dir/engines/<key>.log``.
+
+    ``prepare_next``: another vLLM offline engine starts after this one (a spare worker
+    imports vLLM for it meanwhile; only the offline engine uses it).
 
     The reference engine (transformers) runs in a child process like the vLLM
     engines, so a run's own process never loads a model.
@@ -101,7 +105,7 @@ def make_engine(res: ResolvedEngine, run_dir: Path, load: LoadProfile | None = N
     log = Path(run_dir) / "engines" / f"{res.config.key}.log"
     engine = res.config.target.engine
     if engine == "vllm-offline":
-        return VllmOfflineEngine(res.config, res.engine_kwargs, log, res.env)
+        return VllmOfflineEngine(res.config, res.engine_kwargs, log, res.env, prepare_next=prepare_next)
     if engine == "vllm-server":
         from specbench.engines.vllm_server import VllmServerEngine
 

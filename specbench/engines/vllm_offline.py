@@ -17,6 +17,7 @@ engine replays its proposer to put back the steps without a draft).
 
 from __future__ import annotations
 
+import atexit
 import gc
 import multiprocessing as mp
 import multiprocessing.util  # noqa: F401 - its exit hook joins live children: registered before ours, it runs after
@@ -27,13 +28,14 @@ import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
 from specbench.config.methods import VllmPassthrough
 from specbench.config.plan import EngineConfig
 from specbench.engines.procs import (
     LIVE,
     descendants,
+    end_process,
     group_dies_with_parent,
     kill_tree,
     wait_gone,
@@ -285,57 +287,56 @@ def _log_to(path: str) -> None:
 
 
 def _import_engine(env: dict[str, str]) -> None:
-    """The engine's environment, the engine patches, then vLLM's entry point (~8 s of CPU
-    in a fresh process, nothing in one forked from the fork server, which imported it).
+    """The engine's environment, the engine patches, then vLLM's entry point (~8 s of CPU:
+    ``import vllm`` alone is lazy and leaves ~5 s of it to the engine's start).
 
-    The patches' import hook is in place before the modules they replace load (the
-    fork server imports only the entry point: they load when the engine is built).
-    What is imported lives as long as the process, so it is frozen out of the garbage
-    collector's full passes: vLLM runs several while it builds an engine (~1.5 s).
+    The patches' import hook is in place first, so a module they replace is patched
+    whenever it loads. What is imported here lives as long as the process, so it is
+    frozen out of the garbage collector's full passes: vLLM runs several while it
+    builds an engine and serves its first requests (~1.5 s each engine start without).
     """
     os.environ.update(env)
     from specbench.engines.vllm_patches import install_from_env
 
-    install_from_env()
+    install_from_env()  # before vLLM is imported (this child was spawned before env was set)
     from vllm import LLM, SamplingParams  # noqa: F401
 
     gc.freeze()
 
 
-def _as_worker(forked: bool = False) -> None:
-    """First thing in a worker: its own process group, which dies with its parent process
-    (the run's process; for a forked worker the fork server, which ends when the run's does)."""
+def _as_worker() -> None:
+    """First thing in a worker: its own process group, which dies with the parent."""
     parent = mp.parent_process()
-    group_dies_with_parent(os.getppid() if forked else parent.pid if parent is not None else None)
+    group_dies_with_parent(parent.pid if parent is not None else None)
 
 
-class Inherited(TypedDict):
-    """What a spawned worker would inherit from the run's process and a forked one must be given:
-    the fork server was started earlier, perhaps by another thread bound to other cores."""
+def _spare_main(conn: Any, env: dict[str, str]) -> None:
+    """A worker that imports vLLM ahead of time and then waits for its engine's arguments.
 
-    environ: dict[str, str]
-    cpus: list[int]
-
-
-def _inherited() -> Inherited:
-    return {"environ": dict(os.environ), "cpus": sorted(os.sched_getaffinity(0))}
-
-
-def _inherit(state: Inherited) -> None:
-    os.environ.clear()
-    os.environ.update(state["environ"])
-    os.sched_setaffinity(0, state["cpus"])
+    The runner starts engines one after another; with a spare ready, an engine start
+    skips the ~7 s of imports, which overlap the previous engine's start instead.
+    """
+    _as_worker()
+    _log_to(os.devnull)
+    try:
+        _import_engine(env)
+    except BaseException:  # noqa: BLE001 - the real start reports it
+        pass
+    conn.send(("imported", None))
+    msg = conn.recv()
+    if msg[0] != "start":
+        return
+    _worker_main(conn, msg[1], msg[2], env, imported=True)
 
 
 def _worker_main(
-    conn: Any, engine_kwargs: dict[str, Any], log_path: str, env: dict[str, str], inherited: Inherited | None = None
+    conn: Any, engine_kwargs: dict[str, Any], log_path: str, env: dict[str, str], imported: bool = False
 ) -> None:
-    _as_worker(forked=inherited is not None)
-    if inherited is not None:
-        _inherit(inherited)
+    _as_worker()
     _log_to(log_path)
     try:
-        _import_engine(env)
+        if not imported:
+            _import_engine(env)
         from vllm import LLM, SamplingParams
 
         llm = LLM(**engine_kwargs)
@@ -414,7 +415,8 @@ def _worker_main(
 class VllmOfflineEngine:
     """One ``vllm.LLM`` in a child process."""
 
-    def __init__(self, config: EngineConfig, engine_kwargs: VllmPassthrough, log_path: Path, env: dict[str, str]):
+    def __init__(self, config: EngineConfig, engine_kwargs: VllmPassthrough, log_path: Path, env: dict[str, str],
+                 *, prepare_next: bool = False):
         self.config = config
         self.engine_kwargs = engine_kwargs
         self.log_path = log_path
@@ -424,6 +426,8 @@ class VllmOfflineEngine:
         self._live: int | None = None  # this worker's entry in procs.LIVE
         self._busy = False  # a cell or scoring request is in the worker's hands
         self.dtype: str | None = None  # as vLLM resolved it, once started
+        # Another offline engine starts after this one: a spare worker imports vLLM for it meanwhile.
+        self.prepare_next = prepare_next
 
     @property
     def capabilities(self) -> EngineCapabilities:
@@ -441,19 +445,25 @@ class VllmOfflineEngine:
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        forked = settings().fork_engines
-        ctx = fork_server() if forked else mp.get_context("spawn")
-        parent, child = ctx.Pipe()
-        self._proc = ctx.Process(
-            target=_worker_main,
-            args=(child, self.engine_kwargs, str(self.log_path), self.env, _inherited() if forked else None),
-            daemon=False,
-            name=f"specbench-engine-{self.config.key}",
-        )
-        self._proc.start()
-        child.close()
-        self._conn = parent
+        spare = _SPARES.take(self.env)
+        if spare is not None:
+            self._proc, self._conn = spare
+            self._conn.send(("start", self.engine_kwargs, str(self.log_path)))
+        else:
+            ctx = mp.get_context("spawn")
+            parent, child = ctx.Pipe()
+            self._proc = ctx.Process(
+                target=_worker_main,
+                args=(child, self.engine_kwargs, str(self.log_path), self.env),
+                daemon=False,
+                name=f"specbench-engine-{self.config.key}",
+            )
+            self._proc.start()
+            child.close()
+            self._conn = parent
         self._live = LIVE.add(f"vLLM offline worker {self.config.key} (pid {self._proc.pid})", self.kill)
+        if self.prepare_next and settings().spare_engine:
+            _SPARES.prepare(self.env)  # imports vLLM for the next engine while this one starts
         kind, payload = self._recv(settings().engine_start_timeout, starting=True)
         if kind == "start_error":
             self._reap()
@@ -586,14 +596,87 @@ class VllmOfflineEngine:
         wait_gone(procs, timeout_s=10)
 
 
-PRELOAD = "specbench.engines.vllm_preload"
+class _SpareWorkers:
+    """At most one spare worker process, its environment, and its clean-up.
+
+    A spare is used only by an engine with exactly the environment it was imported
+    with; :func:`close_spare` (the runner calls it when a run ends, and at exit)
+    ends it.
+    """
+
+    def __init__(self) -> None:
+        self._spare: tuple[dict[str, str], Any, Any] | None = None
+        self._live: int | None = None  # the spare's entry in procs.LIVE
+        self._imported = False  # the spare said its imports are done
+
+    def prepare(self, env: dict[str, str]) -> None:
+        if self._spare is not None:
+            if self._spare[0] == env and self._spare[1].is_alive():
+                return
+            self.close()
+        ctx = mp.get_context("spawn")
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_spare_main, args=(child, dict(env)), daemon=False, name="specbench-engine-spare")
+        proc.start()
+        child.close()
+        self._spare = (dict(env), proc, parent)
+        self._imported = False
+        self._live = LIVE.add(f"vLLM spare worker (pid {proc.pid})", proc.kill)
+
+    def settle(self, timeout: float) -> float:
+        """Wait (at most ``timeout``) until the spare has finished importing; the seconds waited."""
+        t0 = time.monotonic()
+        spare = self._spare
+        if spare is None or self._imported:
+            return 0.0
+        _, proc, conn = spare
+        deadline = t0 + timeout
+        while time.monotonic() < deadline and proc.is_alive():
+            if conn.poll(0.05):
+                try:
+                    self._imported = conn.recv()[0] == "imported"
+                except (EOFError, OSError):
+                    break
+                break
+        return time.monotonic() - t0
+
+    def take(self, env: dict[str, str]) -> tuple[Any, Any] | None:
+        if self._spare is not None and self._spare[0] == env:
+            self.settle(settings().engine_start_timeout)  # its "imported" must not reach the engine
+        spare, self._spare = self._spare, None
+        LIVE.discard(self._live)  # taken: its engine lists it; not taken: ended below
+        self._live = None
+        if spare is None:
+            return None
+        if spare[0] == env and spare[1].is_alive() and self._imported:
+            return spare[1], spare[2]
+        self._end(spare)
+        return None
+
+    def close(self) -> None:
+        spare, self._spare = self._spare, None
+        LIVE.discard(self._live)
+        self._live = None
+        if spare is not None:
+            self._end(spare)
+
+    @staticmethod
+    def _end(spare: tuple[dict[str, str], Any, Any]) -> None:
+        _, proc, conn = spare
+        end_process(proc, conn, ("close",), grace_s=2)
+        conn.close()
 
 
-def fork_server() -> Any:
-    """multiprocessing's fork server for vLLM workers: one process per run's process that
-    imports vLLM's entry point once (``vllm_preload``); each engine's worker is forked from
-    it, so an engine start skips ~8 s of imports and never overlaps another's import.
-    It ends when the process that started it does."""
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload([PRELOAD])
-    return ctx
+_SPARES = _SpareWorkers()
+atexit.register(_SPARES.close)
+
+
+def close_spare() -> None:
+    """End the spare worker, if any (a run's last engine has started)."""
+    _SPARES.close()
+
+
+def settle_spare(timeout: float = 120.0) -> float:
+    """Before measured requests: wait until a spare worker importing vLLM for the next engine
+    (seconds of CPU) is done, so it never shares the CPU with a measurement. The seconds waited."""
+    return _SPARES.settle(timeout)

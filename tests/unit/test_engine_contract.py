@@ -5,7 +5,6 @@ match the suite (no engine is started)."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -55,27 +54,10 @@ def test_the_factory_builds_engines_that_declare_their_capabilities(tmp_path: Pa
             engine.score([])
 
 
-def test_forked_workers_get_what_a_spawned_one_inherits(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The fork server started earlier: a forked worker takes the run's environment and cores as
-    they are when the engine starts (a variable set since, one removed, a thread bound elsewhere)."""
-    from specbench.engines import vllm_offline
-
-    monkeypatch.setenv("SPECBENCH_TEST_SET_LATER", "1")
-    state = vllm_offline._inherited()
-    assert state["environ"]["SPECBENCH_TEST_SET_LATER"] == "1"
-    assert state["cpus"] == sorted(os.sched_getaffinity(0))
-    before_env, before_cpus = dict(os.environ), os.sched_getaffinity(0)
-    try:
-        monkeypatch.setenv("SPECBENCH_TEST_STALE", "x")  # in the server's environment, not the run's
-        vllm_offline._inherit({"environ": {**state["environ"], "B": "2"}, "cpus": state["cpus"][:1]})
-        assert "SPECBENCH_TEST_STALE" not in os.environ and os.environ["B"] == "2"
-        assert os.sched_getaffinity(0) == set(state["cpus"][:1])
-    finally:
-        os.environ.clear()
-        os.environ.update(before_env)
-        os.sched_setaffinity(0, before_cpus)
-    ctx = vllm_offline.fork_server()
-    assert ctx.get_start_method() == "forkserver"
+def test_only_the_offline_engine_prepares_a_spare_for_the_next(tmp_path: Path) -> None:
+    res = ResolvedEngine(config=_cfg("vllm-offline"), model_path="m", speculator_path=None, engine_kwargs={})
+    engine = make_engine(res, tmp_path, prepare_next=True)
+    assert isinstance(engine, VllmOfflineEngine) and engine.prepare_next
 
 
 def test_score_rows_keep_the_stored_shape() -> None:
