@@ -166,7 +166,6 @@ class _Job:
                 except EngineUnavailable as exc:
                     self.fail_cells(left, exc)
                     return
-                settle_spare()  # the restart may have left a spare importing vLLM beside the cells
                 t0 = wall_now()
             self._phase("cells", t0)
             if job.teacher_forcing_after and self.follow_up is not None:
