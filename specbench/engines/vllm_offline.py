@@ -18,7 +18,6 @@ engine replays its proposer to put back the steps without a draft).
 from __future__ import annotations
 
 import atexit
-import gc
 import multiprocessing as mp
 import multiprocessing.util  # noqa: F401 - its exit hook joins live children: registered before ours, it runs after
 import os
@@ -287,21 +286,16 @@ def _log_to(path: str) -> None:
 
 
 def _import_engine(env: dict[str, str]) -> None:
-    """The engine's environment, the engine patches, then vLLM's entry point (~8 s of CPU:
-    ``import vllm`` alone is lazy and leaves ~5 s of it to the engine's start).
+    """The engine's environment, the engine patches, then vLLM's import (seconds of CPU).
 
-    The patches' import hook is in place first, so a module they replace is patched
-    whenever it loads. What is imported here lives as long as the process, so it is
-    frozen out of the garbage collector's full passes: vLLM runs several while it
-    builds an engine and serves its first requests (~1.5 s each engine start without).
+    ``from vllm import LLM`` does not import the modules the patches replace (they load
+    when the engine is built), so an imported spare still gets its patches applied.
     """
     os.environ.update(env)
     from specbench.engines.vllm_patches import install_from_env
 
     install_from_env()  # before vLLM is imported (this child was spawned before env was set)
-    from vllm import LLM, SamplingParams  # noqa: F401
-
-    gc.freeze()
+    import vllm  # noqa: F401
 
 
 def _as_worker() -> None:
@@ -322,7 +316,6 @@ def _spare_main(conn: Any, env: dict[str, str]) -> None:
         _import_engine(env)
     except BaseException:  # noqa: BLE001 - the real start reports it
         pass
-    conn.send(("imported", None))
     msg = conn.recv()
     if msg[0] != "start":
         return
@@ -607,7 +600,6 @@ class _SpareWorkers:
     def __init__(self) -> None:
         self._spare: tuple[dict[str, str], Any, Any] | None = None
         self._live: int | None = None  # the spare's entry in procs.LIVE
-        self._imported = False  # the spare said its imports are done
 
     def prepare(self, env: dict[str, str]) -> None:
         if self._spare is not None:
@@ -620,35 +612,15 @@ class _SpareWorkers:
         proc.start()
         child.close()
         self._spare = (dict(env), proc, parent)
-        self._imported = False
         self._live = LIVE.add(f"vLLM spare worker (pid {proc.pid})", proc.kill)
 
-    def settle(self, timeout: float) -> float:
-        """Wait (at most ``timeout``) until the spare has finished importing; the seconds waited."""
-        t0 = time.monotonic()
-        spare = self._spare
-        if spare is None or self._imported:
-            return 0.0
-        _, proc, conn = spare
-        deadline = t0 + timeout
-        while time.monotonic() < deadline and proc.is_alive():
-            if conn.poll(0.05):
-                try:
-                    self._imported = conn.recv()[0] == "imported"
-                except (EOFError, OSError):
-                    break
-                break
-        return time.monotonic() - t0
-
     def take(self, env: dict[str, str]) -> tuple[Any, Any] | None:
-        if self._spare is not None and self._spare[0] == env:
-            self.settle(settings().engine_start_timeout)  # its "imported" must not reach the engine
         spare, self._spare = self._spare, None
         LIVE.discard(self._live)  # taken: its engine lists it; not taken: ended below
         self._live = None
         if spare is None:
             return None
-        if spare[0] == env and spare[1].is_alive() and self._imported:
+        if spare[0] == env and spare[1].is_alive():
             return spare[1], spare[2]
         self._end(spare)
         return None
@@ -674,9 +646,3 @@ atexit.register(_SPARES.close)
 def close_spare() -> None:
     """End the spare worker, if any (a run's last engine has started)."""
     _SPARES.close()
-
-
-def settle_spare(timeout: float = 120.0) -> float:
-    """Before measured requests: wait until a spare worker importing vLLM for the next engine
-    (seconds of CPU) is done, so it never shares the CPU with a measurement. The seconds waited."""
-    return _SPARES.settle(timeout)

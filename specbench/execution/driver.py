@@ -285,14 +285,9 @@ class Runner:
             ))
         if isinstance(self.executor, LocalExecutor):
             jobs = self._teacher_forcing_on_baselines(jobs)
-            # A teacher-forcing engine of its own starts after the cells for a target with sampled
-            # cells and no baseline doing it.
-            forced = {j.engine.config.target.name for j in jobs if j.teacher_forcing_after}
-            scorer_follows = self.run_plan.teacher_forcing and any(
-                c.temperature > 0 and c.target not in forced for c in self.plan.cells)
             for i, job in enumerate(jobs):  # a spare worker imports vLLM for the next offline engine
                 later = jobs[i + 1 :]
-                job.offline_engine_follows = scorer_follows or any(
+                job.offline_engine_follows = self.run_plan.teacher_forcing or any(
                     j.engine.config.target.engine == "vllm-offline" for j in later)
         return jobs
 

@@ -141,7 +141,10 @@ def _run_set(group: list[EngineJob], rounds: int, seed: int, emit: Emit, placeme
                 runner.fail_cells(job.cells, exc)
                 continue
             up[job.job_id] = _Resident(runner, engine)
-            runner.prepare_to_measure(engine)
+            if job.warmup:
+                t0 = wall_now()
+                runner.warmup(engine)
+                runner._phase("warmup", t0)
         keys = list(up)
         for r in range(rounds):
             for key in round_order(keys, r, seed):
