@@ -333,10 +333,10 @@ def test_server_killed_mid_cell_then_restart(engine: VllmServerEngine, assets: A
     def emit(r: RequestRecord) -> None:
         recs.append(r)
         if not timers and sum(x.error is None for x in recs) == 3:
-            # Both streams run in lockstep (same lengths), so the third answer ends the second pair's
-            # first half: the next pair starts now and lasts about (now - start) / 2 (two pairs took
-            # that). Kill at a third of one pair's time, mid-generation whatever the machine's speed
-            # (a fixed delay let a fast machine finish every request first).
+            # Both streams run in lockstep (same lengths): the third answer comes as the second pair
+            # ends, so one pair lasts about (now - start) / 2. Kill a third of a pair's time later,
+            # mid-generation of the next pair whatever the machine's speed (a fixed delay let a fast
+            # machine finish every request first).
             pair_s = (time.monotonic() - started) / 2
             timers.append(threading.Timer(pair_s / 3, engine.kill))
             timers[0].start()
