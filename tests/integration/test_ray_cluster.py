@@ -260,6 +260,14 @@ def _raylet_of(pid: int) -> int | None:
         return None
 
 
+def _ray_worker_of(pid: int, raylet_pid: int) -> psutil.Process:
+    """The Ray worker process (a child of the raylet) that ``pid`` descends from."""
+    p = psutil.Process(pid)
+    while p.ppid() != raylet_pid:
+        p = p.parent()
+    return p
+
+
 LIMIT, MAX_TOKENS = 6, 96  # b1 and b2 cells of ~5 and ~3 s per engine: the node is lost inside one
 
 
@@ -310,7 +318,12 @@ def test_four_engines_over_three_nodes_as_local_and_a_lost_node_fails_only_its_c
         victim, engine_pid = cli_runs.wait_for(engine_mid_cell_on_w1, 600)
         # Bound to its node's one core, as every engine on a CPU node is.
         assert os.sched_getaffinity(engine_pid) == {1}
+        # The node is lost: its raylet and the Ray worker running the job at once (a worker only
+        # notices its raylet's death after a check interval, in which a fast machine finished the
+        # cells left: CI saw every cell ok). The engine process is left to exit on its own.
+        worker = _ray_worker_of(engine_pid, raylet.pid)
         raylet.kill()
+        worker.kill()
         cli_runs.wait_for(lambda: not psutil.pid_exists(engine_pid)
                           or psutil.Process(engine_pid).status() == psutil.STATUS_ZOMBIE, 60)
         stdout, _ = proc.communicate(timeout=900)
