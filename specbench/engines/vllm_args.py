@@ -57,6 +57,10 @@ def platform_defaults(kwargs: VllmPassthrough, platform: str) -> dict[str, str]:
         env["VLLM_CPU_KVCACHE_SPACE"] = os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")
         # One process per engine: a killed engine leaves no EngineCore orphan.
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        # Eager as the model already is: with enforce_eager the only torch.compile left on CPU is the
+        # logprob rank count (an integer comparison sum, the same eagerly), which dynamo traces anew in
+        # every engine process (~2.5 s of its first request with logprobs).
+        env["TORCHDYNAMO_DISABLE"] = os.environ.get("TORCHDYNAMO_DISABLE", "1")
     return env
 
 

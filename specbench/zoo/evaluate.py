@@ -58,6 +58,7 @@ def run_one(
 ) -> dict[str, Any]:
     """Start one engine in this process, generate greedily, return outputs + counters."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")  # as engines on CPU run (vllm_args.platform_defaults)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
