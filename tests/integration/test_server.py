@@ -23,25 +23,20 @@ from specbench.config.suite import MethodSpec, TargetSpec
 from specbench.engines.loadgen import LoadProfile
 from specbench.engines.prom import tau
 from specbench.engines.protocol import CellFailed, EngineUnavailable
-from specbench.engines.vllm_args import build_engine_kwargs
+from specbench.engines.vllm_args import build_engine_kwargs, platform_defaults
 from specbench.engines.vllm_server import VllmServerEngine
 from specbench.results.parts import ServingCellRow, ServingSpeedupRow
 from specbench.results.records import RequestRecord, SpecCounters
 from specbench.results.requests import CellRequest, PreparedPrompt, SamplingRequest
 
 K = 3
-ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+ENV = {**platform_defaults({}, "cpu"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}  # as the factory's
 
 
 def _assets() -> Any:
-    try:
-        from specbench.zoo.assets import ensure_assets
+    from specbench.zoo.assets import ensure_assets
 
-        return ensure_assets(progress=False)
-    except ImportError:  # pragma: no cover - before assets.py existed
-        from types import SimpleNamespace
-
-        return SimpleNamespace(target=Path("/tmp/tiny/target"), speculators={})
+    return ensure_assets(progress=False)
 
 
 def _config(target: str, method: MethodSpec, spec_cfg: dict[str, Any] | None) -> EngineConfig:
