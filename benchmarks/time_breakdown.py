@@ -20,6 +20,7 @@ from pathlib import Path
 
 from specbench.analysis.timing import breakdown, fmt_duration
 from specbench.analysis.timing_estimate import engine_spans, ready_times, run_spans
+from specbench.engines.vllm_forks import FORK_HINT
 from specbench.report.markdown import _md_blocks, time_section
 from specbench.report.terminal import time_line
 from specbench.results import rundir
@@ -46,8 +47,8 @@ def teacher_forcing_detail(run_dir: Path) -> str | None:
 
 
 def engine_lines(run_dir: Path) -> list[str]:
-    """Per engine (estimated from the files): start, warmup and cells, and whether a spare worker
-    (vLLM imported ahead of time) served its start."""
+    """Per engine (estimated from the files): start, warmup and cells, and whether it was forked
+    from a zygote (vLLM imported once for the run's engines) or spawned."""
     spans = engine_spans(run_dir)
     out = []
     for key in dict.fromkeys(s.engine for s in spans if s.engine is not None):
@@ -58,7 +59,7 @@ def engine_lines(run_dir: Path) -> list[str]:
 
         log = run_dir / "engines" / f"{key}.log"
         text = log.read_text(errors="replace") if log.is_file() else ""
-        spare = "spare" if "(specbench-engine-spare " in text else "own process" if text else "in-process"
+        spare = "forked" if FORK_HINT in text else "own process" if text else "in-process"
         out.append(f"  {key:32} start {total('engine_start'):6.1f} s ({spare}), warmup {total('warmup'):5.1f} s, "
                    f"cells {total('cells'):6.1f} s" + (f", teacher forcing {total('teacher_forcing'):6.1f} s"
                                                        if total("teacher_forcing") else ""))

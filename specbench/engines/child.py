@@ -29,7 +29,8 @@ from specbench.engines.protocol import (
     EngineUnavailable,
     cannot_score,
 )
-from specbench.engines.vllm_offline import _as_worker, _log_to, tail
+from specbench.engines.vllm_forks import _as_worker, _log_to
+from specbench.engines.vllm_offline import tail
 from specbench.results.records import RequestRecord
 from specbench.results.requests import CellOutcome, CellRequest, ScoreItem, ScoreResult
 from specbench.settings import settings

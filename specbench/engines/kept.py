@@ -84,9 +84,9 @@ class KeptEngines:
 
     def close(self) -> None:
         """Close every idle engine, and the idle processes they leave (an engine host given back by a
-        closed engine, a spare worker): nothing of theirs outlives the keeper."""
+        closed engine, a vLLM zygote with no engine left): nothing of theirs outlives the keeper."""
         from specbench.engines.child import close_hosts
-        from specbench.engines.vllm_offline import close_spare
+        from specbench.engines.vllm_offline import close_zygotes
 
         idle, self._idle = list(self._idle.values()), OrderedDict()
         for engine, _ in idle:
@@ -96,7 +96,7 @@ class KeptEngines:
                 engine.kill()
         if idle:
             close_hosts()
-            close_spare()
+            close_zygotes()
 
     def __enter__(self) -> KeptEngines:
         return self

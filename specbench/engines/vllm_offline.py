@@ -17,11 +17,9 @@ engine replays its proposer to put back the steps without a draft).
 
 from __future__ import annotations
 
-import atexit
 import gc
 import multiprocessing as mp
 import multiprocessing.util  # noqa: F401 - its exit hook joins live children: registered before ours, it runs after
-import os
 import sys
 import time
 import traceback
@@ -35,14 +33,13 @@ from specbench.config.plan import EngineConfig
 from specbench.engines.procs import (
     LIVE,
     descendants,
-    end_process,
-    group_dies_with_parent,
     kill_tree,
     wait_gone,
 )
 from specbench.engines.protocol import CellFailed, EmitRecord, EngineCapabilities, EngineUnavailable
 from specbench.engines.step_trace import Propose, replay_ngram, trace_from_vllm, vllm_ngram_proposer
 from specbench.engines.vllm_args import num_speculative_tokens
+from specbench.engines.vllm_forks import ZYGOTES, _as_worker, _import_engine, _log_to
 from specbench.results.records import RequestRecord, SpecCounters, StepTrace
 from specbench.results.requests import CellOutcome, CellRequest, ScoreItem, ScoreResult, request_seed
 from specbench.settings import settings
@@ -279,55 +276,15 @@ def _score_items(llm: Any, tokenizer: Any, payload: list[dict[str, Any]], opts: 
     return [r if r is not None else {"error": "not scored"} for r in results]
 
 
-def _log_to(path: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-
-
-def _import_engine(env: dict[str, str]) -> None:
-    """The engine's environment, the engine patches, then vLLM's import (seconds of CPU).
-
-    ``from vllm import LLM`` does not import the modules the patches replace (they load
-    when the engine is built), so an imported spare still gets its patches applied.
-    """
-    os.environ.update(env)
-    from specbench.engines.vllm_patches import install_from_env
-
-    install_from_env()  # before vLLM is imported (this child was spawned before env was set)
-    import vllm  # noqa: F401
-
-
-def _as_worker() -> None:
-    """First thing in a worker: its own process group, which dies with the parent."""
-    parent = mp.parent_process()
-    group_dies_with_parent(parent.pid if parent is not None else None)
-
-
-def _spare_main(conn: Any, env: dict[str, str]) -> None:
-    """A worker that imports vLLM ahead of time and then waits for its engine's arguments.
-
-    The runner starts engines one after another; with a spare ready, an engine start
-    skips the ~7 s of imports, which overlap the previous engine's start instead.
-    """
-    _as_worker()
-    _log_to(os.devnull)
-    try:
-        _import_engine(env)
-    except BaseException:  # noqa: BLE001 - the real start reports it
-        pass
-    msg = conn.recv()
-    if msg[0] != "start":
-        return
-    _worker_main(conn, msg[1], msg[2], env, imported=True)
-
-
-def _worker_main(
-    conn: Any, engine_kwargs: dict[str, Any], log_path: str, env: dict[str, str], imported: bool = False
-) -> None:
+def _worker_main(conn: Any, engine_kwargs: dict[str, Any], log_path: str, env: dict[str, str]) -> None:
+    """A spawned worker: its process group, its log, then the engine's life."""
     _as_worker()
     _log_to(log_path)
+    _serve(conn, engine_kwargs, env, imported=False)
+
+
+def _serve(conn: Any, engine_kwargs: dict[str, Any], env: dict[str, str], imported: bool = True) -> None:
+    """Build the engine (vLLM imported first unless a zygote did), then answer the parent until it closes."""
     try:
         if not imported:
             _import_engine(env)
@@ -442,25 +399,22 @@ class VllmOfflineEngine:
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        spare = _SPARES.take(self.env)
-        if spare is not None:
-            self._proc, self._conn = spare
-            self._conn.send(("start", self.engine_kwargs, str(self.log_path)))
-        else:
-            ctx = mp.get_context("spawn")
-            parent, child = ctx.Pipe()
-            self._proc = ctx.Process(
-                target=_worker_main,
-                args=(child, self.engine_kwargs, str(self.log_path), self.env),
-                daemon=False,
-                name=f"specbench-engine-{self.config.key}",
-            )
+        ctx = mp.get_context("spawn")
+        parent, child = ctx.Pipe()
+        name = f"specbench-engine-{self.config.key}"
+        # Forked from a zygote that imported vLLM with this environment (a CPU run's later engines),
+        # else spawned.
+        self._proc = ZYGOTES.fork(self.env, child, self.engine_kwargs, str(self.log_path), name,
+                                  settings().engine_start_timeout) if settings().spare_engine else None
+        if self._proc is None:
+            self._proc = ctx.Process(target=_worker_main, args=(child, self.engine_kwargs, str(self.log_path), self.env),
+                                     daemon=False, name=name)
             self._proc.start()
-            child.close()
-            self._conn = parent
+        child.close()
+        self._conn = parent
         self._live = LIVE.add(f"vLLM offline worker {self.config.key} (pid {self._proc.pid})", self.kill)
         if self.prepare_next and settings().spare_engine:
-            _SPARES.prepare(self.env)  # imports vLLM for the next engine while this one starts
+            ZYGOTES.prepare(self.env, _serve)  # imports vLLM for the next engines while this one starts
         kind, payload = self._recv(settings().engine_start_timeout, starting=True)
         if kind == "start_error":
             self._reap()
@@ -593,60 +547,11 @@ class VllmOfflineEngine:
         wait_gone(procs, timeout_s=10)
 
 
-class _SpareWorkers:
-    """At most one spare worker process, its environment, and its clean-up.
-
-    A spare is used only by an engine with exactly the environment it was imported
-    with; :func:`close_spare` (the runner calls it when a run ends, and at exit)
-    ends it.
-    """
-
-    def __init__(self) -> None:
-        self._spare: tuple[dict[str, str], Any, Any] | None = None
-        self._live: int | None = None  # the spare's entry in procs.LIVE
-
-    def prepare(self, env: dict[str, str]) -> None:
-        if self._spare is not None:
-            if self._spare[0] == env and self._spare[1].is_alive():
-                return
-            self.close()
-        ctx = mp.get_context("spawn")
-        parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_spare_main, args=(child, dict(env)), daemon=False, name="specbench-engine-spare")
-        proc.start()
-        child.close()
-        self._spare = (dict(env), proc, parent)
-        self._live = LIVE.add(f"vLLM spare worker (pid {proc.pid})", proc.kill)
-
-    def take(self, env: dict[str, str]) -> tuple[Any, Any] | None:
-        spare, self._spare = self._spare, None
-        LIVE.discard(self._live)  # taken: its engine lists it; not taken: ended below
-        self._live = None
-        if spare is None:
-            return None
-        if spare[0] == env and spare[1].is_alive():
-            return spare[1], spare[2]
-        self._end(spare)
-        return None
-
-    def close(self) -> None:
-        spare, self._spare = self._spare, None
-        LIVE.discard(self._live)
-        self._live = None
-        if spare is not None:
-            self._end(spare)
-
-    @staticmethod
-    def _end(spare: tuple[dict[str, str], Any, Any]) -> None:
-        _, proc, conn = spare
-        end_process(proc, conn, ("close",), grace_s=2)
-        conn.close()
+def close_zygotes() -> None:
+    """End the zygotes no live worker needs (a run has ended; kept engines keep theirs)."""
+    ZYGOTES.close()
 
 
-_SPARES = _SpareWorkers()
-atexit.register(_SPARES.close)
-
-
-def close_spare() -> None:
-    """End the spare worker, if any (a run's last engine has started)."""
-    _SPARES.close()
+def settle_zygotes() -> float:
+    """Wait until no zygote is importing vLLM (not beside measured cells); the seconds waited."""
+    return ZYGOTES.settle(settings().engine_start_timeout)

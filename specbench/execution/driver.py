@@ -285,10 +285,17 @@ class Runner:
             ))
         if isinstance(self.executor, LocalExecutor):
             jobs = self._teacher_forcing_on_baselines(jobs)
-            for i, job in enumerate(jobs):  # a spare worker imports vLLM for the next offline engine
+            # On CPU a zygote imports vLLM once for the offline engines of one environment that follow
+            # (they are forked from it); a scorer of its own starts after the cells of a target with
+            # sampled cells and no baseline doing the teacher forcing.
+            forced = {j.engine.config.target.name for j in jobs if j.teacher_forcing_after}
+            scorer_follows = self.run_plan.teacher_forcing and any(
+                c.temperature > 0 and c.target not in forced for c in self.plan.cells)
+            for i, job in enumerate(jobs):
                 later = jobs[i + 1 :]
-                job.offline_engine_follows = self.run_plan.teacher_forcing or any(
-                    j.engine.config.target.engine == "vllm-offline" for j in later)
+                job.offline_engine_follows = self.platform == "cpu" and job.engine.config.target.engine == "vllm-offline" \
+                    and (scorer_follows or any(j.engine.config.target.engine == "vllm-offline"
+                                               and j.engine.env == job.engine.env for j in later))
         return jobs
 
     def _teacher_forcing_on_baselines(self, jobs: list[EngineJob]) -> list[EngineJob]:

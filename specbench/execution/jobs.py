@@ -55,8 +55,8 @@ class EngineJob(BaseModel):
     score_batch: int = 64
     gpus: int = 0  # GPUs the engine holds (TP × PP on CUDA)
     max_restarts: int = 1
-    # Whether a vLLM offline engine follows this one in the same process (a spare worker
-    # can import vLLM for it meanwhile); only the local executor sets it.
+    # On CPU, whether a vLLM offline engine with this one's environment follows it in the same
+    # process (a zygote imports vLLM for it meanwhile, and forks it); only the local executor sets it.
     offline_engine_follows: bool = False
     # The target's baseline engine (started with full-vocabulary logprobs) teacher-forces the
     # target's sampled outputs after its own cells: one engine start fewer (local executor only).

@@ -27,6 +27,7 @@ from specbench.config.plan import round_order, round_spans
 from specbench.engines.kept import KeptEngines
 from specbench.engines.procs import available_gib
 from specbench.engines.protocol import CellFailed, Engine, EngineUnavailable
+from specbench.engines.vllm_offline import settle_zygotes
 from specbench.execution.jobs import (
     CellDone,
     CellStarted,
@@ -141,11 +142,13 @@ def _run_set(group: list[EngineJob], rounds: int, seed: int, emit: Emit, placeme
                 runner.fail_cells(job.cells, exc)
                 continue
             up[job.job_id] = _Resident(runner, engine)
-            if job.warmup:
-                t0 = wall_now()
-                runner.warmup(engine)
-                runner._phase("warmup", t0)
+            runner.prepare_to_measure(engine)
         keys = list(up)
+        # A later start may have left a zygote importing vLLM (one that failed to start has no
+        # warmup that waits for it): it is done before the first measured round.
+        t0 = wall_now()
+        if settle_zygotes() > 0.05 and keys:
+            up[keys[-1]].runner._phase("warmup", t0)
         for r in range(rounds):
             for key in round_order(keys, r, seed):
                 res = up[key]

@@ -54,7 +54,7 @@ def test_the_factory_builds_engines_that_declare_their_capabilities(tmp_path: Pa
             engine.score([])
 
 
-def test_only_the_offline_engine_prepares_a_spare_for_the_next(tmp_path: Path) -> None:
+def test_only_the_offline_engine_prepares_a_zygote_for_the_next(tmp_path: Path) -> None:
     res = ResolvedEngine(config=_cfg("vllm-offline"), model_path="m", speculator_path=None, engine_kwargs={})
     engine = make_engine(res, tmp_path, prepare_next=True)
     assert isinstance(engine, VllmOfflineEngine) and engine.prepare_next

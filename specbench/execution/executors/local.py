@@ -7,7 +7,7 @@ from typing import Any
 
 from specbench.engines.child import close_hosts
 from specbench.engines.kept import KeptEngines
-from specbench.engines.vllm_offline import close_spare
+from specbench.engines.vllm_offline import close_zygotes
 from specbench.execution.jobs import EngineJob
 from specbench.execution.rounds import run_interleaved
 from specbench.execution.worker import FollowUp, local_placement, run_job
@@ -40,5 +40,5 @@ class LocalExecutor:
                 run_job(job, emit, placement, self.follow_up, kept=self.kept)
 
     def shutdown(self) -> None:
-        close_spare()
+        close_zygotes()
         close_hosts()
