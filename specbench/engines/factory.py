@@ -96,8 +96,8 @@ def make_engine(res: ResolvedEngine, run_dir: Path, load: LoadProfile | None = N
                 prepare_next: bool = False) -> Engine:
     """The engine for a resolved config; its log goes to ``run_dir/engines/<key>.log``.
 
-    ``prepare_next``: another vLLM offline engine starts after this one (a spare worker
-    imports vLLM for it meanwhile; only the offline engine uses it).
+    ``prepare_next``: (CPU) another vLLM offline engine with this one's environment starts after
+    it (a zygote imports vLLM for it meanwhile and forks it; only the offline engine uses it).
 
     The reference engine (transformers) runs in a child process like the vLLM
     engines, so a run's own process never loads a model.

@@ -269,7 +269,10 @@ class Zygotes:
         if z is None or not z.settle(timeout):
             return None
         cpus = sorted(os.sched_getaffinity(0))
-        return z.fork(conn, (engine_kwargs, log_path, env, name, cpus))
+        try:
+            return z.fork(conn, (engine_kwargs, log_path, env, name, cpus))
+        except (EOFError, OSError):  # the zygote died (a stop killed it): the engine is spawned
+            return None
 
     def settle(self, timeout: float) -> float:
         """Wait until no zygote is importing (it must not share the CPU with measured cells); seconds waited."""

@@ -380,7 +380,7 @@ class VllmOfflineEngine:
         self._live: int | None = None  # this worker's entry in procs.LIVE
         self._busy = False  # a cell or scoring request is in the worker's hands
         self.dtype: str | None = None  # as vLLM resolved it, once started
-        # Another offline engine starts after this one: a spare worker imports vLLM for it meanwhile.
+        # (CPU) Another offline engine with this environment follows: a zygote imports vLLM for it meanwhile.
         self.prepare_next = prepare_next
 
     @property
