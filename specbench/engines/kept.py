@@ -96,7 +96,7 @@ class KeptEngines:
                 engine.kill()
         if idle:
             close_hosts()
-            close_zygotes()
+        close_zygotes()
 
     def __enter__(self) -> KeptEngines:
         return self

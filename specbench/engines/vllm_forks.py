@@ -36,6 +36,7 @@ from typing import Any
 from specbench.engines.procs import LIVE, end_process, group_dies_with_parent
 
 Serve = Callable[[Any, dict[str, Any], dict[str, str]], None]
+VOLATILE = frozenset({"PYTEST_CURRENT_TEST"})  # rewritten by pytest in every test phase
 FORK_HINT = "specbench: forked from the vLLM import of pid"  # first line of a forked worker's log
 
 
@@ -127,7 +128,10 @@ def _reap(codes: dict[int, int], wait_for: int | None = None) -> None:
 
 def _forked_main(serve: Serve, fd: int, engine_kwargs: dict[str, Any], log_path: str, env: dict[str, str], name: str,
                  cpus: list[int]) -> None:
-    """A forked worker: its name, cores and threads as a spawned one's, then the engine's life."""
+    """A forked worker: its environment (the caller's with the engine's), name, cores and threads as a
+    spawned one's, then the engine's life."""
+    os.environ.clear()
+    os.environ.update(env)
     group_dies_with_parent(os.getppid())
     mp.current_process().name = name  # vLLM's log lines name the process: the engine's key, as when spawned
     # Locks made here (vLLM's, tqdm's) with the fork context: their semaphores are unlinked at once,
@@ -243,8 +247,10 @@ class Zygotes:
 
     @staticmethod
     def _key(env: dict[str, str]) -> tuple:
-        full = {**os.environ, **env}
-        return tuple(sorted(full.items())), tuple(sorted(os.sched_getaffinity(0)))
+        """What a spawned engine would inherit: the environment (but pytest's per-test name, which
+        only pytest reads; a forked worker takes the caller's environment exactly), cwd, cores."""
+        full = {k: v for k, v in {**os.environ, **env}.items() if k not in VOLATILE}
+        return tuple(sorted(full.items())), os.getcwd(), tuple(sorted(os.sched_getaffinity(0)))
 
     def prepare(self, env: dict[str, str], serve: Serve) -> None:
         """A zygote for engines with ``env`` (started now, importing while the caller goes on) whose
@@ -269,8 +275,9 @@ class Zygotes:
         if z is None or not z.settle(timeout):
             return None
         cpus = sorted(os.sched_getaffinity(0))
+        environ = {**os.environ, **env}
         try:
-            return z.fork(conn, (engine_kwargs, log_path, env, name, cpus))
+            return z.fork(conn, (engine_kwargs, log_path, environ, name, cpus))
         except (EOFError, OSError):  # the zygote died (a stop killed it): the engine is spawned
             return None
 

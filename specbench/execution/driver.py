@@ -291,11 +291,12 @@ class Runner:
             forced = {j.engine.config.target.name for j in jobs if j.teacher_forcing_after}
             scorer_follows = self.run_plan.teacher_forcing and any(
                 c.temperature > 0 and c.target not in forced for c in self.plan.cells)
+            kept_runs = self.executor.kept is not None  # a keeper's later runs fork theirs from it too
             for i, job in enumerate(jobs):
                 later = jobs[i + 1 :]
                 job.offline_engine_follows = self.platform == "cpu" and job.engine.config.target.engine == "vllm-offline" \
-                    and (scorer_follows or any(j.engine.config.target.engine == "vllm-offline"
-                                               and j.engine.env == job.engine.env for j in later))
+                    and (scorer_follows or kept_runs or any(j.engine.config.target.engine == "vllm-offline"
+                                                            and j.engine.env == job.engine.env for j in later))
         return jobs
 
     def _teacher_forcing_on_baselines(self, jobs: list[EngineJob]) -> list[EngineJob]:

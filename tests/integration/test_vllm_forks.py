@@ -40,7 +40,8 @@ def test_a_forked_worker_takes_its_cores_threads_and_name_and_its_exit_is_known(
         for i, cpus in enumerate(([0], sorted(os.sched_getaffinity(0)))):
             parent, child = mp.get_context("spawn").Pipe()
             log = tmp_path / f"w{i}.log"
-            proc = zygote.fork(child, ({"wait": i == 1}, str(log), env, f"specbench-engine-w{i}", cpus))
+            proc = zygote.fork(child, ({"wait": i == 1}, str(log), {**os.environ, **env}, f"specbench-engine-w{i}",
+                                       cpus))
             child.close()
             assert parent.poll(120), log.read_text()
             runs.append((proc, parent, parent.recv(), log))

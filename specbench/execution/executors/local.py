@@ -40,5 +40,6 @@ class LocalExecutor:
                 run_job(job, emit, placement, self.follow_up, kept=self.kept)
 
     def shutdown(self) -> None:
-        close_zygotes()
+        if self.kept is None:  # a keeper's later runs fork their engines from the zygotes (it ends them)
+            close_zygotes()
         close_hosts()
