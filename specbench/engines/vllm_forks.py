@@ -27,8 +27,10 @@ import multiprocessing as mp
 import multiprocessing.connection
 import os
 import signal
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from multiprocessing import reduction
 from typing import Any
@@ -95,10 +97,16 @@ def _zygote_main(ctl: Any, env: dict[str, str], serve: Serve) -> None:
             pid = os.fork()
             if pid == 0:
                 ctl.close()
+                code = 1
                 try:
                     _forked_main(serve, fd, *msg[1:])
+                    code = 0
+                except BaseException:  # noqa: BLE001 - into the worker's log; its exit code says it failed
+                    traceback.print_exc()
                 finally:
-                    os._exit(0)
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                    os._exit(code)  # never back into the zygote's loop
             os.close(fd)
             ctl.send(("forked", pid))
         elif msg[0] == "exitcode":
