@@ -191,8 +191,7 @@ class ForkedProcess:
 
 
 class _Zygote:
-    def __init__(self, key: tuple, env: dict[str, str], serve: Serve):
-        self.key = key
+    def __init__(self, env: dict[str, str], serve: Serve):
         ctx = mp.get_context("spawn")
         self._ctl, child = ctx.Pipe()
         self.proc = ctx.Process(target=_zygote_main, args=(child, dict(env), serve), daemon=False,
@@ -221,7 +220,7 @@ class _Zygote:
         with self._lock:
             self._ctl.send(("fork", *args))
             reduction.send_handle(self._ctl, conn.fileno(), self.proc.pid)
-            kind, pid = self._ctl.recv()
+            _, pid = self._ctl.recv()
         child = ForkedProcess(pid, self)
         self.children = [c for c in self.children if c.is_alive()] + [child]
         return child
@@ -265,14 +264,17 @@ class Zygotes:
         forked workers run ``serve(conn, engine_kwargs, env)`` (a module-level function)."""
         key = self._key(env)
         with self._lock:
-            z = self._all.get(key)
-            if z is not None and z.proc.is_alive():
-                return
+            z = self._all.pop(key, None)
+            if z is not None:
+                if z.proc.is_alive():
+                    self._all[key] = z
+                    return
+                z.end()  # died (killed by a stop): out of the live list before its replacement
             for old_key, old in list(self._all.items()):
                 if len(self._all) >= self.MAX and not old.busy():
                     del self._all[old_key]
                     old.end()
-            self._all[key] = _Zygote(key, env, serve)
+            self._all[key] = _Zygote(env, serve)
 
     def fork(self, env: dict[str, str], conn: Any, engine_kwargs: dict[str, Any], log_path: str, name: str,
              timeout: float) -> ForkedProcess | None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from specbench.engines.vllm_forks import FORK_HINT, Zygotes, _Zygote
+from specbench.engines.vllm_forks import FORK_HINT, _Zygote
 
 
 def report(conn: Any, engine_kwargs: dict[str, Any], env: dict[str, str]) -> None:
@@ -33,7 +33,7 @@ def test_a_forked_worker_takes_its_cores_threads_and_name_and_its_exit_is_known(
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs 2 cores")  # pragma: no cover - CI has 2
     env = {"SPECBENCH_FORK_TEST": "1", "TORCHDYNAMO_DISABLE": "1"}
-    zygote = _Zygote(Zygotes._key(env), env, report)
+    zygote = _Zygote(env, report)
     try:
         assert zygote.settle(300), "the zygote could not import vLLM"
         runs = []
