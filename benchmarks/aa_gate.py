@@ -47,7 +47,7 @@ from specbench.analysis.between_run import with_speed_noise  # noqa: E402
 from specbench.api import load_summary  # noqa: E402
 from specbench.engines.vllm_patches import PLANTED_DELAY_ENV  # noqa: E402
 from specbench.regression.gate import evaluate_gate, load_rules  # noqa: E402
-from specbench.regression.noise import NoiseCalibration, calibrate, save_noise  # noqa: E402
+from specbench.regression.noise import NoiseCalibration, calibrate, floor_for_power, save_noise  # noqa: E402
 from specbench.regression.run_diff import compare_runs, estimates_of, headline_key, metric_change  # noqa: E402
 from specbench.results import metric_catalog as catalog  # noqa: E402
 from specbench.results import rundir  # noqa: E402
@@ -103,6 +103,20 @@ def headline_moves(runs: list[RunSummary]) -> tuple[int, int, int, int]:
 
 def gate_fails(new: RunSummary, base: RunSummary, rules_path: Path, cal: NoiseCalibration) -> bool:
     return evaluate_gate(new, base, load_rules(rules_path), noise=cal).exit_code != 0
+
+
+def needed_measurement(a: RunSummary, b: RunSummary, rules_path: Path, cal: NoiseCalibration,
+                       drop_pct: float = 15.0) -> str:
+    """What catching a ``drop_pct`` % speedup drop in 90 % of pairs would take of this gate: the floor it
+    needs (:func:`floor_for_power`, at the gate's own multiplicity) against the calibrated one, and how
+    many times longer each group would have to be measured (the floor shrinks as 1/√seconds)."""
+    gate = evaluate_gate(a, b, load_rules(rules_path), noise=cal)
+    need = floor_for_power(drop_pct, gate.widen)
+    have = cal.floor_pct("speedup")
+    times = "–" if not have else f"{(have / need) ** 2:.1f} ×"
+    return (f"to catch a {drop_pct:g} % speedup drop in 90 % of pairs, this gate (intervals ×{gate.widen:.2f} over "
+            f"{gate.n_comparisons} comparisons) needs a speedup floor ≤ ±{need:.2f} % (calibrated: "
+            f"{'–' if have is None else f'±{have:.2f} %'}): each group measured {times} as long as now")
 
 
 def compare_alarms(a: RunSummary, b: RunSummary, floor: float | None) -> bool:
@@ -225,6 +239,7 @@ def main() -> int:
               "of pairs")
         if total and caught >= 0.9 * total and move is not None and (smallest is None or abs(move) < smallest):
             smallest = abs(move)
+    print(needed_measurement(widened[1], widened[0], args.rules, cal))
     if planted_sets:
         print("smallest planted slowdown caught in ≥ 90 % of pairs: "
               + ("none" if smallest is None else f"{100 * smallest:.1f} % (median speedup change)"))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Sequence
+from statistics import NormalDist
 
 import numpy as np
 
@@ -31,8 +32,8 @@ from specbench.results.noise import (
 from specbench.results.summary import RunSummary
 from specbench.stats import Estimate
 
-__all__ = ["MetricNoise", "NoiseCalibration", "NoiseError", "calibrate", "load_noise", "relative_changes",
-           "save_noise", "speed_metric_names"]
+__all__ = ["MetricNoise", "NoiseCalibration", "NoiseError", "calibrate", "floor_for_power", "load_noise",
+           "relative_changes", "save_noise", "speed_metric_names"]
 
 _GROUP_SPEED = catalog.speed_specs("group")
 
@@ -85,3 +86,22 @@ def calibrate(summaries: Sequence[RunSummary], hardware_class: str) -> NoiseCali
                                         max_change_pct=round(100 * max(changes), 3))
     return NoiseCalibration(hardware_class=hardware_class, suite=suites.pop(),
                             runs=[s.run_id for s in summaries], metrics=metrics)
+
+
+def floor_for_power(drop_pct: float, widen: float, power: float = 0.9) -> float:
+    """The largest calibrated floor (percent) at which a gate catches a true ``drop_pct`` % drop of a
+    higher-is-better speed metric in ``power`` of (planted run, identical-code run) pairs.
+
+    The gate fails a group when the difference interval lies below 0 (``run_diff.metric_change``):
+    ``d + widen · hypot(f·(1 − drop), f) < 0`` with each run's interval ±f of its value (the floor);
+    between runs each value moves by a normal error of sd ``f / 1.96`` (what a floor at the 95th
+    percentile says), so ``d`` has sd ``hypot(1 − drop, 1) · f / 1.96``. Solving
+    ``P(fail) = power`` for ``f`` gives the floor. The measured floor shrinks as 1/√(seconds a group
+    is measured), so ``(floor / this)²`` is how many times longer a suite must measure each group.
+    """
+    drop = drop_pct / 100
+    spread = math.hypot(1 - drop, 1)
+    z_power = NormalDist().inv_cdf(power)
+    z95 = NormalDist().inv_cdf(0.975)
+    return 100 * drop / (spread * (widen + z_power / z95))
+

@@ -30,6 +30,9 @@ def check_aa_gate(out: str) -> None:
         assert re.search(rf"^\| {metric} \| ±0\.00 % \| 0/[1-9]\d* \(0 %\) \| 0/[1-9]\d* \(0 %\) \|$", out, re.M), out
     assert "gate (gates.example.yaml, with the calibration) false alarms: 0/2 (0 %)" in out, out
     assert "0 faster↔slower flips" in out and "power: not measured" in out
+    # what catching 15 % would take: a floor from the gate's own multiplicity (none calibrated here: 0)
+    need = re.search(r"needs a speedup floor ≤ ±(\d+\.\d+) % \(calibrated: ±0\.00 %\)", out)
+    assert need and 0 < float(need.group(1)) < 15, out
 
 
 def check_client_overhead(out: str) -> None:

@@ -11,7 +11,15 @@ import numpy as np
 import pytest
 
 from specbench.regression.gate import NOT_GATED, GateRules, evaluate_gate
-from specbench.regression.noise import NoiseError, calibrate, load_noise, relative_changes, save_noise
+from specbench.regression.noise import (
+    NoiseError,
+    calibrate,
+    floor_for_power,
+    load_noise,
+    relative_changes,
+    save_noise,
+)
+from specbench.regression.run_diff import bonferroni_widen, metric_change
 from specbench.results.summary import RunSummary
 from specbench.stats import Estimate, bootstrap, round_bootstrap
 
@@ -142,3 +150,29 @@ def test_history_window_baselines_need_no_calibration() -> None:
     r = evaluate_gate(drifted(0.95, "x"), window, RULES)  # inside the window's MAD band: tested, passes
     assert r.exit_code == 0 and any(c.metric == "speedup" for c in r.checks)
     assert not any(w.startswith(NOT_GATED) for w in r.warnings)
+
+
+@pytest.mark.parametrize("m", [1, 153])
+def test_floor_for_power_gives_the_asked_power_through_the_gates_own_test(m):
+    """At the floor it names, the gate's difference test (run_diff.metric_change, intervals ±floor widened
+    for m comparisons) catches a 15 % drop in 90 % of simulated pairs whose values move by the noise that
+    floor stands for (sd floor / 1.96); at twice that floor far fewer."""
+    widen = bonferroni_widen(m)
+    rng = np.random.default_rng(0)
+
+    def caught(floor_pct: float, n: int = 4000) -> float:
+        f = floor_pct / 100
+        hits = 0
+        for e_base, e_new in rng.normal(0, f / 1.96, size=(n, 2)):
+            b, v = 1.0 * (1 + e_base), 0.85 * (1 + e_new)
+            c = metric_change("speedup", Estimate(value=b, ci_low=b * (1 - f), ci_high=b * (1 + f)),
+                              Estimate(value=v, ci_low=v * (1 - f), ci_high=v * (1 + f)), widen)
+            hits += int(c is not None and c.diff_high is not None and c.diff_high < 0)
+        return hits / n
+
+    floor = floor_for_power(15, widen)
+    assert caught(floor) == pytest.approx(0.90, abs=0.025)
+    assert caught(2 * floor) < 0.5
+    if m == 153:  # the cpu-smoke gate's family (×1.83): a floor of about 4.6 %
+        assert floor == pytest.approx(4.6, abs=0.1)
+
