@@ -54,7 +54,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from specbench.regression.noise import NoiseCalibration
+from specbench.regression.noise import NoiseCalibration, detectable_drop_pct
 from specbench.regression.run_diff import (
     SPEED_METRICS,
     MetricChange,
@@ -318,6 +318,8 @@ class GateResult(_Strict):
     checks: list[GateCheck] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)
+    # what the speed floors let this gate see: the drop it catches in 90 % of reruns, per speed metric
+    notes: list[str] = Field(default_factory=list)
 
     @property
     def failures(self) -> list[GateCheck]:
@@ -462,10 +464,28 @@ def evaluate_gate(new: RunSummary, baseline: RunSummary | ExpectedValues, rules:
             group_id=gid, metric="equivalence", rule=f"equivalence: {eq_rule.require.replace('_', ' ')}",
             passed=not failed, message=f"{'FAIL' if failed else 'ok'} equivalence on {gid}: {verdict} "
             f"(required: {eq_rule.require.replace('_', ' ')})"))
+    result.notes += _detectable(todo, result.widen)
     _ratio_checks(result, new, rules)
     if result.failures:
         result.exit_code, result.status = 1, "regression"
     return result
+
+
+def _detectable(todo: list, widen: float) -> list[str]:
+    """Per speed metric gated with a noise floor: the smallest drop caught in 90 % of reruns at this
+    gate's multiplicity (:func:`specbench.regression.noise.detectable_drop_pct`)."""
+    floors: dict[str, set[float]] = {}
+    for _gid, name, _rule, floor, *_ in todo:
+        if metric_family(name) in SPEED_METRICS and floor:
+            floors.setdefault(name, set()).add(floor)
+    notes = []
+    for name, fs in sorted(floors.items()):
+        worst = max(fs)
+        drop = detectable_drop_pct(worst, widen)
+        seen = "no drop" if drop is None else f"a drop of about {drop:.0f} % or more"
+        notes.append(f"{name}: with a noise floor of ±{worst:.1f}% and intervals ×{widen:.2f}, {seen} is caught in "
+                     "90 % of reruns; smaller ones mostly pass")
+    return notes
 
 
 def _where(r: HeadlineRow) -> str:
@@ -521,6 +541,8 @@ def render_gate(result: GateResult) -> str:
     lines += [""] if result.failures or result.errors else []
     if result.warnings:
         lines += ["Warnings:", ""] + [f"- {w}" for w in result.warnings] + [""]
+    if result.notes:
+        lines += ["What the speed rules can see:", ""] + [f"- {n}" for n in result.notes] + [""]
     passed = [c for c in result.checks if c.passed]
     if passed:
         lines += ["<details>", f"<summary>{len(passed)} passing checks</summary>", ""]

@@ -32,8 +32,8 @@ from specbench.results.noise import (
 from specbench.results.summary import RunSummary
 from specbench.stats import Estimate
 
-__all__ = ["MetricNoise", "NoiseCalibration", "NoiseError", "calibrate", "floor_for_power", "load_noise",
-           "relative_changes", "save_noise", "speed_metric_names"]
+__all__ = ["MetricNoise", "NoiseCalibration", "NoiseError", "calibrate", "detectable_drop_pct", "floor_for_power",
+           "load_noise", "relative_changes", "save_noise", "speed_metric_names"]
 
 _GROUP_SPEED = catalog.speed_specs("group")
 
@@ -104,4 +104,17 @@ def floor_for_power(drop_pct: float, widen: float, power: float = 0.9) -> float:
     z_power = NormalDist().inv_cdf(power)
     z95 = NormalDist().inv_cdf(0.975)
     return 100 * drop / (spread * (widen + z_power / z95))
+
+
+def detectable_drop_pct(floor_pct: float, widen: float, power: float = 0.9) -> float | None:
+    """The smallest drop (percent) a gate with intervals ±``floor_pct`` widened ``widen`` times catches in
+    ``power`` of reruns: :func:`floor_for_power` solved for the drop (it grows with the drop). None when
+    even a drop of 99 % is not caught that often."""
+    if floor_for_power(99.0, widen, power) < floor_pct:
+        return None
+    lo, hi = 0.0, 99.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if floor_for_power(mid, widen, power) < floor_pct else (lo, mid)
+    return hi
 

@@ -109,6 +109,7 @@ def _gate(gate: GateResult) -> Section:
     if gate.failures:
         blocks.append(Table(["Group", "Metric", "Rule", "Why"],
                             [[c.group_id, c.metric, c.rule, c.message] for c in gate.failures]))
+    blocks += [Para(f"Speed: {n}") for n in gate.notes]
     return Section("Gate", blocks)
 
 

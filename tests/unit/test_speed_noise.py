@@ -14,6 +14,7 @@ from specbench.regression.gate import NOT_GATED, GateRules, evaluate_gate
 from specbench.regression.noise import (
     NoiseError,
     calibrate,
+    detectable_drop_pct,
     floor_for_power,
     load_noise,
     relative_changes,
@@ -138,6 +139,13 @@ def test_a_calibration_passes_identical_code_and_catches_a_planted_slowdown() ->
     r = evaluate_gate(drifted(eagle, "slow"), base(), RULES, noise=cal)
     assert r.exit_code == 1
     assert {c.group_id.split("/")[1] for c in r.failures} == {"eagle3"}
+    # The gate says what its floor lets it see: the drop caught in 90 % of reruns at its multiplicity.
+    floor = cal.floor_pct("speedup")
+    assert floor is not None
+    (note,) = [n for n in r.notes if n.startswith("speedup:")]
+    drop = detectable_drop_pct(floor, r.widen)
+    assert drop is not None and f"a drop of about {drop:.0f} % or more" in note and f"×{r.widen:.2f}" in note
+    assert not evaluate_gate(drifted(0.9, "x"), base(), RULES).notes  # speed not gated: nothing to say
 
 
 def test_history_window_baselines_need_no_calibration() -> None:
@@ -171,8 +179,16 @@ def test_floor_for_power_gives_the_asked_power_through_the_gates_own_test(m):
         return hits / n
 
     floor = floor_for_power(15, widen)
+    assert detectable_drop_pct(floor, widen) == pytest.approx(15)  # its inverse
     assert caught(floor) == pytest.approx(0.90, abs=0.025)
     assert caught(2 * floor) < 0.5
     if m == 153:  # the cpu-smoke gate's family (×1.83): a floor of about 4.6 %
         assert floor == pytest.approx(4.6, abs=0.1)
+
+
+def test_detectable_drop_grows_with_the_floor_and_has_a_limit():
+    w = bonferroni_widen(153)
+    drops = [detectable_drop_pct(f, w) for f in (1.0, 4.6, 10.0, 20.0)]
+    assert all(d is not None for d in drops) and drops == sorted(drops) and drops[1] == pytest.approx(15, abs=0.2)
+    assert detectable_drop_pct(400.0, w) is None  # no drop short of everything is caught that often
 
