@@ -472,11 +472,12 @@ def evaluate_gate(new: RunSummary, baseline: RunSummary | ExpectedValues, rules:
 
 
 def _detectable(todo: list, widen: float) -> list[str]:
-    """Per speed metric gated with a noise floor: the smallest drop caught in 90 % of reruns at this
-    gate's multiplicity (:func:`specbench.regression.noise.detectable_drop_pct`)."""
+    """Per higher-is-better speed metric gated with a noise floor (speedup, tok/s: a regression is a drop,
+    as the formula assumes): the smallest drop caught in 90 % of reruns at this gate's multiplicity
+    (:func:`specbench.regression.noise.detectable_drop_pct`)."""
     floors: dict[str, set[float]] = {}
     for _gid, name, _rule, floor, *_ in todo:
-        if metric_family(name) in SPEED_METRICS and floor:
+        if metric_family(name) in SPEED_METRICS and floor and catalog.higher_is_better(name):
             floors.setdefault(name, set()).add(floor)
     notes = []
     for name, fs in sorted(floors.items()):
