@@ -23,8 +23,8 @@ import pandas as pd
 
 from specbench import api
 from specbench.analysis import metrics
+from specbench.results import counters, rundir
 from specbench.results import metric_catalog as catalog
-from specbench.results import rundir
 from specbench.results.slices import SLICE_KEYS
 from specbench.results.summary import GroupSummary, RunSummary
 from specbench.stats import Estimate
@@ -47,9 +47,8 @@ class RunFrames:
 def _counter_columns(c: Any) -> dict[str, Any]:
     if c is None:
         return {"num_drafts": None, "num_draft_tokens": None, "num_accepted_tokens": None, "tau": None}
-    tau = 1 + c.num_accepted_tokens / c.num_drafts if c.num_drafts else None
     return {"num_drafts": c.num_drafts, "num_draft_tokens": c.num_draft_tokens,
-            "num_accepted_tokens": c.num_accepted_tokens, "tau": tau}
+            "num_accepted_tokens": c.num_accepted_tokens, "tau": counters.counters_tau(c)}
 
 
 def requests_frame(manifest: dict[str, Any], records: list,
