@@ -156,6 +156,17 @@ def acceptance(counters: SpecCounters, requests: Sequence[RequestRecord], k: int
     return {"tau": tau_est, "tau_per_request": tau_req, "per_position": pos, "draft_acceptance_rate": rate}
 
 
+def declared_metrics(counters: SpecCounters | None, requests: Sequence[RequestRecord]) -> dict[str, Estimate]:
+    """The catalogue's metrics computed from their declaration (``MetricSpec.compute``) over a group's pooled
+    counters (None for a baseline) and requests; those without a value left out."""
+    out = {}
+    for m in metric_catalog.computed_metrics():
+        est = m.compute(counters, requests) if m.compute is not None else None
+        if est is not None:
+            out[m.name] = est
+    return out
+
+
 def speed(requests: Sequence[RequestRecord]) -> dict:
     ok = [r for r in requests if r.error is None and r.latency_s]
     toks = [r.num_output_tokens for r in ok]
@@ -468,6 +479,7 @@ def summarize_groups(
                     value=per_rep[0], n=1
                 )
         g.accuracy = {m: est for m, est in group_accuracy(greqs, scores).items()}
+        g.metrics = declared_metrics(g.counters, greqs)
         stopped_cell = stopped[gid]
         if stopped_cell is not None and stopped_cell.stop.rule.metric == "accuracy" and "strict" in g.accuracy:
             g.accuracy["strict"] = _chosen(stopped_cell, "accuracy", g.accuracy["strict"], refs)
