@@ -65,7 +65,7 @@ from specbench import stats
 from specbench.analysis import metrics, sequential
 from specbench.config.plan import Cell
 from specbench.config.stop_rule import METRICS, Metric
-from specbench.results import rundir
+from specbench.results import counters, rundir
 from specbench.results.records import RequestRecord
 from specbench.scoring.apply import METRICS_BY_KIND, score_requests
 
@@ -123,7 +123,7 @@ def _scores(run_dir: Path, manifest: dict, cells: list[Cell], reqs: list[Request
 
 def _proxy_accuracy(run: str, gid: str, tau_units: dict[str, np.ndarray]) -> Case:
     """A real 0/1 outcome per prompt where the task scores are all 0: τ of the prompt ≥ the group's median."""
-    per = {p: 1 + u[0] / u[1] for p, u in tau_units.items() if u[1] > 0}
+    per = {p: counters.tau(u[0], u[1]) for p, u in tau_units.items() if u[1] > 0}
     med = float(np.median(list(per.values())))
     return Case(run, gid, "accuracy", {p: np.array([float(t >= med)]) for p, t in per.items()}, label="τ≥med*")
 

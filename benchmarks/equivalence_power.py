@@ -62,6 +62,7 @@ from specbench.analysis.lossless import (
     pit_values_array,
     uniformity_test,
 )
+from specbench.results import counters
 from specbench.stats import wilson_interval
 
 # ---------------------------------------------------------------------------
@@ -557,8 +558,8 @@ def _vllm_pools(args: argparse.Namespace) -> tuple[dict[str, list[np.ndarray]], 
                 )
                 outcome = eng.run_cell(req, out.append)
                 c = getattr(outcome, "counters", None)
-                if c is not None and c.num_drafts:
-                    taus[name] = 1 + c.num_accepted_tokens / c.num_drafts
+                if (tau := counters.counters_tau(c)) is not None:
+                    taus[name] = tau
                 recs[name] = [r for r in out if r.output_token_ids]
         except BaseException:
             keep.close()

@@ -23,16 +23,22 @@ import pandas as pd
 
 from specbench import api
 from specbench.analysis import metrics
+from specbench.results import counters, rundir
 from specbench.results import metric_catalog as catalog
-from specbench.results import rundir
 from specbench.results.slices import SLICE_KEYS
 from specbench.results.summary import GroupSummary, RunSummary
 from specbench.stats import Estimate
 
 CELL_COLUMNS = ("target", "method", "method_kind", "k", "dataset", "temperature", "batch_size", "request_rate")
-#: The groups frame's estimate columns: the catalogue's history metrics held as one Estimate per group.
-ESTIMATES = tuple(m.name for m in catalog.history_metrics()
-                  if GroupSummary.model_fields[m.summary_field].annotation == (Estimate | None))
+
+
+def estimate_columns() -> tuple[str, ...]:
+    """The groups frame's estimate columns: the catalogue's history metrics held as one Estimate per group
+    (a field of its own, or computed from its declaration)."""
+    return tuple(m.name for m in catalog.history_metrics()
+                 if m.indexed is None and not m.verdict and (
+                     m.compute is not None
+                     or GroupSummary.model_fields[m.summary_field].annotation == (Estimate | None)))
 
 
 @dataclass
@@ -47,9 +53,8 @@ class RunFrames:
 def _counter_columns(c: Any) -> dict[str, Any]:
     if c is None:
         return {"num_drafts": None, "num_draft_tokens": None, "num_accepted_tokens": None, "tau": None}
-    tau = 1 + c.num_accepted_tokens / c.num_drafts if c.num_drafts else None
     return {"num_drafts": c.num_drafts, "num_draft_tokens": c.num_draft_tokens,
-            "num_accepted_tokens": c.num_accepted_tokens, "tau": tau}
+            "num_accepted_tokens": c.num_accepted_tokens, "tau": counters.counters_tau(c)}
 
 
 def requests_frame(manifest: dict[str, Any], records: list,
@@ -90,7 +95,7 @@ def cells_frame(manifest: dict[str, Any], cell_records: list) -> pd.DataFrame:
 def groups_frame(summary: RunSummary) -> pd.DataFrame:
     """One row per group; a run with sliced groups gets one column per slice key (None: not sliced on it)."""
     sliced = any(g.slice is not None for g in summary.groups)
-    rows = []
+    rows, columns = [], estimate_columns()
     for g in summary.groups:
         row: dict[str, Any] = {
             "group_id": g.group_id, "target": g.target, "method": g.method, "method_kind": g.method_kind,
@@ -99,8 +104,8 @@ def groups_frame(summary: RunSummary) -> pd.DataFrame:
             **({k: getattr(g.slice, k) if g.slice else None for k in SLICE_KEYS} if sliced else {}),
             "status": g.status, "n_requests": g.n_requests,
         }
-        for name in ESTIMATES:
-            est = getattr(g, name)
+        for name in columns:
+            est = g.held(name)
             row[name] = est.value if est else None
             row[f"{name}_lo"] = est.ci_low if est else None
             row[f"{name}_hi"] = est.ci_high if est else None

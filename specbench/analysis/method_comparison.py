@@ -31,6 +31,7 @@ import numpy as np
 from specbench import stats
 from specbench.analysis import step_time
 from specbench.analysis.metrics import paired_speedup
+from specbench.results import counters
 from specbench.results.parts import HeadlineRow, KPoint, KSweep, PublishedClaim, Verdict
 from specbench.results.records import RequestRecord
 from specbench.results.summary import GroupSummary, is_ratio_reference, reference_applies
@@ -88,12 +89,12 @@ def paired_tau_ratio(method: Sequence[RequestRecord], reference: Sequence[Reques
         s = a.sum(axis=0)
         if s[1] <= 0 or s[3] <= 0:
             return float("nan")
-        return float((1 + s[0] / s[1]) / (1 + s[2] / s[3]))
+        return float(counters.tau(s[0], s[1]) / counters.tau(s[2], s[3]))
 
     def ratios(blk: np.ndarray) -> np.ndarray:  # ratio of each resample in a block (b, n, 4)
         s = blk.sum(axis=1)
         with np.errstate(divide="ignore", invalid="ignore"):
-            out = (1 + s[:, 0] / s[:, 1]) / (1 + s[:, 2] / s[:, 3])
+            out = counters.tau(s[:, 0], s[:, 1]) / counters.tau(s[:, 2], s[:, 3])
         return np.where((s[:, 1] > 0) & (s[:, 3] > 0), out, np.nan)
 
     arr = np.array(shared, float)

@@ -2,8 +2,8 @@
 
 Definitions (see DESIGN.md):
 
-* τ (mean acceptance length) = 1 + accepted / drafts, counting the bonus
-  token, so 1 ≤ τ ≤ K+1. *Pooled* τ uses the engine's counters summed over
+* τ (mean acceptance length, :func:`specbench.results.counters.tau`), counting
+  the bonus token, so 1 ≤ τ ≤ K+1. *Pooled* τ uses the engine's counters summed over
   the group (long completions weigh more); *per-request* τ is the mean of
   each request's own τ.
 * per-position rate i = accepted_i / drafts.
@@ -28,6 +28,7 @@ from specbench.analysis import step_time, steps
 from specbench.config.plan import Cell
 from specbench.config.stop_rule import StopRecord
 from specbench.config.suite import ReferenceValue, TargetSpec
+from specbench.results import counters as spec_counters
 from specbench.results import metric_catalog
 from specbench.results.parts import CounterCheck, CrossCheckRow, Equivalence
 from specbench.results.records import CellRecord, RequestRecord, SpecCounters
@@ -107,10 +108,6 @@ def sum_counters(items: Iterable[SpecCounters | None]) -> SpecCounters | None:
     return total
 
 
-def tau_value(c: SpecCounters) -> float | None:
-    return 1.0 + c.num_accepted_tokens / c.num_drafts if c.num_drafts > 0 else None
-
-
 def acceptance(counters: SpecCounters, requests: Sequence[RequestRecord], k: int | None) -> dict:
     """τ (pooled and per request), per-position rates and draft acceptance rate.
 
@@ -133,35 +130,41 @@ def acceptance(counters: SpecCounters, requests: Sequence[RequestRecord], k: int
             "per_position": [Estimate(value=None, n=n) for _ in range(width)],
             "draft_acceptance_rate": Estimate(value=None, n=n),
         }
-    tau = 1.0 + counters.num_accepted_tokens / counters.num_drafts
+    tau = spec_counters.counters_tau(counters)
     acc = np.array([s.num_accepted_tokens for s in specs], float)
     drafts = np.array([s.num_drafts for s in specs], float)
     dtoks = np.array([s.num_draft_tokens for s in specs], float)
     if have:
         tau_est = with_value(stats.ratio_ci(acc, drafts), None)
         if tau_est.ci_low is not None and tau_est.ci_high is not None:
-            tau_est = tau_est.model_copy(update={"ci_low": 1 + tau_est.ci_low, "ci_high": 1 + tau_est.ci_high})
+            # the interval of accepted per draft, as τ
+            tau_est = tau_est.model_copy(update={"ci_low": spec_counters.tau(tau_est.ci_low, 1),
+                                                 "ci_high": spec_counters.tau(tau_est.ci_high, 1)})
         tau_est = with_value(tau_est, tau)
         mask = drafts > 0
-        tau_req = stats.mean_ci(list(1.0 + acc[mask] / drafts[mask]))
-        rate = with_value(stats.ratio_ci(acc, dtoks), counters.num_accepted_tokens / max(1, counters.num_draft_tokens))
+        tau_req = stats.mean_ci(list(spec_counters.tau(acc[mask], drafts[mask])))
+        rate = with_value(stats.ratio_ci(acc, dtoks), spec_counters.draft_acceptance_rate(counters) or 0.0)
         pos = []
         for i in range(width):
             ai = np.array([s.accepted_per_pos[i] if i < len(s.accepted_per_pos) else 0 for s in specs], float)
-            total_i = counters.accepted_per_pos[i] if i < len(counters.accepted_per_pos) else 0
-            pos.append(with_value(stats.ratio_ci(ai, drafts), total_i / counters.num_drafts))
+            pos.append(with_value(stats.ratio_ci(ai, drafts), spec_counters.position_rate(counters, i)))
     else:
         tau_est = Estimate(value=tau, n=len(requests))
         tau_req = Estimate(value=None, n=0)
-        rate = Estimate(value=counters.num_accepted_tokens / max(1, counters.num_draft_tokens), n=len(requests))
-        pos = [
-            Estimate(
-                value=(counters.accepted_per_pos[i] if i < len(counters.accepted_per_pos) else 0) / counters.num_drafts,
-                n=len(requests),
-            )
-            for i in range(width)
-        ]
+        rate = Estimate(value=spec_counters.draft_acceptance_rate(counters) or 0.0, n=len(requests))
+        pos = [Estimate(value=spec_counters.position_rate(counters, i), n=len(requests)) for i in range(width)]
     return {"tau": tau_est, "tau_per_request": tau_req, "per_position": pos, "draft_acceptance_rate": rate}
+
+
+def declared_metrics(counters: SpecCounters | None, requests: Sequence[RequestRecord]) -> dict[str, Estimate]:
+    """The catalogue's metrics computed from their declaration (``MetricSpec.compute``) over a group's pooled
+    counters (None for a baseline) and requests; those without a value left out."""
+    out = {}
+    for m in metric_catalog.computed_metrics():
+        est = m.compute(counters, requests) if m.compute is not None else None
+        if est is not None:
+            out[m.name] = est
+    return out
 
 
 def speed(requests: Sequence[RequestRecord]) -> dict:
@@ -476,6 +479,7 @@ def summarize_groups(
                     value=per_rep[0], n=1
                 )
         g.accuracy = {m: est for m, est in group_accuracy(greqs, scores).items()}
+        g.metrics = declared_metrics(g.counters, greqs)
         stopped_cell = stopped[gid]
         if stopped_cell is not None and stopped_cell.stop.rule.metric == "accuracy" and "strict" in g.accuracy:
             g.accuracy["strict"] = _chosen(stopped_cell, "accuracy", g.accuracy["strict"], refs)
@@ -518,7 +522,7 @@ def counter_checks(groups: Sequence[GroupSummary]) -> list[CounterCheck]:
         c = g.counters
         if c is None or c.num_drafts == 0:
             continue
-        tau = tau_value(c) or 1.0
+        tau = spec_counters.counters_tau(c) or 1.0
         k = g.k or len(c.accepted_per_pos)
         checks = {
             "accepted <= draft tokens": c.num_accepted_tokens <= c.num_draft_tokens,

@@ -128,6 +128,8 @@ def _estimates(g: GroupSummary) -> list[tuple[str, Estimate]]:
         elif isinstance(v, list):
             out += [(f"{metric_catalog.label(name).removesuffix(' i')} {i + 1}", e)
                     for i, e in enumerate(v) if isinstance(e, Estimate)]
+        elif name == "metrics":  # the catalogue's computed metrics, by name
+            out += [(metric_catalog.label(k), e) for k, e in v.items()]
         elif isinstance(v, dict):
             out += [(f"{metric_catalog.label(name)} {k}", e) for k, e in v.items() if isinstance(e, Estimate)]
         elif isinstance(v, BaseModel):

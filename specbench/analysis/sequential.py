@@ -62,6 +62,7 @@ from typing import NamedTuple
 import numpy as np
 
 from specbench.config.stop_rule import Metric, StopRecord, StopRule
+from specbench.results import counters
 from specbench.results.records import RequestRecord
 
 UNIT_COLUMNS: dict[str, int] = {"tau": 2, "tpot": 2, "speedup": 4, "accuracy": 1}
@@ -226,7 +227,7 @@ def estimates(metric: Metric, blocks: np.ndarray) -> np.ndarray:
     s = u.sum(axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         if metric == "tau":
-            out = np.where(s[:, 1] > 0, 1.0 + s[:, 0] / s[:, 1], np.nan)
+            out = np.where(s[:, 1] > 0, counters.tau(s[:, 0], s[:, 1]), np.nan)
         elif metric == "tpot":
             out = np.where(s[:, 1] > 0, s[:, 0] / s[:, 1], np.nan)
         else:
@@ -249,7 +250,7 @@ def _gradient(metric: str, m: np.ndarray) -> np.ndarray:
 def _estimates_from_means(metric: str, m: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         if metric == "tau":
-            return 1 + m[:, 0] / m[:, 1]
+            return counters.tau(m[:, 0], m[:, 1])
         if metric == "tpot":
             return m[:, 0] / m[:, 1]
         return (m[:, 0] / m[:, 1]) / (m[:, 2] / m[:, 3])

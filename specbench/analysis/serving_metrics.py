@@ -36,6 +36,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from specbench.config.plan import Cell
+from specbench.results import counters as spec_counters
 from specbench.results.parts import Dist, Load, Rate, ServingSummary, Speedup, SpeedupMetric
 from specbench.results.records import RequestRecord, SpecCounters
 from specbench.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, Estimate, bootstrap_two_sample
@@ -119,15 +120,9 @@ def summarize_cell(
             errors[k] += 1
     out_tok = sum(r.num_output_tokens or (len(r.itl_s or []) + (r.ttft_s is not None)) for r in ok)
     prompt_tok = sum(r.prompt_tokens for r in ok)
-    taus = [
-        1.0 + r.spec.num_accepted_tokens / r.spec.num_drafts
-        for r in ok
-        if r.spec is not None and r.spec.num_drafts > 0
-    ]
+    taus = [t for t in (spec_counters.counters_tau(r.spec) for r in ok) if t is not None]
     good = sum(meets_slo(r, slo) for r in records) if slo is not None else None
-    tau_pooled = None
-    if counters is not None and counters.num_drafts > 0:
-        tau_pooled = 1.0 + counters.num_accepted_tokens / counters.num_drafts
+    tau_pooled = spec_counters.counters_tau(counters)
     return ServingSummary(
         cell_id=cell_id,
         method=method,

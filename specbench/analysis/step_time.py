@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 from specbench import stats
 from specbench.analysis.steps import request_steps
+from specbench.results import counters as spec_counters
 from specbench.results.parts import VerificationSpent
 from specbench.results.records import RequestRecord, SpecCounters
 from specbench.stats import Estimate
@@ -98,9 +99,8 @@ def verification_spent(counters: SpecCounters, requests: Sequence[RequestRecord]
     n, out_tokens = len(ok), sum(r.num_output_tokens for r in ok)
     c = counters
     return VerificationSpent(
-        drafted_per_step=Estimate(value=c.num_draft_tokens / c.num_drafts, n=n),
-        accepted_per_verified=Estimate(value=c.num_accepted_tokens / c.num_draft_tokens if c.num_draft_tokens else None,
-                                       n=n),
+        drafted_per_step=Estimate(value=spec_counters.drafted_per_step(c), n=n),
+        accepted_per_verified=Estimate(value=spec_counters.draft_acceptance_rate(c), n=n),
         wasted_per_emitted=Estimate(value=(c.num_draft_tokens - c.num_accepted_tokens) / out_tokens if out_tokens
                                     else None, n=n),
     )

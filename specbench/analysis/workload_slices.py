@@ -91,6 +91,7 @@ def _summary(g: GroupSummary, key: str, value: object, reqs: list[RequestRecord]
             setattr(out, name, val)
         out.tpot_s = step_time.tpot(ok)
     out.accuracy = metrics.group_accuracy(reqs, scores)
+    out.metrics = metrics.declared_metrics(out.counters, reqs)
     return out
 
 

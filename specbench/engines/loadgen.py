@@ -62,7 +62,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from specbench.config.plan import Cell
 from specbench.engines.step_trace import trace_from_vllm
-from specbench.results.records import RequestRecord, SpecCounters
+from specbench.results import counters
+from specbench.results.records import RequestRecord
 from specbench.results.requests import PreparedPrompt, SamplingRequest, request_seed
 
 try:  # msgspec ships with vLLM and decodes ~2x faster than json
@@ -261,25 +262,6 @@ def token_timing(
         itl.extend([gap] * n)
         prev = t
     return t0 - sent_at, itl, prev - sent_at
-
-
-def spec_counters_from_response(sd: dict[str, Any] | None, k: int | None) -> SpecCounters | None:
-    """Per-request counters from a response's ``metrics.speculative_decoding``.
-
-    Same mapping as the offline engine's ``counters_from_request_metrics``:
-    ``acceptance_histogram[j]`` counts verify steps that accepted exactly
-    ``j`` drafts; position ``i`` was accepted by every step with ``j > i``.
-    """
-    if not sd or "acceptance_histogram" not in sd:
-        return None
-    from types import SimpleNamespace
-
-    from specbench.engines.vllm_offline import counters_from_request_metrics
-
-    ns = SimpleNamespace(
-        histogram=list(sd["acceptance_histogram"]), num_draft_tokens=sd.get("num_draft_tokens", 0)
-    )
-    return counters_from_request_metrics(ns, k if k is not None else sd.get("num_spec_tokens"))
 
 
 def _token_id(tok: str | None) -> int | None:
@@ -652,7 +634,7 @@ def to_record(
         latency_s=latency,
         ttft_s=ttft,
         itl_s=itl,
-        spec=spec_counters_from_response(res.spec_metrics, k),
+        spec=counters.from_response(res.spec_metrics, k),
         steps=trace_from_vllm(res.spec_metrics, method),
         logprobs=res.logprobs,
         error=res.error,

@@ -9,8 +9,9 @@ vLLM exports, per engine (labels ``engine``, ``model_name``):
 
 They are cumulative over the server's life, so a cell scrapes before and
 after and keeps the delta. Samples are summed over every other label (data
-parallel engines, several API server processes). Pooled mean acceptance
-length τ = 1 + accepted / drafts.
+parallel engines, several API server processes). The parsing and what is
+computed from the counters (τ, per-position rates) live in
+:mod:`specbench.results.counters`.
 """
 
 from __future__ import annotations
@@ -19,15 +20,8 @@ import asyncio
 import urllib.request
 from dataclasses import dataclass, field
 
-from prometheus_client.parser import text_string_to_metric_families
-
+from specbench.results import counters
 from specbench.results.records import SpecCounters
-
-SPEC = "vllm:spec_decode_"
-DRAFTS = SPEC + "num_drafts"
-DRAFT_TOKENS = SPEC + "num_draft_tokens"
-ACCEPTED = SPEC + "num_accepted_tokens"
-PER_POS = SPEC + "num_accepted_tokens_per_pos"
 
 # Other counters worth a delta per cell (cross-checks against the client's view).
 OTHER_COUNTERS = (
@@ -56,51 +50,9 @@ class PromSnapshot:
         return PromSnapshot(spec_delta(before.spec, self.spec), _totals_delta(before.totals, self.totals))
 
 
-def _base_name(sample_name: str) -> str | None:
-    """A counter sample's name without ``_total``; ``None`` for ``_created`` and friends."""
-    if sample_name.endswith("_created"):
-        return None
-    return sample_name.removesuffix("_total")
-
-
 def parse_metrics(text: str) -> PromSnapshot:
-    """Parse Prometheus exposition text into a :class:`PromSnapshot`."""
-    drafts = draft_tokens = accepted = 0.0
-    per_pos: dict[int, float] = {}
-    found = False
-    totals: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            name = _base_name(s.name)
-            if name is None:
-                continue
-            if name.startswith(SPEC):
-                if name == DRAFTS:
-                    drafts += s.value
-                elif name == DRAFT_TOKENS:
-                    draft_tokens += s.value
-                elif name == ACCEPTED:
-                    accepted += s.value
-                elif name == PER_POS:
-                    pos = s.labels.get("position")
-                    if pos is None:
-                        continue
-                    per_pos[int(pos)] = per_pos.get(int(pos), 0.0) + s.value
-                else:
-                    continue
-                found = True
-            elif name in OTHER_COUNTERS:
-                totals[name] = totals.get(name, 0.0) + s.value
-    spec = None
-    if found:
-        width = max(per_pos) + 1 if per_pos else 0
-        spec = SpecCounters(
-            num_drafts=int(round(drafts)),
-            num_draft_tokens=int(round(draft_tokens)),
-            num_accepted_tokens=int(round(accepted)),
-            accepted_per_pos=[int(round(per_pos.get(i, 0.0))) for i in range(width)],
-        )
-    return PromSnapshot(spec, totals)
+    """Parse Prometheus exposition text into a :class:`PromSnapshot` (:func:`counters.from_prometheus`)."""
+    return PromSnapshot(*counters.from_prometheus(text, OTHER_COUNTERS))
 
 
 def parse_spec_counters(text: str) -> SpecCounters | None:
@@ -131,20 +83,6 @@ def _totals_delta(before: dict[str, float], after: dict[str, float]) -> dict[str
     return out
 
 
-def tau(c: SpecCounters | None) -> float | None:
-    """Pooled mean acceptance length 1 + accepted / drafts (``None`` without drafts)."""
-    if c is None or c.num_drafts <= 0:
-        return None
-    return 1.0 + c.num_accepted_tokens / c.num_drafts
-
-
-def per_position_rates(c: SpecCounters) -> list[float]:
-    """Acceptance rate at each draft position: accepted_i / drafts."""
-    if c.num_drafts <= 0:
-        return [0.0 for _ in c.accepted_per_pos]
-    return [a / c.num_drafts for a in c.accepted_per_pos]
-
-
 def served_mismatch(k: int | None, before: PromSnapshot, after: PromSnapshot) -> str | None:
     """How a server's counters contradict a claim of K draft tokens (``None``: baseline), or ``None``.
 
@@ -166,9 +104,9 @@ def served_mismatch(k: int | None, before: PromSnapshot, after: PromSnapshot) ->
     if width and width != k:
         return f"the suite claims K={k}, the server's per-position counters show K={width}"
     assert drafted is not None
-    if drafted.num_drafts <= 0:
+    per_draft = counters.drafted_per_step(drafted)
+    if per_draft is None:
         return f"the suite claims speculation with K={k}, the server proposed no drafts during the cell"
-    per_draft = drafted.num_draft_tokens / drafted.num_drafts
     if per_draft > k or (not width and per_draft <= k - 1):
         return f"the suite claims K={k}, the server proposed {per_draft:.2f} draft tokens per draft"
     return None

@@ -40,6 +40,7 @@ from specbench.engines.protocol import CellFailed, EmitRecord, EngineCapabilitie
 from specbench.engines.step_trace import Propose, replay_ngram, trace_from_vllm, vllm_ngram_proposer
 from specbench.engines.vllm_args import num_speculative_tokens
 from specbench.engines.vllm_forks import ZYGOTES, _as_worker, _import_engine, _log_to
+from specbench.results import counters
 from specbench.results.records import RequestRecord, SpecCounters, StepTrace
 from specbench.results.requests import CellOutcome, CellRequest, ScoreItem, ScoreResult, request_seed
 from specbench.settings import settings
@@ -61,39 +62,9 @@ def tail(path: Path | None, n_chars: int = 4000) -> str:
 # worker side (runs in the child process)
 
 
-def counters_from_metrics(metrics: list[Any]) -> SpecCounters:
-    """Extract spec-decode counters from ``LLM.get_metrics()`` output."""
-    c = SpecCounters()
-    for m in metrics:
-        name = m.name.removesuffix("_total")
-        if name == "vllm:spec_decode_num_drafts":
-            c.num_drafts += int(m.value)
-        elif name == "vllm:spec_decode_num_draft_tokens":
-            c.num_draft_tokens += int(m.value)
-        elif name == "vllm:spec_decode_num_accepted_tokens":
-            c.num_accepted_tokens += int(m.value)
-        elif name == "vllm:spec_decode_num_accepted_tokens_per_pos":
-            c = c + SpecCounters(accepted_per_pos=[int(v) for v in m.values])
-    return c
-
-
 def counters_from_request_metrics(sd: Any, k: int | None) -> SpecCounters | None:
-    """Per-request counters from vLLM's ``RequestSpecDecodeMetrics``.
-
-    Chain acceptance: a verify step that accepted ``j`` drafts accepted
-    positions ``0..j-1``, so position ``i`` counts steps with ``j > i``.
-    """
-    if sd is None:
-        return None
-    hist = list(sd.histogram)
-    width = max(k or 0, len(hist) - 1)
-    per_pos = [sum(hist[j] for j in range(i + 1, len(hist))) for i in range(width)]
-    return SpecCounters(
-        num_drafts=int(sum(hist)),
-        num_draft_tokens=int(sd.num_draft_tokens),
-        num_accepted_tokens=int(sum(j * c for j, c in enumerate(hist))),
-        accepted_per_pos=per_pos,
-    )
+    """Per-request counters from vLLM's ``RequestSpecDecodeMetrics`` (:func:`counters.from_request`)."""
+    return None if sd is None else counters.from_request(sd.histogram, sd.num_draft_tokens, k)
 
 
 def _ngram_propose(llm: Any) -> Propose | None:
@@ -322,7 +293,7 @@ def _serve(conn: Any, engine_kwargs: dict[str, Any], env: dict[str, str], import
             continue
         req = CellRequest.model_validate(msg[1])
         try:
-            before = counters_from_metrics(llm.get_metrics())
+            before = counters.from_offline(llm.get_metrics())
             t0 = time.perf_counter()
             todo = [
                 (p, s)
@@ -355,7 +326,7 @@ def _serve(conn: Any, engine_kwargs: dict[str, Any], env: dict[str, str], import
                 ]
                 conn.send(("records", recs))
             wall = time.perf_counter() - t0
-            delta = counters_from_metrics(llm.get_metrics()) - before
+            delta = counters.from_offline(llm.get_metrics()) - before
             conn.send(("done", {"counters": delta.model_dump(), "wall": wall, "n": len(todo)}))
         except BaseException as exc:  # noqa: BLE001
             traceback.print_exc()
@@ -467,9 +438,9 @@ class VllmOfflineEngine:
                 continue
             self._busy = False
             if kind == "done":
-                counters = SpecCounters.model_validate(payload["counters"])
+                delta = SpecCounters.model_validate(payload["counters"])
                 return CellOutcome(
-                    counters=None if self.config.speculative_config is None else counters,
+                    counters=None if self.config.speculative_config is None else delta,
                     wall_time_s=payload["wall"],
                     num_requests=payload["n"],
                 )

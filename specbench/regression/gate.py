@@ -108,19 +108,49 @@ class EquivalenceRule(_Strict):
     require: Literal["not_divergent", "equivalent"] = "not_divergent"
 
 
-class RuleSet(_Strict):
-    tau: ThresholdRule | None = ThresholdRule(max_drop_pct=3)
-    tau_per_request: ThresholdRule | None = None
-    per_position: ThresholdRule | None = None
-    output_tps: ThresholdRule | None = None
-    speedup: ThresholdRule | None = ThresholdRule(max_drop_pct=5)
-    accuracy: ThresholdRule | None = ThresholdRule(max_drop_pct=0)
-    greedy_match: ThresholdRule | None = None
+class RuleSet(BaseModel):
+    """A rule per gated metric family, named as the catalogue names it (``tau: {max_drop_pct: 3}``; ``null``:
+    not gated), and ``equivalence``. A metric the rules do not name keeps the catalogue's default
+    (``MetricSpec.max_drop_pct``; none: not gated): :meth:`rule`."""
+
+    model_config = ConfigDict(extra="allow")
+
     equivalence: EquivalenceRule | None = EquivalenceRule()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _metric_rules(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        gated = {m.name for m in catalog.gate_metrics()}
+        unknown = sorted(set(data) - gated - {"equivalence"})
+        if unknown:
+            raise ValueError(f"no gated metric {', '.join(map(repr, unknown))} (use {catalog.gate_names_help()})")
+        return {k: v if k == "equivalence" or v is None else ThresholdRule.model_validate(v)
+                for k, v in data.items()}
+
+    @property
+    def given(self) -> dict[str, ThresholdRule | None]:
+        """The metric rules these rules name (without the catalogue's defaults)."""
+        return dict(self.model_extra or {})
+
+    def rule(self, family: str) -> ThresholdRule | None:
+        """The rule for a metric family: as given, else the catalogue's default."""
+        if family in self.given:
+            return self.given[family]
+        m = catalog.spec(family)
+        return None if m is None or m.max_drop_pct is None else ThresholdRule(max_drop_pct=m.max_drop_pct)
+
+    def __getattr__(self, name: str) -> Any:
+        """``rules.tau``: :meth:`rule` of a gated metric family."""
+        if not name.startswith("_") and name in {m.name for m in catalog.gate_metrics()}:
+            return self.rule(name)
+        return super().__getattr__(name)  # type: ignore[misc]
 
     def merged(self, other: RuleSet) -> RuleSet:
         """``other``'s explicitly given rules over this set."""
-        return self.model_copy(update={k: getattr(other, k) for k in other.model_fields_set})
+        eq = other.equivalence if "equivalence" in other.model_fields_set else self.equivalence
+        return RuleSet.model_validate({**self.given, **other.given, "equivalence": eq})
 
 
 class Override(_Strict):
@@ -175,7 +205,9 @@ class GateRules(_Strict):
         return rules
 
 
-_METRIC = re.compile(catalog.metric_pattern())
+def gated_name(name: str) -> bool:
+    """Whether ``name`` is a gated metric (``per_position.<i>``, ``accuracy.<key>``), by the catalogue now."""
+    return re.match(catalog.metric_pattern(), name) is not None
 
 
 class ExpectedMetric(_Strict):
@@ -209,7 +241,7 @@ class ExpectedValues(_Strict):
     def _names(cls, v: dict[str, dict[str, ExpectedMetric]]) -> dict[str, dict[str, ExpectedMetric]]:
         for gid, metrics in v.items():
             for name in metrics:
-                if not _METRIC.match(name):
+                if not gated_name(name):
                     raise ValueError(f"{gid}: unknown metric {name!r} (use {catalog.gate_names_help()})")
         return v
 
@@ -415,7 +447,7 @@ def evaluate_gate(new: RunSummary, baseline: RunSummary | ExpectedValues, rules:
             continue
         ruleset, now = rules.for_group(gid), metric_estimates(ng)
         for name, (b_est, tol_pct, tol_abs) in base_metrics.items():
-            rule = getattr(ruleset, metric_family(name), None)
+            rule = ruleset.rule(metric_family(name))
             if rule is None:
                 continue
             if name not in now:

@@ -26,13 +26,13 @@ import numpy as np
 
 from specbench.regression.changepoints import current_step
 from specbench.regression.gate import (
-    _METRIC,
     ExpectedMetric,
     ExpectedValues,
     GateConfigError,
     GateResult,
     GateRules,
     evaluate_gate,
+    gated_name,
 )
 from specbench.regression.history import History, Point, RunInfo, group_metrics
 from specbench.regression.noise import NoiseCalibration
@@ -94,7 +94,7 @@ def evaluate_history_gate(
     groups: dict[str, dict[str, ExpectedMetric]] = {}
     for (gid, metric), pts in series.items():
         in_win = [p for p in pts if p.run.run_id in in_window and p.estimate.value is not None]
-        if not _METRIC.match(metric) or 2 * len(in_win) < len(win):
+        if not gated_name(metric) or 2 * len(in_win) < len(win):
             continue  # measured in fewer than half of the window's runs: no median to hold a run to
         base = window_baseline(in_win)
         if base is not None:

@@ -65,11 +65,11 @@ def estimates_of(g: GroupSummary, metrics: tuple[catalog.MetricSpec, ...]) -> di
     """A group's measured estimates of ``metrics`` by name (``per_position.<i>`` 1-based, ``accuracy.<key>``)."""
     out: dict[str, Estimate] = {}
     for m in metrics:
-        held = getattr(g, m.summary_field)
+        held = catalog.held(g, m)
         if m.indexed == "position":
-            named = [(f"{m.name}.{i + 1}", e) for i, e in enumerate(held)]
+            named = [(f"{m.name}.{i + 1}", e) for i, e in enumerate(held or [])]
         elif m.indexed == "key":
-            named = [(f"{m.name}.{k}", e) for k, e in sorted(held.items())]
+            named = [(f"{m.name}.{k}", e) for k, e in sorted((held or {}).items())]
         elif isinstance(held, float):  # a bare statistic (latency percentiles): no interval
             named = [(m.name, Estimate(value=held, n=g.n_requests, method="none"))]
         else:

@@ -46,14 +46,13 @@ from specbench.results import metric_catalog
 from specbench.results.fmt import (
     as_estimate,
     dataset_label,
+    fmt_column,
     fmt_est,
     fmt_generic,
     fmt_load,
     fmt_metric,
     fmt_pct,
     fmt_speedup,
-    fmt_tps,
-    n_note,
 )
 from specbench.results.slices import split_group_id
 from specbench.results.summary import GroupSummary, RunSummary
@@ -211,10 +210,10 @@ def _by_target_dataset(summary: RunSummary) -> dict[tuple[str, str], list[GroupS
 def _method_table(groups: list[GroupSummary], show_t: bool, show_load: bool, refs: Refs) -> Table:
     acc_keys = sorted({k for g in groups for k in (*g.accuracy, *g.accuracy_delta)})
     has_refs = any(g.reference for g in groups)
-    headers = ["Method", "K"] + (["T"] if show_t else []) + (["Load"] if show_load else []) + ["n", "τ [95% CI]"]
-    headers += ["Published"] if has_refs else []
-    headers += ["τ per request", "Per-position acceptance", "Draft acceptance", "Output tok/s per request",
-                "Aggregate tok/s", "Speedup", "Greedy match"]
+    columns = metric_catalog.table_metrics()
+    headers = ["Method", "K"] + (["T"] if show_t else []) + (["Load"] if show_load else []) + ["n"]
+    for m in columns:
+        headers += [m.table or m.label] + (["Published"] if has_refs and m.name == "tau" else [])
     for k in acc_keys:
         headers += [k, f"Δ {k}"]
     rows, notes = [], []
@@ -228,22 +227,14 @@ def _method_table(groups: list[GroupSummary], show_t: bool, show_load: bool, ref
         if g.status in ("skipped", "failed", "pending"):
             rows.append(row + ["–"] * (len(headers) - len(row)))
             continue
-        row.append(fmt_metric("tau", g.tau, n_default=n))
-        if has_refs:
-            row.append("; ".join(
-                f"{metric_catalog.label(metric)} {ref.value}{_definition_note(ref)} "
-                f"(ref. {refs.mark(ref.source)})"
-                for metric, ref in sorted((g.reference or {}).items())
-            ) or "–")
-        row.append(fmt_metric("tau_per_request", g.tau_per_request, n_default=n))
-        d = metric_catalog.digits("per_position", None)
-        pos = " / ".join("–" if p.value is None else f"{p.value:.{d}f}" for p in g.per_position)
-        row.append((pos + n_note(g.per_position[0], n)) if g.per_position else "–")
-        row.append(fmt_metric("draft_acceptance_rate", g.draft_acceptance_rate, n_default=n))
-        row.append(fmt_tps(g.output_tps, n_default=n))
-        row.append(fmt_tps(g.throughput_tps, n_default=None))
-        row.append("1× (baseline)" if g.method_kind == "baseline" else fmt_speedup(g.speedup, n_default=n))
-        row.append("–" if g.method_kind == "baseline" else fmt_pct(g.greedy_match, n_default=n))
+        for m in columns:
+            row.append(fmt_column(m, g))
+            if has_refs and m.name == "tau":  # the published values beside τ (whatever metric they give)
+                row.append("; ".join(
+                    f"{metric_catalog.label(metric)} {ref.value}{_definition_note(ref)} "
+                    f"(ref. {refs.mark(ref.source)})"
+                    for metric, ref in sorted((g.reference or {}).items())
+                ) or "–")
         for k in acc_keys:
             row.append(fmt_pct(g.accuracy.get(k), n_default=n))
             row.append(fmt_pct(g.accuracy_delta.get(k), n_default=n, signed=True, unit=" pp"))

@@ -89,6 +89,26 @@ def fmt_metric(metric: str, e: Estimate | None, **kw: Any) -> str:
     return fmt_est(e, metric_catalog.digits(metric, e.value if e else None), **kw)
 
 
+def fmt_column(m: metric_catalog.MetricSpec, g: GroupSummary) -> str:
+    """A group's value of ``m`` as the results table writes it: as its declaration says (``fmt``, what a
+    baseline shows, whose n), with the n when it differs from the group's requests."""
+    if g.method_kind == "baseline" and m.on_baseline is not None:
+        return m.on_baseline
+    held = g.held(m)
+    n = None if m.own_n else g.n_requests
+    if m.fmt == "positions":
+        d = metric_catalog.digits(m.name, None)
+        pos = " / ".join("–" if p.value is None else f"{p.value:.{d}f}" for p in held or [])
+        return (pos + n_note(held[0], n)) if held else "–"
+    if m.fmt == "percent":
+        return fmt_pct(held, n_default=n)
+    if m.fmt == "rate":
+        return fmt_tps(held, n_default=n)
+    if m.fmt == "ratio":
+        return fmt_speedup(held, n_default=n)
+    return fmt_metric(m.name, held, n_default=n)
+
+
 def fmt_pct(e: Estimate | None, digits: int = 1, *, n_default: int | None = -1, signed: bool = False,
             unit: str = "%") -> str:
     return fmt_est(e, digits, scale=100.0, unit=unit, signed=signed, n_default=n_default)

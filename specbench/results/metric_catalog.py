@@ -8,6 +8,15 @@ unit of its n. compare, gate, history, trend, ``specbench.load()`` frames,
 the report's number formatting and early stopping read their metric sets from
 here (see the ``*_metrics`` functions); none keeps its own list.
 
+Adding a metric is one entry here: with ``compute`` (how a group's value is
+computed from its pooled counters and its requests) the analysis stores it in
+the group's ``metrics`` (no summary field of its own), and its flags put it in
+the report's results table (``table``, formatted as ``fmt`` says), the gate's
+rules (``gate``, with ``max_drop_pct`` as its default rule), the history
+database (``history``) and ``specbench.load()``'s groups frame (``history``).
+The metrics computed before this existed keep their own summary fields and
+analysis steps (:func:`held` finds either).
+
 Names: a metric is addressed as its ``name``; an ``indexed`` one as
 ``<name>.<i>`` (per position, 1-based) or ``<name>.<key>`` (accuracy's scorer
 keys); :func:`spec` resolves any of them. A group's slices (category, turn,
@@ -21,13 +30,23 @@ acceptance have 2 decimals everywhere (compare had 2, 2 and 3, trend 3, 3 and
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from specbench.results.slices import SLICE_KEYS
 
+if TYPE_CHECKING:
+    from specbench.results.records import RequestRecord, SpecCounters
+    from specbench.stats import Estimate
+
 Direction = Literal["higher", "lower", "none"]
 Source = Literal["group", "serving", "headline"]
+#: How a value is written in a table: ``number`` (the metric's digits), ``percent`` (one decimal, ×100),
+#: ``rate`` (tok/s: three significant digits), ``ratio`` (``1.23×``), ``positions`` (per position, ``/``-joined).
+Format = Literal["number", "percent", "rate", "ratio", "positions"]
+#: How a group's value is computed from its pooled counters (None for a baseline) and its requests.
+Compute = Callable[["SpecCounters | None", "Sequence[RequestRecord]"], "Estimate | None"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +65,14 @@ class MetricSpec:
     speed: bool = False  # measured in time: within-run intervals miss drift between runs
     stop: str | None = None  # the suite's `stop: {metric: …}` name when it can be early-stopped
     verdict: bool = False  # a verdict text, not a number
+    # How the analysis computes it (held in the group's ``metrics``); None: an analysis step of its own
+    # fills the summary field named by ``field``/``name``.
+    compute: Compute | None = None
+    table: str | None = None  # its column's header in the report's results table (None: not a column)
+    fmt: Format = "number"
+    on_baseline: str | None = None  # what the results table shows for a baseline group (None: its value)
+    own_n: bool = False  # its n counts something else than the group's requests (repeats): always shown
+    max_drop_pct: float | None = None  # the gate's default rule: largest allowed drop (None: no default rule)
 
     @property
     def summary_field(self) -> str:
@@ -67,9 +94,9 @@ CATALOG: tuple[MetricSpec, ...] = (
     _M("tau", "τ", "tokens/step", "higher", 2,
        "vLLM's mean acceptance length: 1 + accepted draft tokens / drafts, pooled over the group's requests "
        "(per drafting step, bonus token counted, drafts accepted past EOS or max_tokens included); n: requests",
-       gate=True, history=True, stop="tau"),
+       gate=True, history=True, stop="tau", table="τ [95% CI]", max_drop_pct=3),
     _M("tau_per_request", "τ (request mean)", "tokens/step", "higher", 2,
-       "mean over requests of each request's 1 + accepted / drafts; n: requests", gate=True, history=True),
+       "mean over requests of each request's τ; n: requests", gate=True, history=True, table="τ per request"),
     _M("tokens_per_step", "tokens per step", "tokens/step", "higher", 2,
        "Σ committed tokens / Σ target forward passes: (output tokens − 1) over verification steps with or "
        "without a draft (the prefill pass and its token not counted), pooled; n: requests"),
@@ -83,25 +110,29 @@ CATALOG: tuple[MetricSpec, ...] = (
        "(Wilson over steps when every request's share is 0 or 1)"),
     _M("per_position", "acceptance at position i", "", "higher", 2,
        "accepted tokens at draft position i / drafts (pooled); n: requests", indexed="position", gate=True,
-       history=True),
+       history=True, table="Per-position acceptance", fmt="positions"),
     _M("draft_acceptance_rate", "draft acceptance rate", "", "higher", 2,
-       "accepted draft tokens / draft tokens (pooled); n: requests", history=True),
+       "accepted draft tokens / draft tokens (pooled); n: requests", history=True, table="Draft acceptance"),
     _M("output_tps", "output tok/s per stream", "tok/s", "higher", None,
-       "Σ output tokens / Σ request latency; n: requests", gate=True, history=True, speed=True),
+       "Σ output tokens / Σ request latency; n: requests", gate=True, history=True, speed=True,
+       table="Output tok/s per request", fmt="rate"),
     _M("throughput_tps", "throughput", "tok/s", "higher", None,
-       "Σ output tokens / cell wall time, t-interval over repeats; n: repeats", history=True, speed=True),
+       "Σ output tokens / cell wall time, t-interval over repeats; n: repeats", history=True, speed=True,
+       table="Aggregate tok/s", fmt="rate", own_n=True),
     _M("latency_s", "latency", "s", "lower", None, "mean request latency; n: requests", history=True, speed=True),
     _M("ttft_s", "TTFT", "s", "lower", None, "mean time to first token; n: requests", history=True, speed=True),
     _M("speedup", "speedup", "×", "higher", 2,
        "(Σ tokens / Σ latency) over the baseline group's, paired by prompt; n: prompts",
-       gate=True, history=True, speed=True, stop="speedup"),
+       gate=True, history=True, speed=True, stop="speedup", table="Speedup", fmt="ratio",
+       on_baseline="1× (baseline)", max_drop_pct=5),
     _M("greedy_match", "greedy identity", "", "higher", 3,
-       "share of prompts whose output equals the baseline's (T=0); n: prompts", gate=True, history=True),
+       "share of prompts whose output equals the baseline's (T=0); n: prompts", gate=True, history=True,
+       table="Greedy match", fmt="percent", on_baseline="–"),
     _M("accuracy", "accuracy", "", "higher", 3,
        "mean over prompts of each prompt's share of samples scored correct by <key>'s scorer (pass@1 with several "
        "samples); n: prompts, not samples (a prompt's samples are resampled together; Wilson over prompts when "
        "every prompt scored 0, or every one 1)",
-       indexed="key", gate=True, history=True, stop="accuracy"),
+       indexed="key", gate=True, history=True, stop="accuracy", max_drop_pct=0),
     _M("accuracy_delta", "accuracy change", "", "higher", 3,
        "accuracy minus the baseline group's, paired by prompt; n: prompts", indexed="key", history=True),
     _M("latency_p50_s", "latency p50", "s", "lower", None, "median request latency; n: requests", history=True),
@@ -143,7 +174,15 @@ CATALOG: tuple[MetricSpec, ...] = (
        source="headline", gate=True, speed=True),
 )
 
-BY_NAME: dict[str, MetricSpec] = {m.name: m for m in CATALOG}
+_index: tuple[tuple[MetricSpec, ...], dict[str, MetricSpec]] = ((), {})
+
+
+def by_name() -> dict[str, MetricSpec]:
+    """``{name: declaration}`` of :data:`CATALOG` as it is now (a test or plugin may extend it)."""
+    global _index
+    if _index[0] is not CATALOG:
+        _index = (CATALOG, {m.name: m for m in CATALOG})
+    return _index[1]
 
 
 @dataclass(frozen=True)
@@ -190,14 +229,14 @@ DIMENSIONS: tuple[str, ...] = GROUP_KEYS + SLICE_KEYS
 
 def family(metric: str) -> str:
     """``per_position.2`` → ``per_position``; ``accuracy.strict`` → ``accuracy``; ``serving.ttft_p50_s`` kept."""
-    if metric in BY_NAME:
+    if metric in by_name():
         return metric
     return metric.split(".", 1)[0]
 
 
 def spec(metric: str) -> MetricSpec | None:
     """The declaration of a metric name (``per_position.3``, ``accuracy.strict`` included); None if unknown."""
-    return BY_NAME.get(family(metric))
+    return by_name().get(family(metric))
 
 
 def label(metric: str) -> str:
@@ -262,3 +301,24 @@ def gate_names_help(source: Source = "group") -> str:
     """``tau, tau_per_request, per_position.<i>, …`` for error messages."""
     return ", ".join(m.name + (".<i>" if m.indexed == "position" else ".<key>" if m.indexed == "key" else "")
                      for m in gate_metrics(source))
+
+
+def table_metrics() -> tuple[MetricSpec, ...]:
+    """The columns of the report's results table, in catalogue order."""
+    return tuple(m for m in CATALOG if m.table is not None and m.source == "group")
+
+
+def computed_metrics() -> tuple[MetricSpec, ...]:
+    """The metrics the analysis computes from their declaration (held in a group's ``metrics``)."""
+    return tuple(m for m in CATALOG if m.compute is not None)
+
+
+def held(group: Any, m: MetricSpec) -> Any:
+    """Where a summary (a group, a serving cell, a headline row) holds ``m``'s value: its ``metrics`` for a
+    computed metric, else its field (dotted for a nested model's); None where absent."""
+    if m.compute is not None:
+        return (getattr(group, "metrics", None) or {}).get(m.name)
+    v = group
+    for part in m.summary_field.split("."):
+        v = getattr(v, part, None)
+    return v

@@ -111,6 +111,9 @@ class GroupSummary(BaseModel):
     reference: dict[str, ReferenceValue] | None = None
     # A later conversation turn (or a group of conversations): how many turn-1 replies matched the baseline's.
     turn1_identical: TurnOneIdentity | None = None
+    # The catalogue's metrics computed from their declaration (MetricSpec.compute), by name; written only
+    # when there are any.
+    metrics: dict[str, Estimate] = Field(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
@@ -129,9 +132,17 @@ class GroupSummary(BaseModel):
         data = handler(self)
         if self.slice is None or self.slice.empty:
             data.pop("slice", None)
+        if not self.metrics:
+            data.pop("metrics", None)
         t1 = data.pop("turn1_identical", None)
         data["extra"] = {"turn1_identical": t1} if t1 is not None else {}  # the stored shape, as before
         return data
+
+    def held(self, metric: str | metric_catalog.MetricSpec) -> Any:
+        """The group's value of a catalogue metric (an Estimate, a list or dict of them, a number; None
+        when absent), wherever the summary holds it."""
+        m = metric_catalog.spec(metric) if isinstance(metric, str) else metric
+        return None if m is None else metric_catalog.held(self, m)
 
     @property
     def baseline_key(self) -> BaselineKey:

@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from specbench.results import counters
+
 METHODS = ("baseline", "eagle3", "p-eagle", "dflash", "dspark")
 
 
@@ -40,17 +42,11 @@ def speculative_config(kind: str, path: str, k: int) -> dict[str, Any] | None:
 
 
 def _counters(llm) -> dict[str, Any]:
-    out: dict[str, Any] = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_pos": []}
-    for m in llm.get_metrics():
-        if m.name == "vllm:spec_decode_num_drafts":
-            out["drafts"] += m.value
-        elif m.name == "vllm:spec_decode_num_draft_tokens":
-            out["draft_tokens"] += m.value
-        elif m.name == "vllm:spec_decode_num_accepted_tokens":
-            out["accepted"] += m.value
-        elif m.name == "vllm:spec_decode_num_accepted_tokens_per_pos":
-            out["per_pos"] = list(m.values)
-    return out
+    """The engine's cumulative spec-decode counters (:func:`counters.from_offline`), in the JSON shape
+    this tool reports."""
+    c = counters.from_offline(llm.get_metrics())
+    return {"drafts": c.num_drafts, "draft_tokens": c.num_draft_tokens, "accepted": c.num_accepted_tokens,
+            "per_pos": c.accepted_per_pos}
 
 
 def run_one(
@@ -98,7 +94,8 @@ def run_one(
 
 
 def tau(c: dict[str, Any]) -> float | None:
-    return 1 + c["accepted"] / c["drafts"] if c.get("drafts") else None
+    """τ of a reported counter delta (:func:`counters.tau`; ``None`` without drafts)."""
+    return float(counters.tau(c["accepted"], c["drafts"])) if c.get("drafts") else None
 
 
 def evaluate(

@@ -21,10 +21,10 @@ from specbench.analysis.serving_metrics import summarize_cell
 from specbench.config.plan import Cell, EngineConfig
 from specbench.config.suite import MethodSpec, TargetSpec
 from specbench.engines.loadgen import LoadProfile
-from specbench.engines.prom import tau
 from specbench.engines.protocol import CellFailed, EngineUnavailable
 from specbench.engines.vllm_args import build_engine_kwargs, platform_defaults
 from specbench.engines.vllm_server import VllmServerEngine
+from specbench.results.counters import counters_tau as tau
 from specbench.results.parts import ServingCellRow, ServingSpeedupRow
 from specbench.results.records import RequestRecord, SpecCounters
 from specbench.results.requests import CellRequest, PreparedPrompt, SamplingRequest

@@ -146,7 +146,9 @@ def test_rules_loading(tmp_path: Path) -> None:
     p = tmp_path / "partial.yaml"
     p.write_text("rules: {tau: {max_drop_pct: 1}, speedup: null}\n")
     rules = load_rules(p)
-    assert rules.rules.tau.max_drop_pct == 1 and rules.rules.speedup is None and rules.rules.accuracy is not None
+    r = rules.rules
+    assert r.rule("tau").max_drop_pct == 1 and r.rule("speedup") is None and r.rule("accuracy").max_drop_pct == 0
+    assert r.rule("per_position") is None and r.rule("greedy_match") is None  # no default rule in the catalogue
 
 
 def test_nothing_measured_and_no_overlap() -> None:

@@ -32,7 +32,6 @@ from specbench.engines.loadgen import (
     poisson_offsets,
     run_load,
     run_warmup,
-    spec_counters_from_response,
     stream_request,
     to_record,
     token_timing,
@@ -41,6 +40,7 @@ from specbench.engines.prom import parse_metrics
 from specbench.engines.protocol import CellFailed
 from specbench.engines.vllm_args import server_cli_args
 from specbench.engines.vllm_server import VllmServerEngine, start_failure
+from specbench.results.counters import from_response
 from specbench.results.records import RequestRecord, SpecCounters
 from specbench.results.requests import CellRequest, PreparedPrompt, SamplingRequest, request_seed
 
@@ -206,7 +206,7 @@ class FakeServer:
                 "num_spec_tokens": K,
                 "num_accepted_draft_tokens": self.accept * n_steps,
             }
-            self.counters = self.counters + spec_counters_from_response(sd, K)  # type: ignore[operator]
+            self.counters = self.counters + from_response(sd, K)  # type: ignore[operator]
             usage = {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": n}}
             usage["metrics"] = {"speculative_decoding": sd}
             await resp.write(b"data: " + json.dumps(usage).encode() + b"\n\n")
@@ -252,13 +252,13 @@ def test_token_timing_no_tokens() -> None:
 
 def test_spec_counters_from_response_matches_chain_rule() -> None:
     sd = {"acceptance_histogram": [1, 2, 0, 3], "num_draft_tokens": 18, "num_spec_tokens": 3}
-    c = spec_counters_from_response(sd, 3)
+    c = from_response(sd, 3)
     assert c is not None
     assert c.num_drafts == 6
     assert c.num_accepted_tokens == 0 * 1 + 1 * 2 + 3 * 3
     assert c.accepted_per_pos == [5, 3, 3]
     assert sum(c.accepted_per_pos) == c.num_accepted_tokens
-    assert spec_counters_from_response(None, 3) is None
+    assert from_response(None, 3) is None
 
 
 def test_build_item_bodies() -> None:

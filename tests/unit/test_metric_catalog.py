@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from specbench.analysis import sequential
 from specbench.config import stop_rule
-from specbench.frames import ESTIMATES
+from specbench.frames import estimate_columns
 from specbench.regression import gate, run_diff
 from specbench.regression.history import group_metrics
 from specbench.report import early_stopping as report_stopping
@@ -66,8 +66,9 @@ def _resolve(model: type[BaseModel], dotted: str) -> bool:
 #: Group fields that are not the group's metrics: its slice keys (dimensions, checked below), its cells'
 #: status lines (a stopped cell's StopRecord, shown in the report's early-stopping section), the published
 #: values it is compared with (a suite's references, not measured) and, for a later conversation turn, how
-#: many conversations its comparisons were judged on (a count of the subset, shown beside them).
-NOT_METRICS = {"slice", "cells", "reference", "turn1_identical"}
+#: many conversations its comparisons were judged on (a count of the subset, shown beside them); ``metrics``
+#: holds the catalogue's computed metrics by name (each one's entry is the catalogue's, checked elsewhere).
+NOT_METRICS = {"slice", "cells", "reference", "turn1_identical", "metrics"}
 
 
 def test_every_numeric_group_field_has_a_catalogue_entry() -> None:
@@ -82,14 +83,14 @@ def test_every_numeric_group_field_has_a_catalogue_entry() -> None:
 
 def test_every_entry_names_a_field_that_exists() -> None:
     models: dict[str, type[BaseModel]] = {"group": GroupSummary, "serving": ServingSummary, "headline": HeadlineRow}
-    bad = [m.name for m in catalog.CATALOG if not _resolve(models[m.source], m.summary_field)]
+    bad = [m.name for m in catalog.CATALOG if m.compute is None and not _resolve(models[m.source], m.summary_field)]
     assert bad == []
     assert all(d in GroupSummary.model_fields for d in catalog.GROUP_KEYS)
     assert catalog.DIMENSIONS[-len(SLICE_KEYS):] == tuple(Slice.model_fields) == SLICE_KEYS
 
 
 def test_entries_are_complete_and_unique() -> None:
-    assert len(catalog.BY_NAME) == len(catalog.CATALOG)
+    assert len(catalog.by_name()) == len(catalog.CATALOG)
     for m in catalog.CATALOG:
         assert m.label and m.definition and m.direction in ("higher", "lower", "none"), m.name
         assert m.stop is None or m.source == "group", m.name
@@ -116,16 +117,17 @@ def _families(names: typing.Iterable[str]) -> set[str]:
 def test_compare_and_gate_read_the_catalogue() -> None:
     gated = {m.name for m in catalog.gate_metrics()}
     assert _families(run_diff.metric_estimates(full_group())) == gated
-    assert set(gate.RuleSet.model_fields) - {"equivalence"} == gated
+    assert set(gate.RuleSet.model_fields) == {"equivalence"}  # a rule per gated metric, named by the catalogue
+    assert {name for name in gated if gate.RuleSet().rule(name) is not None} == {"tau", "speedup", "accuracy"}
     assert set(get_args(gate.RatioRule.model_fields["metric"].annotation)) == {
         m.name for m in catalog.gate_metrics("headline")}
     # measured in time (an A/A calibration covers each; compare and gate test the gated ones)
     assert run_diff.SPEED_METRICS == {"output_tps", "speedup", "speedup_ratio", "throughput_tps", "latency_s",
                                       "ttft_s", "tpot_s", "step_time_s"} == catalog.speed_metrics()
     for name in run_diff.metric_estimates(full_group()):
-        assert gate._METRIC.match(name), name
+        assert gate.gated_name(name), name
     for name in ("tpot_s", "per_position.0", "latency_s"):
-        assert not gate._METRIC.match(name), name
+        assert not gate.gated_name(name), name
     with pytest.raises(ValueError, match=re.escape(catalog.gate_names_help())):
         gate.ExpectedValues(groups={"g": {"tpot_s": gate.ExpectedMetric(value=1.0)}})
 
@@ -133,8 +135,9 @@ def test_compare_and_gate_read_the_catalogue() -> None:
 def test_history_frames_and_trend_read_the_catalogue() -> None:
     stored = {m.name for m in catalog.history_metrics() if not m.verdict}
     assert _families(group_metrics(full_group())) == stored
-    assert set(ESTIMATES) <= stored and "per_position" not in ESTIMATES and "latency_p50_s" not in ESTIMATES
-    assert ESTIMATES == ("tau", "tau_per_request", "draft_acceptance_rate", "output_tps", "throughput_tps",
+    columns = estimate_columns()
+    assert set(columns) <= stored and "per_position" not in columns and "latency_p50_s" not in columns
+    assert columns == ("tau", "tau_per_request", "draft_acceptance_rate", "output_tps", "throughput_tps",
                          "latency_s", "ttft_s", "speedup", "greedy_match")  # load()'s columns, in their order
     for name in ("tau", "accuracy.strict", "latency_p50_s", "serving.itl_p99_s", "ttft_s", "throughput_tps"):
         assert trend.higher_is_better(name) == (catalog.spec(name).direction != "lower")  # type: ignore[union-attr]

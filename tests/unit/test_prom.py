@@ -9,11 +9,11 @@ from specbench.engines.prom import (
     PromSnapshot,
     parse_metrics,
     parse_spec_counters,
-    per_position_rates,
     served_mismatch,
     spec_delta,
-    tau,
 )
+from specbench.results.counters import counters_tau as tau
+from specbench.results.counters import per_position_rates
 from specbench.results.records import SpecCounters
 
 EXPOSITION = """\
