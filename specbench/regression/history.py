@@ -155,8 +155,7 @@ def _checkpoints(manifest: RunManifest) -> dict[tuple[str, str], str]:
     (for the local zoo, a path whose cache key names the exact build)."""
     loaded: dict[str | None, str] = {}
     for e in manifest.engines:
-        desc = e.describe or {}
-        spec_cfg = (desc.get("llm_kwargs") or {}).get("speculative_config") or {}
+        spec_cfg = ((e.describe.llm_kwargs if e.describe else None) or {}).get("speculative_config") or {}
         if isinstance(spec_cfg, dict) and spec_cfg.get("model"):
             loaded[e.key] = str(spec_cfg["model"])
     out = {}
@@ -194,14 +193,11 @@ class History:
     def add_run(self, run_dir: Path, summary: RunSummary | None = None) -> AddResult:
         """Store a run (its ``summary.json`` as analyzed, or ``summary``); a stored run is left as it is."""
         run_dir = Path(run_dir)
-        manifest = rundir.load_manifest(run_dir)
+        manifest = rundir.read_manifest(run_dir)
         if summary is None:
-            p = run_dir / rundir.SUMMARY
-            if not p.exists():
+            if not rundir.has_summary(run_dir):
                 raise HistoryError(f"{run_dir}: no {rundir.SUMMARY}; run `specbench analyze {run_dir}` first")
-            raw = json.loads(p.read_text())
-            summary = RunSummary.load(raw)
-            summary_schema = int(raw.get("schema_version", 1))
+            summary, summary_schema = rundir.read_summary_versioned(run_dir)
         else:
             summary_schema = summary.schema_version
         return self.add(manifest, summary, summary_schema=summary_schema)
