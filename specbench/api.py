@@ -380,8 +380,7 @@ def _analyze(run_dir: Path, allow_code_exec: bool | None, timeline: Timeline, no
     cell_records = rundir.read_cells(run_dir, torn)
     with timeline.span("scoring"):
         scores, notes = _scores(run_dir, manifest, cells, requests, allow_code_exec, torn)
-    prompt_references = {str(o.get("prompt_id")): o.get("reference") for o in rundir.iter_jsonl(run_dir / rundir.PROMPTS)} \
-        if (run_dir / rundir.PROMPTS).exists() else {}
+    prompt_references = {p.prompt_id: p.reference for p in rundir.read_prompts(run_dir)}
     equivalence = _equivalence(run_dir, manifest, cells, requests, torn)  # may add torn lines of its own file
     summary = summarize_run(manifest, cells, cell_records, requests, scores=scores, scoring_notes=notes,
                             prompt_references=prompt_references, prompt_categories=rundir.prompt_categories(run_dir),
@@ -410,30 +409,24 @@ def _scores(
 ) -> tuple[dict, list[str]]:
     from specbench.scoring.apply import score_requests
 
-    prompts = list(rundir.iter_jsonl(run_dir / rundir.PROMPTS, torn))
+    prompts = rundir.read_prompts(run_dir, torn)
     if not prompts:
         return {}, []
     suite = manifest.suite
     scoring = suite.scoring if suite is not None else ScoringSpec()
     allow = scoring.allow_code_exec if allow_code_exec is None else allow_code_exec
-    cached = {(o["cell_id"], o["prompt_id"], o["sample_index"]): o["score"]
-              for o in rundir.iter_jsonl(run_dir / rundir.SCORES, torn)}
+    cached = rundir.read_scores(run_dir, torn)
     scores, notes = score_requests(
         requests,
         {c.cell_id: c.dataset for c in cells},
         {d.name: d.kind for d in suite.datasets} if suite is not None else {},
-        {(p["dataset"], p["prompt_id"]): p.get("reference") for p in prompts},
+        {(p.dataset, p.prompt_id): p.reference for p in prompts},
         allow_code_exec=allow,
         workers=scoring.workers,
         timeout_s=scoring.timeout_s,
         cached=cached,
     )
-    new = {k: v for k, v in scores.items() if k not in cached}
-    if new:
-        out = rundir.JsonlAppender(run_dir / rundir.SCORES)
-        for (cid, pid, si), sc in new.items():
-            out.append({"cell_id": cid, "prompt_id": pid, "sample_index": si, "score": sc})
-        out.close()
+    rundir.append_scores(run_dir, {k: v for k, v in scores.items() if k not in cached})
     return scores, notes
 
 

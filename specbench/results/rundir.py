@@ -25,6 +25,7 @@ from pydantic import BaseModel
 from specbench.results.manifest import RunManifest
 from specbench.results.migrations import SchemaError
 from specbench.results.records import SCHEMA_VERSION, CellRecord, RequestRecord
+from specbench.results.requests import StoredPrompt
 from specbench.results.summary import RunSummary
 
 RECORDS = "records.jsonl"
@@ -153,12 +154,43 @@ def read_requests(run_dir: Path, torn: list[str] | None = None) -> list[RequestR
     return [RequestRecord.model_validate(migrate(o)) for o in iter_jsonl(run_dir / RECORDS, torn)]
 
 
+def read_prompts(run_dir: Path, torn: list[str] | None = None) -> list[StoredPrompt]:
+    """The run's prompts (``prompts.jsonl``; none when it has no such file)."""
+    return [StoredPrompt.model_validate(o) for o in iter_jsonl(Path(run_dir) / PROMPTS, torn)]
+
+
+def write_prompts(run_dir: Path, prompts: list[StoredPrompt]) -> None:
+    """Write ``prompts.jsonl`` (atomically: a run's prompts are written once, before any engine)."""
+    tmp = Path(run_dir) / (PROMPTS + ".tmp")
+    tmp.write_text("".join(p.model_dump_json() + "\n" for p in prompts), encoding="utf-8")
+    os.replace(tmp, Path(run_dir) / PROMPTS)
+
+
 def prompt_categories(run_dir: Path) -> dict[tuple[str, str], str]:
     """(dataset, prompt id) → the prompt's category, from ``prompts.jsonl`` ({} without one)."""
-    if not (run_dir / PROMPTS).exists():
-        return {}
-    return {(str(o.get("dataset")), str(o.get("prompt_id"))): str(c) for o in iter_jsonl(run_dir / PROMPTS)
-            if (c := (o.get("meta") or {}).get("category")) is not None}
+    return {(p.dataset, p.prompt_id): str(c) for p in read_prompts(run_dir)
+            if (c := p.meta.get("category")) is not None}
+
+
+ScoreKey = tuple[str, str, int]  # (cell id, prompt id, sample index)
+
+
+def read_scores(run_dir: Path, torn: list[str] | None = None) -> dict[ScoreKey, dict[str, Any]]:
+    """The task scores cached in ``scores.jsonl``: (cell, prompt, sample) → metric → score."""
+    return {(str(o["cell_id"]), str(o["prompt_id"]), int(o["sample_index"])): o["score"]
+            for o in iter_jsonl(Path(run_dir) / SCORES, torn)}
+
+
+def append_scores(run_dir: Path, scores: dict[ScoreKey, dict[str, Any]]) -> None:
+    """Add scores to ``scores.jsonl`` (a cache: rebuilt when deleted)."""
+    if not scores:
+        return
+    out = JsonlAppender(Path(run_dir) / SCORES)
+    try:
+        for (cid, pid, si), sc in scores.items():
+            out.append({"cell_id": cid, "prompt_id": pid, "sample_index": si, "score": sc})
+    finally:
+        out.close()
 
 
 def read_cells(run_dir: Path, torn: list[str] | None = None) -> list[CellRecord]:
