@@ -65,7 +65,7 @@ def requests_frame(manifest: RunManifest, records: list,
         rows.append({
             "cell_id": r.cell_id, **{k: getattr(cell, k) if cell else None for k in CELL_COLUMNS},
             "prompt_id": r.prompt_id,
-            "category": categories.get((cell.dataset if cell else None, r.conversation_id or r.prompt_id)),
+            "category": categories.get((cell.dataset, r.conversation_id or r.prompt_id)) if cell else None,
             "conversation_id": r.conversation_id, "turn": r.turn,
             "sample_index": r.sample_index, "repeat": r.repeat, "seed": r.seed,
             "prompt_tokens": r.prompt_tokens, "output_tokens": r.num_output_tokens,

@@ -140,7 +140,8 @@ def _estimates(g: GroupSummary) -> list[tuple[str, Estimate]]:
 
 def draft_attention(manifest: RunManifest, cells: Sequence[Cell]) -> dict[tuple[str, str], dict]:
     """(target, method) → how vLLM served its DFlash draft block vs how it was trained."""
-    by_engine = {e.key: e.draft_attention for e in manifest.engines}
+    by_engine = {e.key: e.draft_attention.model_dump(mode="json", exclude_unset=True)
+                 for e in manifest.engines if e.draft_attention is not None}
     return {(c.target, c.method): by_engine[c.engine_key] for c in cells if by_engine.get(c.engine_key)}
 
 

@@ -155,9 +155,8 @@ def _header(summary: RunSummary, manifest: RunManifest | None) -> list[Block]:
     if torn:
         blocks.append(Para(f"**{torn_lines_note(torn)}**"))
     for e in m.engines:
-        att = e.draft_attention or {}
-        if att.get("mismatch"):
-            blocks.append(Para(f"**Draft served ≠ trained on {e.key}:** {att.get('why')}."))
+        if e.draft_attention is not None and e.draft_attention.mismatch:
+            blocks.append(Para(f"**Draft served ≠ trained on {e.key}:** {e.draft_attention.why}."))
     env: list[Block] = []
     if versions:
         env.append(Table(["Package", "Version"], [[k, str(v)] for k, v in sorted(versions.items())]))

@@ -91,6 +91,15 @@ class EngineDescription(InOrder):
     kept_from: str | None = None  # a kept engine (api.run(keep=...)): the log of the run that started it
 
 
+class DraftAttention(Part):
+    """How vLLM serves a DFlash draft block vs how it was trained (:func:`specbench.zoo.draft_attention.block_attention`)."""
+
+    served: str | None = None  # causal | non-causal
+    trained: str | None = None  # causal | non-causal | mixed
+    mismatch: bool = False
+    why: str = ""
+
+
 class EngineEntry(InOrder):
     """One engine of ``manifest.json``'s ``engines``: how its job went and what it ran."""
 
@@ -99,7 +108,7 @@ class EngineEntry(InOrder):
     reason: str | None = None
     describe: EngineDescription | None = None  # the engine's describe() once started
     # How vLLM serves a DFlash draft block vs how it was trained (part of what the engine describes).
-    draft_attention: VllmPassthrough | None = None
+    draft_attention: DraftAttention | None = None
     placement: Placement | None = None
     restarts: int | None = None
 

@@ -1,13 +1,20 @@
-"""The results directory: ``results/<suite>/<run-id>/``.
+"""The results directory: ``results/<suite>/<run-id>/``. This module is the one that opens its files:
+every other module reads and writes them through the functions here, typed, and every read brings an
+older file up to date (:mod:`specbench.results.migrations`).
 
 * ``manifest.json`` — the suite as run, the plan, git commit, package
-  versions, hardware, seed, schema version, engines.
+  versions, hardware, seed, schema version, engines (:class:`RunManifest`:
+  :func:`read_manifest`, :func:`write_manifest`).
 * ``records.jsonl`` / ``cells.jsonl`` — append-only raw records, one JSON
   object per line, flushed and fsynced per write, so an interrupted run
   loses at most the line being written (a torn last line is ignored on
-  read -- and said: ``iter_jsonl(..., torn=notes)`` -- and repaired on resume).
-* ``summary.json`` — derived; rebuilt by ``specbench analyze``.
-* ``engines/<key>.log`` — each engine's stdout/stderr.
+  read -- and said: ``iter_jsonl(..., torn=notes)`` -- and repaired on resume)
+  (:func:`read_requests`, :func:`read_cells`, :class:`JsonlAppender`).
+* ``summary.json`` — derived; rebuilt by ``specbench analyze`` (:func:`read_summary`, :func:`write_summary`).
+* ``prompts.jsonl`` — the prompts with their references (:func:`read_prompts`, :func:`write_prompts`);
+  ``scores.jsonl`` — a cache of task scores (:func:`read_scores`, :func:`append_scores`);
+  ``equivalence.jsonl`` — teacher-forced scores of sampled outputs (read with :func:`iter_jsonl`).
+* ``engines/<key>.log`` — each engine's stdout/stderr, written by its process (:func:`engine_log`).
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ EQUIVALENCE = "equivalence.jsonl"  # teacher-forced scores of sampled outputs (s
 ENGINE_LOGS = "engines"  # engines/<engine key>.log: each engine's stdout/stderr, written by its process
 
 
-def engine_log(run_dir: Path, key: str) -> Path:
+def engine_log(run_dir: str | Path, key: str) -> Path:
     """Where the engine ``key`` writes its log."""
     return Path(run_dir) / ENGINE_LOGS / f"{key}.log"
 
