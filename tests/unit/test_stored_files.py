@@ -208,3 +208,26 @@ def test_build_manifest_is_what_a_run_stores(tmp_path: Path) -> None:
     assert rundir.read_manifest(tmp_path) == m
     saved = json.loads((tmp_path / rundir.MANIFEST).read_text())
     assert saved["suite"] == suite.model_dump(mode="json") and "run" not in saved["plan"]
+
+
+def test_a_resume_with_every_cell_done_writes_the_typed_manifest(run: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """api.run's manifest as a resumed run leaves it (no engine starts: every cell finished before):
+    the engines keep what they recorded, the session's executor, resume time and status are added."""
+    import yaml
+
+    before = rundir.read_manifest(run)
+    assert before.suite is not None
+    suite = tmp_path / "recorded.yaml"
+    suite.write_text(yaml.safe_dump(before.suite.model_dump(mode="json")))
+    monkeypatch.setattr(api, "_build_zoo", lambda plan: None)  # its cells are done: no engine needs the zoo
+    assert api.run(suite, resume=run, platform="cpu") == run
+    after = rundir.read_manifest(run)
+    assert after.status == "complete" and after.executors == ["local"] and len(after.resumed_at) == 1
+    assert [(e.key, e.status) for e in after.engines] == [(e.key, "done earlier") for e in before.engines]
+    assert [e.describe for e in after.engines] == [e.describe for e in before.engines]
+    assert after.time_breakdown is not None and "a resumed run: the last session only" in after.time_breakdown.notes
+    assert after.plan == before.plan and after.suite == before.suite and after.created_at == before.created_at
+    saved = json.loads((run / rundir.MANIFEST).read_text())
+    stored = json.loads((FIXTURES / "recorded" / "manifest.json").read_text())
+    assert list(saved)[: len(stored)] == list(stored)  # the keys it had, where they were
