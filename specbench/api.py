@@ -297,8 +297,7 @@ def engine_spans_of(phases: list[Any], run_dir: Path, plan: Plan, *, since: floa
     groups of its target."""
     from specbench.analysis.timing import parse_time, spans_from_phases
 
-    records = [r for r in rundir.read_cells(run_dir) if (parse_time(r.finished_at) or 0.0) >= since - 1] \
-        if (run_dir / rundir.CELLS).exists() else []
+    records = [r for r in rundir.read_cells(run_dir) if (parse_time(r.finished_at) or 0.0) >= since - 1]
     target_of = {e.key: e.target.name for e in plan.engines}
     sampled: dict[str, list[str]] = {}
     for c in plan.cells:
