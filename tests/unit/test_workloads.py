@@ -241,10 +241,12 @@ def test_requests_frame_carries_category_and_turn() -> None:
 
 def test_teacher_forcing_scores_a_later_turn_on_its_own_history() -> None:
     from specbench.execution.teacher_forcing import score_items_for
+    from specbench.results.requests import PreparedPrompt
 
     c = _cell("eagle3", "eagle3", 3).model_copy(update={"temperature": 1.0})
     two = _conv(c.cell_id, "a0", 2, 2, [7])
-    prompts = {("d", "a0"): {"messages": [{"role": "user", "content": "q1"}], "later_turns": ["q2"]}}
+    prompts = {("d", "a0"): PreparedPrompt(prompt_id="a0", messages=[{"role": "user", "content": "q1"}],
+                                           later_turns=["q2"])}
     [item] = score_items_for([two], {c.cell_id: c}, prompts, 1.0, {(c.cell_id, "a0", 0, 0, 1): "my reply"})
     assert item.messages == [{"role": "user", "content": "q1"}, {"role": "assistant", "content": "my reply"},
                              {"role": "user", "content": "q2"}]
