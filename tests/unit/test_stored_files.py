@@ -229,3 +229,50 @@ def test_a_resume_with_every_cell_done_writes_the_typed_manifest(run: Path, tmp_
     saved = json.loads((run / rundir.MANIFEST).read_text())
     stored = json.loads((FIXTURES / "recorded" / "manifest.json").read_text())
     assert list(saved)[: len(stored)] == list(stored)  # the keys it had, where they were
+
+
+# ---------------------------------------------------------------------------
+# no untyped dicts in what a run stores
+
+#: vLLM's own arguments, handed to it as given (typed by vLLM, not here)
+VLLM_PASSTHROUGH = {"TargetSpec.chat_template_kwargs", "TargetSpec.engine_args", "MethodSpec.speculative_config",
+                    "EngineConfig.speculative_config", "EngineDescription.llm_kwargs"}
+#: left to type: a prompt's meta is built per dataset kind (category, input length, chat overhead …)
+NOT_YET_TYPED = {"StoredPrompt.meta"}
+
+
+def _untyped_dicts(model: type, seen: set[type]) -> list[str]:
+    from typing import get_args, get_origin
+
+    from pydantic import BaseModel
+
+    out: list[str] = []
+
+    def walk(t: Any, where: str) -> None:
+        if isinstance(t, type) and issubclass(t, BaseModel):
+            out.extend(_untyped_dicts(t, seen))
+            return
+        args = get_args(t)
+        if get_origin(t) is dict and len(args) == 2 and args[1] is Any:
+            out.append(where)
+        for a in args:
+            walk(a, where)
+
+    if model in seen:
+        return out
+    seen.add(model)
+    for name, field in model.model_fields.items():  # type: ignore[attr-defined]
+        walk(field.annotation, f"{model.__name__}.{name}")
+    return out
+
+
+def test_no_untyped_dict_in_the_stored_models() -> None:
+    from specbench.results.records import CellRecord, RequestRecord
+    from specbench.results.requests import StoredPrompt
+    from specbench.results.summary import RunSummary
+
+    seen: set[type] = set()
+    found = {w for m in (RunManifest, RunSummary, RequestRecord, CellRecord, StoredPrompt)
+             for w in _untyped_dicts(m, seen)}
+    assert found - VLLM_PASSTHROUGH - NOT_YET_TYPED == set()
+    assert len(seen) > 40  # it walked the nested models too
