@@ -190,7 +190,7 @@ def main() -> int:
     if len(dirs) < 2:
         ap.error("need at least 2 runs (--runs DIR DIR ... or --suite S --n N)")
     runs = [load_summary(d) for d in dirs]
-    hw = rundir.load_manifest(dirs[0]).hardware_class
+    hw = rundir.read_manifest(dirs[0]).hardware_class
     k = args.calibrate_on or max(2, len(runs) // 2)
     if len(runs) - k >= 2:
         cal_runs, judged, note = runs[:k], runs[k:], f"calibrated on runs 1–{k}, judged on the other {len(runs) - k}"

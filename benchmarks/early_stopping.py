@@ -66,6 +66,7 @@ from specbench.analysis import metrics, sequential
 from specbench.config.plan import Cell
 from specbench.config.stop_rule import METRICS, Metric
 from specbench.results import counters, rundir
+from specbench.results.manifest import RunManifest
 from specbench.results.records import RequestRecord
 from specbench.scoring.apply import METRICS_BY_KIND, score_requests
 
@@ -102,19 +103,18 @@ class Result:
 # records → per-prompt units
 
 
-def _scores(run_dir: Path, manifest: dict, cells: list[Cell], reqs: list[RequestRecord]) -> dict:
+def _scores(run_dir: Path, manifest: RunManifest, cells: list[Cell], reqs: list[RequestRecord]) -> dict:
     """Cached scores (scores.jsonl) plus GSM8k scored in-process; HumanEval only from the cache."""
-    cached = {(o["cell_id"], o["prompt_id"], o["sample_index"]): o["score"]
-              for o in rundir.iter_jsonl(run_dir / rundir.SCORES)} if (run_dir / rundir.SCORES).exists() else {}
-    prompts = list(rundir.iter_jsonl(run_dir / rundir.PROMPTS)) if (run_dir / rundir.PROMPTS).exists() else []
-    datasets = manifest["suite"].get("datasets") or []
-    if not any(d["kind"] in METRICS_BY_KIND for d in datasets):
+    cached = rundir.read_scores(run_dir)
+    prompts = rundir.read_prompts(run_dir)
+    datasets = manifest.suite.datasets if manifest.suite else []
+    if not any(d.kind in METRICS_BY_KIND for d in datasets):
         return cached
     scores, _ = score_requests(
         reqs,
         {c.cell_id: c.dataset for c in cells},
-        {d["name"]: d["kind"] for d in datasets},
-        {(p["dataset"], p["prompt_id"]): p.get("reference") for p in prompts},
+        {d.name: d.kind for d in datasets},
+        {(p.dataset, p.prompt_id): p.reference for p in prompts},
         allow_code_exec=False,
         cached=cached,
     )
@@ -131,17 +131,17 @@ def _proxy_accuracy(run: str, gid: str, tau_units: dict[str, np.ndarray]) -> Cas
 def cases_of_run(run_dir: Path, group_filter: re.Pattern[str] | None, proxy_accuracy: bool = True,
                  min_units: int = 8) -> list[Case]:
     manifest = rundir.read_manifest(run_dir)
-    cells = [Cell.model_validate(c) for c in (manifest.get("plan") or {}).get("cells") or []]
+    cells = manifest.plan.cells if manifest.plan else []
     latest = metrics.latest_cell_records(rundir.read_cells(run_dir))
     reqs = metrics.unique_requests(rundir.read_requests(run_dir))
     by_group = metrics.requests_by_group(cells, latest, reqs)
     scores = _scores(run_dir, manifest, cells, reqs)
-    kinds = {d["name"]: d["kind"] for d in manifest["suite"].get("datasets") or []}
+    kinds = {d.name: d.kind for d in manifest.suite.datasets} if manifest.suite else {}
     first: dict[str, Cell] = {}
     for c in cells:
         first.setdefault(c.group_id, c)
     baselines = {c.baseline_group_key: c.group_id for c in first.values() if c.method_kind == "baseline"}
-    run = f"{manifest.get('suite_name', run_dir.parent.name)}"
+    run = manifest.suite_name
     out: list[Case] = []
     for gid, c in first.items():
         recs = by_group.get(gid) or []

@@ -94,17 +94,17 @@ def main(argv: list[str] | None = None) -> int:
                     "the estimate from the files, and the estimate as JSON")
     args = ap.parse_args(argv)
     manifest = rundir.read_manifest(args.run_dir)
-    recorded = manifest.get("time_breakdown")
+    recorded = manifest.time_breakdown
     if args.smoke:
         if not recorded:
             print(f"{args.run_dir}: no time_breakdown in manifest.json", file=sys.stderr)
             return 1
-        show(args.run_dir, TimeBreakdown.model_validate(recorded), as_json=False)
+        show(args.run_dir, recorded, as_json=False)
         bd = estimate(args.run_dir, args.reports)
         show(args.run_dir, bd, as_json=False)
         show(args.run_dir, bd, as_json=True)
         return 0
-    bd = (TimeBreakdown.model_validate(recorded) if recorded and not args.estimate
+    bd = (recorded if recorded and not args.estimate
           else estimate(args.run_dir, args.reports))
     show(args.run_dir, bd, args.json)
     return 0

@@ -7,20 +7,16 @@ be recomputed without an engine.
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 import shlex
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from pydantic import ValidationError
-
 from specbench import datasets
 from specbench.analysis.timing import Timeline
 from specbench.config.plan import Cell, Plan, cell_summary, expand, with_decisions
-from specbench.config.suite import EquivalenceSpec, Suite, SuiteError, load_suite
+from specbench.config.suite import EquivalenceSpec, ScoringSpec, Suite, SuiteError, load_suite
 from specbench.engines.factory import resolve_engine
 from specbench.engines.kept import KeptEngines as KeptEngines  # api.run(keep=KeptEngines())
 from specbench.engines.vllm_args import vllm_serve_command
@@ -30,10 +26,11 @@ from specbench.execution.driver import RunRefused as RunRefused  # the CLI repor
 from specbench.execution.executors import make_executor
 from specbench.execution.interrupt import StopRequested, stop_on_signals
 from specbench.results import rundir
-from specbench.results.migrations import MANIFEST_SCHEMA_VERSION, hardware_class
+from specbench.results.manifest import EngineEntry, RunManifest, build_manifest
 from specbench.results.noise import NoiseCalibration
 from specbench.results.noise import NoiseError as NoiseError  # the CLI reports it as bad input
 from specbench.results.parts import Equivalence
+from specbench.results.records import now_iso
 from specbench.results.summary import RunSummary
 from specbench.settings import settings
 
@@ -130,33 +127,14 @@ def results_root(out: Path | None) -> Path:
     return Path(out) if out is not None else Path.cwd() / "results"
 
 
-def _manifest(suite: Suite, plan: Plan, run_id: str, platform: str, limit: int | None) -> dict[str, Any]:
-    src = Path(suite.source_path) if suite.source_path else None
-    hw, versions = rundir.hardware(), rundir.package_versions()
-    return {
-        "schema_version": MANIFEST_SCHEMA_VERSION,
-        "run_id": run_id,
-        "suite_name": suite.name,
-        "suite_path": str(src) if src else None,
-        "suite": suite.model_dump(mode="json"),
-        "plan": plan.model_dump(mode="json"),
-        "limit": limit,
-        "seed": suite.sampling.seed,
-        "platform": platform,
-        "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "git_commit": rundir.git_commit(src.parent if src else None),
-        "versions": versions,
-        "hardware": hw,
-        "hardware_class": hardware_class(hw),
-        "specbench_version": versions.get("specbench"),
-        "command": settings().command or shlex.join(sys.argv),
-        "datasets": {d.name: datasets.source_of(d, src.parent if src else Path.cwd()) for d in suite.datasets},
-        "engine_patches": {
-            t.name: [{"name": n, "summary": ENGINE_PATCHES[n].summary} for n in t.engine_patches]
-            for t in suite.targets
-            if t.engine_patches and t.engine != "reference"
-        },
-    }
+def _manifest(suite: Suite, plan: Plan, run_id: str, platform: str, limit: int | None) -> RunManifest:
+    base = Path(suite.source_path).parent if suite.source_path else Path.cwd()
+    return build_manifest(
+        suite, plan, run_id=run_id, platform=platform, limit=limit, command=settings().command or shlex.join(sys.argv),
+        datasets={d.name: datasets.source_of(d, base) for d in suite.datasets},
+        engine_patches={t.name: [{"name": n, "summary": ENGINE_PATCHES[n].summary} for n in t.engine_patches]
+                        for t in suite.targets if t.engine_patches and t.engine != "reference"},
+    )
 
 
 def run(
@@ -226,11 +204,14 @@ def _run(
     if resume is not None:
         run_dir = Path(resume)
         manifest = rundir.read_manifest(run_dir)
-        suite = load_suite(manifest.get("suite_path") or suite_path)
-        plan = with_decisions(Plan.model_validate(manifest["plan"]), suite)
-        run_id = manifest["run_id"]
-        limit = manifest.get("limit") if limit is None else limit
-        manifest.setdefault("resumed_at", []).append(dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+        if manifest.plan is None:
+            raise RunRefused([f"{run_dir}: its manifest holds no plan (written before plans were stored): "
+                              "it cannot be resumed"])
+        suite = load_suite(manifest.suite_path or suite_path)
+        plan = with_decisions(manifest.plan, suite)
+        run_id = manifest.run_id
+        limit = manifest.limit if limit is None else limit
+        manifest.resumed_at = [*manifest.resumed_at, now_iso()]
     else:
         suite = with_ks(load_suite(suite_path), num_speculative_tokens)
         plan = expand(suite)
@@ -250,28 +231,28 @@ def _run(
     except Exception as exc:  # noqa: BLE001 - no Ray, no cluster at that address: bad input, before any engine
         raise RunRefused([f"executor {kind}: {type(exc).__name__}: {exc}"]) from exc
     run_dir.mkdir(parents=True, exist_ok=resume is not None)
-    manifest.setdefault("executors", []).append(kind)
-    manifest["status"] = "running"
-    manifest.pop("interrupted_by", None)
-    rundir.write_json(run_dir / rundir.MANIFEST, manifest)
+    manifest.executors = [*manifest.executors, kind]
+    manifest.status, manifest.interrupted_by = "running", None
+    rundir.write_manifest(run_dir, manifest)
     runner = Runner(plan, run_dir, run_id, limit=limit, progress=progress, platform=platform, executor=runs_on)
     with timeline.span("assets"):
         _build_zoo(plan)
     try:
         runner.run()
-        manifest["status"] = "complete"
+        manifest.status = "complete"
     except StopRequested as stop:
         _stopped(stop, run_dir, manifest)
         raise
     finally:
-        earlier = {e.get("key"): e for e in manifest.get("engines") or []}
-        manifest["engines"] = [
+        earlier = {e.key: e for e in manifest.engines}
+        manifest.engines = [
             # an engine whose cells all finished before a resume keeps what it recorded then
-            {**earlier[k], "status": "done earlier"} if v == {"status": "done earlier"} and k in earlier else {"key": k, **v}
+            earlier[k].model_copy(update={"status": "done earlier"}) if v == {"status": "done earlier"} and k in earlier
+            else EngineEntry.model_validate({"key": k, **v})
             for k, v in runner.engine_status.items()
         ]
-        manifest["finished_at"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-        rundir.write_json(run_dir / rundir.MANIFEST, manifest)
+        manifest.finished_at = now_iso()
+        rundir.write_manifest(run_dir, manifest)
     timeline.extend(engine_spans_of(runner.phases, run_dir, plan, since=timeline.started))
     try:
         analyze(run_dir, allow_code_exec=allow_code_exec, timeline=timeline, noise=noise)
@@ -295,7 +276,7 @@ def _build_zoo(plan: Plan) -> None:
             pass
 
 
-def _stopped(stop: StopRequested, run_dir: Path, manifest: dict[str, Any]) -> None:
+def _stopped(stop: StopRequested, run_dir: Path, manifest: RunManifest) -> None:
     """A run stopped by a signal: no engine process left, the manifest says so, the message has its numbers.
 
     The runner's own clean-up (the job's ``finally`` blocks, the executor's
@@ -306,8 +287,7 @@ def _stopped(stop: StopRequested, run_dir: Path, manifest: dict[str, Any]) -> No
 
     end_all()
     end_resource_tracker()
-    manifest["status"] = "interrupted"
-    manifest["interrupted_by"] = stop.signame
+    manifest.status, manifest.interrupted_by = "interrupted", stop.signame
     stop.run_dir = run_dir
     stop.requests = len(rundir.read_requests(run_dir))
 
@@ -318,8 +298,7 @@ def engine_spans_of(phases: list[Any], run_dir: Path, plan: Plan, *, since: floa
     groups of its target."""
     from specbench.analysis.timing import parse_time, spans_from_phases
 
-    records = [r for r in rundir.read_cells(run_dir) if (parse_time(r.finished_at) or 0.0) >= since - 1] \
-        if (run_dir / rundir.CELLS).exists() else []
+    records = [r for r in rundir.read_cells(run_dir) if (parse_time(r.finished_at) or 0.0) >= since - 1]
     target_of = {e.key: e.target.name for e in plan.engines}
     sampled: dict[str, list[str]] = {}
     for c in plan.cells:
@@ -334,7 +313,7 @@ def engine_spans_of(phases: list[Any], run_dir: Path, plan: Plan, *, since: floa
                              teacher_forcing)
 
 
-def record_time_breakdown(run_dir: Path, timeline: Timeline, manifest: dict[str, Any] | None = None) -> None:
+def record_time_breakdown(run_dir: Path, timeline: Timeline, manifest: RunManifest | None = None) -> None:
     """Write the timeline's breakdown (wall: from its start to now) into ``manifest.json``.
 
     Engine starts, warmups, cells and teacher forcing the runner did not record are estimated from
@@ -346,11 +325,10 @@ def record_time_breakdown(run_dir: Path, timeline: Timeline, manifest: dict[str,
     if not timeline.has("cells"):
         timeline.extend(engine_spans(run_dir, since=timeline.started))
         notes.append("engine starts, warmups, cells and teacher forcing: estimated from cells.jsonl and the engine logs")
-    if manifest.get("resumed_at"):
+    if manifest.resumed_at:
         notes.append("a resumed run: the last session only")
-    manifest["timeline"] = timeline.to_json()
-    manifest["time_breakdown"] = timeline.breakdown(notes=notes).model_dump(mode="json")
-    rundir.write_json(Path(run_dir) / rundir.MANIFEST, manifest)
+    manifest.set_time(timeline.spans or [], timeline.breakdown(notes=notes))
+    rundir.write_manifest(run_dir, manifest)
 
 
 def analyze(run_dir: Path, *, allow_code_exec: bool | None = None, timeline: Timeline | None = None,
@@ -369,7 +347,7 @@ def analyze(run_dir: Path, *, allow_code_exec: bool | None = None, timeline: Tim
         return _analyze(Path(run_dir), allow_code_exec, timeline, noise)
 
 
-def _speed_noise(run_dir: Path, manifest: dict[str, Any], noise: Path | None) -> tuple[NoiseCalibration | None, str | None]:
+def _speed_noise(run_dir: Path, manifest: RunManifest, noise: Path | None) -> tuple[NoiseCalibration | None, str | None]:
     """(the calibration the run's speed intervals include or None, why one found was not used).
 
     ``noise`` when given (it must apply); else ``noise.json`` beside the run; else the suite's
@@ -377,10 +355,10 @@ def _speed_noise(run_dir: Path, manifest: dict[str, Any], noise: Path | None) ->
     from specbench.config.suite import resolve_path
     from specbench.results.noise import applying, check_applies, find_noise, load_noise
 
-    hw, suite = manifest.get("hardware_class"), manifest["suite_name"]
+    hw, suite = manifest.hardware_class, manifest.suite_name
     if noise is None:
         cal, why = find_noise(run_dir, hw, suite)
-        named, suite_path = (manifest.get("suite") or {}).get("speed_noise"), manifest.get("suite_path")
+        named, suite_path = manifest.suite.speed_noise if manifest.suite else None, manifest.suite_path
         if cal is not None or not named or not suite_path:
             return cal, why
         cal, why_suite = applying(resolve_path(named, Path(suite_path).parent), hw, suite)
@@ -396,51 +374,34 @@ def _analyze(run_dir: Path, allow_code_exec: bool | None, timeline: Timeline, no
 
     manifest = rundir.read_manifest(run_dir)
     speed_noise, noise_note = _speed_noise(run_dir, manifest, noise)
-    cells = [Cell.model_validate(c) for c in manifest["plan"]["cells"]]
+    cells = manifest.plan.cells if manifest.plan is not None else []
     torn: list[str] = []  # torn last lines of interrupted writes, "file:line: …"
     requests = rundir.read_requests(run_dir, torn)
     cell_records = rundir.read_cells(run_dir, torn)
     with timeline.span("scoring"):
         scores, notes = _scores(run_dir, manifest, cells, requests, allow_code_exec, torn)
-    prompt_references = {str(o.get("prompt_id")): o.get("reference") for o in rundir.iter_jsonl(run_dir / rundir.PROMPTS)} \
-        if (run_dir / rundir.PROMPTS).exists() else {}
+    prompt_references = {p.prompt_id: p.reference for p in rundir.read_prompts(run_dir)}
     equivalence = _equivalence(run_dir, manifest, cells, requests, torn)  # may add torn lines of its own file
     summary = summarize_run(manifest, cells, cell_records, requests, scores=scores, scoring_notes=notes,
                             prompt_references=prompt_references, prompt_categories=rundir.prompt_categories(run_dir),
                             equivalence=equivalence, torn_lines=torn, speed_noise=speed_noise,
                             speed_noise_note=noise_note)
-    rundir.write_json(run_dir / rundir.SUMMARY, summary.model_dump(mode="json"))
+    rundir.write_summary(run_dir, summary)
     return summary
 
 
 def _equivalence(
-    run_dir: Path, manifest: dict[str, Any], cells: list[Cell], requests: list, torn: list[str] | None = None
+    run_dir: Path, manifest: RunManifest, cells: list[Cell], requests: list, torn: list[str] | None = None
 ) -> dict[str, Equivalence]:
     from specbench.execution.teacher_forcing import equivalence_summaries
 
-    try:
-        spec = EquivalenceSpec.model_validate(manifest["suite"].get("equivalence") or {})
-    except ValidationError:
-        spec = EquivalenceSpec()  # a manifest written before the section was typed
-    return equivalence_summaries(run_dir, cells, requests, torn, engine_dtypes=engine_dtypes(manifest), spec=spec)
-
-
-def engine_dtypes(manifest: dict[str, Any]) -> dict[str, str | None]:
-    """Engine key → the dtype its logits were computed in: as the engine reported it
-    once started (vLLM's resolution of "auto"), else the target's ``dtype``."""
-    out: dict[str, str | None] = {
-        e["key"]: (e.get("target") or {}).get("dtype") for e in (manifest.get("plan") or {}).get("engines") or []
-    }
-    for e in manifest.get("engines") or []:
-        reported = (e.get("describe") or {}).get("dtype")
-        if reported and e.get("key"):
-            out[e["key"]] = reported
-    return out
+    spec = manifest.suite.equivalence if manifest.suite is not None else EquivalenceSpec()
+    return equivalence_summaries(run_dir, cells, requests, torn, engine_dtypes=manifest.engine_dtypes(), spec=spec)
 
 
 def _scores(
     run_dir: Path,
-    manifest: dict[str, Any],
+    manifest: RunManifest,
     cells: list[Cell],
     requests: list,
     allow_code_exec: bool | None,
@@ -448,57 +409,53 @@ def _scores(
 ) -> tuple[dict, list[str]]:
     from specbench.scoring.apply import score_requests
 
-    prompts = list(rundir.iter_jsonl(run_dir / rundir.PROMPTS, torn))
+    prompts = rundir.read_prompts(run_dir, torn)
     if not prompts:
         return {}, []
-    scoring = manifest["suite"].get("scoring") or {}
-    allow = scoring.get("allow_code_exec", False) if allow_code_exec is None else allow_code_exec
-    cached = {(o["cell_id"], o["prompt_id"], o["sample_index"]): o["score"]
-              for o in rundir.iter_jsonl(run_dir / rundir.SCORES, torn)}
+    suite = manifest.suite
+    scoring = suite.scoring if suite is not None else ScoringSpec()
+    allow = scoring.allow_code_exec if allow_code_exec is None else allow_code_exec
+    cached = rundir.read_scores(run_dir, torn)
     scores, notes = score_requests(
         requests,
         {c.cell_id: c.dataset for c in cells},
-        {d["name"]: d["kind"] for d in manifest["suite"]["datasets"]},
-        {(p["dataset"], p["prompt_id"]): p.get("reference") for p in prompts},
+        {d.name: d.kind for d in suite.datasets} if suite is not None else {},
+        {(p.dataset, p.prompt_id): p.reference for p in prompts},
         allow_code_exec=allow,
-        workers=int(scoring.get("workers", 4)),
-        timeout_s=float(scoring.get("timeout_s", 10.0)),
+        workers=scoring.workers,
+        timeout_s=scoring.timeout_s,
         cached=cached,
     )
-    new = {k: v for k, v in scores.items() if k not in cached}
-    if new:
-        out = rundir.JsonlAppender(run_dir / rundir.SCORES)
-        for (cid, pid, si), sc in new.items():
-            out.append({"cell_id": cid, "prompt_id": pid, "sample_index": si, "score": sc})
-        out.close()
+    rundir.append_scores(run_dir, {k: v for k, v in scores.items() if k not in cached})
     return scores, notes
 
 
 def load_summary(run_dir: Path) -> RunSummary:
-    p = Path(run_dir) / rundir.SUMMARY
-    if not p.exists():
+    """The run's ``summary.json`` (rebuilt by :func:`analyze` when it has none yet)."""
+    if not rundir.has_summary(run_dir):
         return analyze(Path(run_dir))
-    return RunSummary.load(json.loads(p.read_text()))
+    return rundir.read_summary(run_dir)
 
 
-def report(run_dir: Path, out_dir: Path | None = None, *, timeline: Timeline | None = None) -> dict[str, Path]:
-    """Write the markdown and HTML reports of a run.
+def report(run_dir: Path, out_dir: Path | None = None, *, timeline: Timeline | None = None,
+           summary: RunSummary | None = None) -> dict[str, Path]:
+    """Write the markdown and HTML reports of a run (``summary``: its summary, when the caller has it).
 
     With the ``timeline`` of the :func:`run` that made it, the reports' time goes into the manifest's
     ``time_breakdown`` (the reports themselves show the breakdown up to the analysis)."""
     from specbench.report import write_reports
 
     run_dir = Path(run_dir)
-    load_summary(run_dir)
+    summary = summary if summary is not None else load_summary(run_dir)
+    out_dir = out_dir or rundir.reports_dir_for(run_dir)
     if timeline is None:
-        return write_reports(run_dir, out_dir or rundir.reports_dir_for(run_dir))
-    with timeline.span("reports"):
-        paths = write_reports(run_dir, out_dir or rundir.reports_dir_for(run_dir))
+        return write_reports(run_dir, out_dir, summary=summary)
     manifest = rundir.read_manifest(run_dir)
-    manifest["timeline"] = timeline.to_json()
-    manifest["time_breakdown"] = timeline.breakdown(notes=(manifest.get("time_breakdown") or {}).get("notes")).model_dump(
-        mode="json")
-    rundir.write_json(run_dir / rundir.MANIFEST, manifest)
+    with timeline.span("reports"):
+        paths = write_reports(run_dir, out_dir, summary=summary, manifest=manifest)
+    manifest.set_time(timeline.spans or [],
+                      timeline.breakdown(notes=manifest.time_breakdown.notes if manifest.time_breakdown else None))
+    rundir.write_manifest(run_dir, manifest)
     return paths
 
 
@@ -555,12 +512,12 @@ def gate(new_run: Path, baseline: str, *, rules: Path | None = None, db: str | N
         cal = new.extra.speed_noise  # the calibration the new run was analysed with, if any
         if noise is not None:
             cal = load_noise(noise)
-            check_applies(cal, rundir.load_manifest(new_run).hardware_class, new.suite_name, noise)
+            check_applies(cal, rundir.read_manifest(new_run).hardware_class, new.suite_name, noise)
         if window is None:
             result = evaluate_gate(new, load_baseline(Path(baseline)), rule_set, noise=cal)
         else:
             with History(db) as hist:
-                result = evaluate_history_gate(new, rundir.load_manifest(new_run), hist, window, rule_set, noise=cal)
+                result = evaluate_history_gate(new, rundir.read_manifest(new_run), hist, window, rule_set, noise=cal)
     except (GateConfigError, HistoryError, rundir.StoreError, FileNotFoundError, ValueError) as exc:
         raise InputError(str(exc)) from exc
     return GateReport(render_gate(result), result.exit_code)
@@ -573,7 +530,7 @@ def calibrate(run_dirs: list[Path], out: Path | None = None) -> tuple[NoiseCalib
     from specbench.regression.noise import calibrate as calibrate_runs
     from specbench.results.noise import NOISE_FILE, save_noise
 
-    classes = {rundir.load_manifest(d).hardware_class for d in run_dirs}
+    classes = {rundir.read_manifest(d).hardware_class for d in run_dirs}
     if len(classes) != 1:
         raise NoiseError(f"a calibration needs runs of one hardware class, got {sorted(classes)}")
     summaries = [load_summary(d) for d in run_dirs]  # values only: a calibration a run was analysed with is moot
@@ -592,7 +549,7 @@ def history_add(run_dirs: list[Path], db: str | None = None) -> Iterator[AddResu
     try:
         with History(db) as hist:
             for d in run_dirs:
-                if not (Path(d) / rundir.SUMMARY).exists():
+                if not rundir.has_summary(d):
                     analyze(d)  # a run without its summary yet: rebuild it from the records
                 yield hist.add_run(d)
     except (HistoryError, rundir.StoreError, ValueError) as exc:

@@ -208,9 +208,10 @@ def run(
     except StopRequested as stop:  # the progress display has stopped: this is the last line
         _interrupted(stop, suite)
     console.print(f"results: {run_dir}")
-    _print_summary(run_dir)
+    summary = api.load_summary(run_dir)  # read once: the closing tables and the reports
+    _print_summary(run_dir, summary)
     if report:
-        for kind, path in api.report(run_dir, timeline=timeline).items():
+        for kind, path in api.report(run_dir, timeline=timeline, summary=summary).items():
             console.print(f"{kind} report: {path}")
     _print_time(run_dir)
 
@@ -219,7 +220,7 @@ def _print_time(run_dir: Path) -> None:
     """One line: where the run's wall went (the manifest's ``time_breakdown``)."""
     from specbench.report.terminal import time_line
 
-    line = time_line(api.rundir.read_manifest(run_dir).get("time_breakdown"))
+    line = time_line(api.rundir.read_manifest(run_dir).time_breakdown)
     if line:
         console.print(f"time: {line}", highlight=False, soft_wrap=True)
 
@@ -266,9 +267,9 @@ def closing_tables(summary) -> list[Table]:
     return tables
 
 
-def _print_summary(run_dir: Path) -> None:
+def _print_summary(run_dir: Path, summary: api.RunSummary | None = None) -> None:
     """The closing tables: the headline, then every group (≤ 100 columns, never wrapped; piped output is 100 wide)."""
-    s = api.load_summary(run_dir)
+    s = summary if summary is not None else api.load_summary(run_dir)
     out = console if console.is_terminal else Console(width=100)
     for t in closing_tables(s):
         out.print(t, highlight=False)
@@ -293,7 +294,7 @@ def analyze(
         summary = api.analyze(run_dir, allow_code_exec=allow_code_exec or None, noise=noise)
     except (api.rundir.StoreError, api.NoiseError) as exc:
         _bad_input([str(exc)])
-    _print_summary(run_dir)
+    _print_summary(run_dir, summary)
     torn = summary.extra.torn_lines
     if torn:
         from specbench.report.markdown import torn_lines_note

@@ -25,6 +25,7 @@ from specbench import api
 from specbench.analysis import metrics
 from specbench.results import counters, rundir
 from specbench.results import metric_catalog as catalog
+from specbench.results.manifest import RunManifest
 from specbench.results.slices import SLICE_KEYS
 from specbench.results.summary import GroupSummary, RunSummary
 from specbench.stats import Estimate
@@ -44,7 +45,7 @@ def estimate_columns() -> tuple[str, ...]:
 @dataclass
 class RunFrames:
     run_dir: Path
-    manifest: dict[str, Any]
+    manifest: RunManifest
     requests: pd.DataFrame
     cells: pd.DataFrame
     groups: pd.DataFrame
@@ -57,18 +58,19 @@ def _counter_columns(c: Any) -> dict[str, Any]:
             "num_accepted_tokens": c.num_accepted_tokens, "tau": counters.counters_tau(c)}
 
 
-def requests_frame(manifest: dict[str, Any], records: list,
+def requests_frame(manifest: RunManifest, records: list,
                    categories: dict[tuple[str, str], str] | None = None) -> pd.DataFrame:
     """One row per request; ``categories`` ((dataset, prompt id) → category, from ``prompts.jsonl``) adds
     its prompt's category, and a conversation's turns carry their conversation id and turn."""
     categories = categories or {}
-    cells = {c["cell_id"]: c for c in manifest["plan"]["cells"]}
+    cells = {c.cell_id: c for c in manifest.plan.cells} if manifest.plan else {}
     rows = []
     for r in metrics.unique_requests(records):
-        cell = cells.get(r.cell_id, {})
+        cell = cells.get(r.cell_id)
         rows.append({
-            "cell_id": r.cell_id, **{k: cell.get(k) for k in CELL_COLUMNS},
-            "prompt_id": r.prompt_id, "category": categories.get((cell.get("dataset"), r.conversation_id or r.prompt_id)),
+            "cell_id": r.cell_id, **{k: getattr(cell, k) if cell else None for k in CELL_COLUMNS},
+            "prompt_id": r.prompt_id,
+            "category": categories.get((cell.dataset, r.conversation_id or r.prompt_id)) if cell else None,
             "conversation_id": r.conversation_id, "turn": r.turn,
             "sample_index": r.sample_index, "repeat": r.repeat, "seed": r.seed,
             "prompt_tokens": r.prompt_tokens, "output_tokens": r.num_output_tokens,
@@ -78,13 +80,13 @@ def requests_frame(manifest: dict[str, Any], records: list,
     return pd.DataFrame(rows)
 
 
-def cells_frame(manifest: dict[str, Any], cell_records: list) -> pd.DataFrame:
+def cells_frame(manifest: RunManifest, cell_records: list) -> pd.DataFrame:
     latest = metrics.latest_cell_records(cell_records)
     rows = []
-    for c in manifest["plan"]["cells"]:
-        rec = latest.get(c["cell_id"])
+    for c in manifest.plan.cells if manifest.plan else []:
+        rec = latest.get(c.cell_id)
         rows.append({
-            "cell_id": c["cell_id"], **{k: c.get(k) for k in CELL_COLUMNS}, "repeat": c.get("repeat"),
+            "cell_id": c.cell_id, **{k: getattr(c, k) for k in CELL_COLUMNS}, "repeat": c.repeat,
             "status": rec.status if rec else "not run", "reason": rec.reason if rec else None,
             "num_requests": rec.num_requests if rec else 0, "wall_time_s": rec.wall_time_s if rec else None,
             **_counter_columns(rec.counters if rec else None),

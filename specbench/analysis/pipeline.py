@@ -14,7 +14,6 @@ directory, scoring and the equivalence tests are the caller's
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
 
 from pydantic import BaseModel
 
@@ -24,8 +23,9 @@ from specbench.analysis.method_comparison import headline, k_sweeps
 from specbench.analysis.serving_metrics import group_records, speedups_vs_load, summarize_cell
 from specbench.analysis.workload_slices import Categories, category_matrix, workload_slices
 from specbench.config.plan import Cell
-from specbench.config.suite import Suite, reference_method
+from specbench.config.suite import reference_method
 from specbench.results import metric_catalog
+from specbench.results.manifest import RunManifest
 from specbench.results.noise import NoiseCalibration
 from specbench.results.parts import Equivalence, ServingCellRow, ServingSpeedupRow, SummaryExtra
 from specbench.results.records import CellRecord, RequestRecord
@@ -36,7 +36,7 @@ Scores = Mapping[tuple[str, str, int], dict]  # (cell id, prompt id, sample inde
 
 
 def summarize_run(
-    manifest: Mapping[str, Any],
+    manifest: RunManifest,
     cells: Sequence[Cell],
     cell_records: Sequence[CellRecord],
     requests: Sequence[RequestRecord],
@@ -62,8 +62,10 @@ def summarize_run(
     whose between-run noise the speed intervals then include (:mod:`specbench.analysis.between_run`),
     ``speed_noise_note``: why one beside the run was not used.
     """
-    suite = Suite.model_validate(manifest["suite"])
-    references = list(manifest["suite"].get("references", []))
+    suite = manifest.suite
+    if suite is None:
+        raise ValueError(f"run {manifest.run_id}: its manifest holds no suite (written before suites were stored)")
+    references = [r.model_dump(mode="json") for r in suite.references]
     humaneval_note = next((n for n in scoring_notes if "HumanEval" in n), None)
     groups = metrics.summarize_groups(
         cells, cell_records, requests, references, dict(scores or {}),
@@ -78,8 +80,8 @@ def summarize_run(
     cats = prompt_categories or {}
     slices = workload_slices(groups, greqs, cats, scores, equivalence)
     summary = RunSummary(
-        run_id=manifest["run_id"],
-        suite_name=manifest["suite_name"],
+        run_id=manifest.run_id,
+        suite_name=manifest.suite_name,
         groups=groups + slices,
         checks=metrics.counter_checks(groups),
         headline=headline(groups, greqs, reference_of, references),
@@ -138,9 +140,10 @@ def _estimates(g: GroupSummary) -> list[tuple[str, Estimate]]:
     return out
 
 
-def draft_attention(manifest: Mapping[str, Any], cells: Sequence[Cell]) -> dict[tuple[str, str], dict]:
+def draft_attention(manifest: RunManifest, cells: Sequence[Cell]) -> dict[tuple[str, str], dict]:
     """(target, method) → how vLLM served its DFlash draft block vs how it was trained."""
-    by_engine = {e.get("key"): e.get("draft_attention") for e in manifest.get("engines") or []}
+    by_engine = {e.key: e.draft_attention.model_dump(mode="json", exclude_unset=True)
+                 for e in manifest.engines if e.draft_attention is not None}
     return {(c.target, c.method): by_engine[c.engine_key] for c in cells if by_engine.get(c.engine_key)}
 
 

@@ -19,53 +19,52 @@ import datetime as dt
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from specbench.analysis.timing import Span, parse_time
+from specbench.config.plan import group_id
 from specbench.results import rundir
+from specbench.results.manifest import RunManifest
 
 #: vLLM V1's line at the end of its engine core's start ("init engine (profile, …) took 0.44 s").
 READY = re.compile(r"(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d) \[[^\]]*\] init engine\b")
 
 
-def ready_times(log: Path, year: int) -> list[float]:
-    """When the engine of ``log`` was up, each time it started (seconds; the log's clock is taken as UTC)."""
-    if not log.is_file():
-        return []
+def ready_times(log: str, year: int) -> list[float]:
+    """When the engine whose log text is ``log`` was up, each time it started (seconds; the log's clock
+    is taken as UTC)."""
     out = []
-    for m in READY.finditer(log.read_text(errors="replace")):
+    for m in READY.finditer(log):
         mo, d, h, mi, s = (int(x) for x in m.groups())
         out.append(dt.datetime(year, mo, d, h, mi, s, tzinfo=dt.timezone.utc).timestamp())
     return out
 
 
-def _gpus(manifest: dict[str, Any], target: str | None) -> int | None:
-    if manifest.get("platform") != "cuda":
+def _gpus(manifest: RunManifest, target: str | None) -> int | None:
+    if manifest.platform != "cuda":
         return None
-    targets: list[dict[str, Any]] = (manifest.get("suite") or {}).get("targets") or []
-    spec = next((t for t in targets if t.get("name") == target), {})
-    return int(spec.get("tensor_parallel_size") or 1)
+    spec = next((t for t in manifest.suite.targets if t.name == target), None) if manifest.suite else None
+    return int(spec.tensor_parallel_size or 1) if spec is not None else 1
 
 
-def engine_spans(run_dir: Path, *, since: float | None = None, manifest: dict[str, Any] | None = None) -> list[Span]:
+def engine_spans(run_dir: Path, *, since: float | None = None, manifest: RunManifest | None = None) -> list[Span]:
     """Engine starts, warmups, cells and teacher forcing of the run (of its cells that ended after ``since``)."""
     run_dir = Path(run_dir)
     manifest = manifest if manifest is not None else rundir.read_manifest(run_dir)
-    created = parse_time(manifest.get("created_at"))
+    created = parse_time(manifest.created_at)
     origin = since if since is not None else created
     if origin is None:
         return []
     year = dt.datetime.fromtimestamp(origin, dt.timezone.utc).year
-    plan_cells = {c["cell_id"]: c for c in (manifest.get("plan") or {}).get("cells") or []}
-    target_of = {e["key"]: (e.get("target") or {}).get("name") for e in (manifest.get("plan") or {}).get("engines") or []}
+    plan_cells = {c.cell_id: c for c in manifest.plan.cells} if manifest.plan else {}
+    target_of = {e.key: e.target.name for e in manifest.plan.engines} if manifest.plan else {}
     spans: list[Span] = []
     by_engine: dict[str, list[Span]] = {}
-    for rec in rundir.read_cells(run_dir) if (run_dir / rundir.CELLS).exists() else []:
+    for rec in rundir.read_cells(run_dir):
         end = parse_time(rec.finished_at)
         if rec.status != "ok" or rec.wall_time_s is None or end is None or end < origin - 1:
             continue
-        c = plan_cells.get(rec.cell_id) or {}
-        gid = _group_id(c)
+        c = plan_cells.get(rec.cell_id)
+        gid = group_id(c.target, c.method, c.dataset, c.temperature, c.batch_size, c.request_rate) if c else None
         s = Span(phase="cells", start=end - rec.wall_time_s, end=end, engine=rec.engine_key,
                  groups=[gid] if gid else None, gpus=_gpus(manifest, target_of.get(rec.engine_key)))
         spans.append(s)
@@ -77,7 +76,7 @@ def engine_spans(run_dir: Path, *, since: float | None = None, manifest: dict[st
         first = min(s.start for s in cells)
         gpus = _gpus(manifest, target_of.get(key))
         if first > prev:
-            ready = [t for t in ready_times(run_dir / "engines" / f"{key}.log", year) if prev <= t <= first]
+            ready = [t for t in ready_times(rundir.read_engine_log(run_dir, key), year) if prev <= t <= first]
             up = ready[-1] if ready else first
             spans.append(Span(phase="engine_start", start=prev, end=up, engine=key, gpus=gpus))
             if up < first:
@@ -85,20 +84,11 @@ def engine_spans(run_dir: Path, *, since: float | None = None, manifest: dict[st
         prev = max(prev, max(s.end for s in cells))
     eq = run_dir / rundir.EQUIVALENCE
     if by_engine and eq.is_file() and eq.stat().st_mtime > prev:
-        logs = sorted((run_dir / "engines").glob("*--teacher-forcing.log"))
-        tf_key = logs[0].name[: -len(".log")] if len(logs) == 1 else None
+        logs = [k for k in rundir.engine_log_keys(run_dir) if k.endswith("--teacher-forcing")]
+        tf_key = logs[0] if len(logs) == 1 else None
         spans.append(Span(phase="teacher_forcing", start=prev, end=eq.stat().st_mtime, engine=tf_key,
                           gpus=_gpus(manifest, tf_key.split("--")[0]) if tf_key else None))
     return spans
-
-
-def _group_id(c: dict[str, Any]) -> str | None:
-    from specbench.config.plan import group_id
-
-    try:
-        return group_id(c["target"], c["method"], c["dataset"], c["temperature"], c["batch_size"], c.get("request_rate"))
-    except KeyError:
-        return None
 
 
 def _mtime(paths: Iterable[Path]) -> float | None:
@@ -111,12 +101,12 @@ def run_spans(run_dir: Path, reports_dir: Path | None = None) -> tuple[list[Span
     report written, else ``summary.json``) and notes on what is estimated how."""
     run_dir = Path(run_dir)
     manifest = rundir.read_manifest(run_dir)
-    created = parse_time(manifest.get("created_at"))
+    created = parse_time(manifest.created_at)
     if created is None:
         raise ValueError(f"{run_dir}: the manifest has no created_at")
     spans = engine_spans(run_dir, manifest=manifest)
     notes = ["estimated from the run's files (cells.jsonl, engine logs, file times): boundaries within ~1 s"]
-    runner_end = parse_time(manifest.get("finished_at"))
+    runner_end = parse_time(manifest.finished_at)
     summary = _mtime([run_dir / rundir.SUMMARY])
     if runner_end is not None and summary is not None:
         scores = _mtime([run_dir / rundir.SCORES])
@@ -125,12 +115,12 @@ def run_spans(run_dir: Path, reports_dir: Path | None = None) -> tuple[list[Span
             spans.append(Span(phase="scoring", start=runner_end, end=scored))
         spans.append(Span(phase="analysis", start=scored, end=summary))
     end = summary or runner_end or max((s.end for s in spans), default=created)
-    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", str(manifest.get("run_id"))) or "run"
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", manifest.run_id) or "run"
     if reports_dir is not None and summary is not None:
         written = _mtime([reports_dir / f"{stem}.md", reports_dir / f"{stem}.html"])
         if written is not None and written > summary:
             spans.append(Span(phase="reports", start=summary, end=written))
             end = written
-    if manifest.get("resumed_at"):
+    if manifest.resumed_at:
         notes.append("a resumed run: the wall spans every session, the gaps between them are unaccounted")
     return spans, max(end - created, 0.0), notes

@@ -20,6 +20,7 @@ from specbench.engines.protocol import Engine
 from specbench.engines.vllm_args import build_engine_kwargs, platform_defaults
 from specbench.engines.vllm_offline import VllmOfflineEngine
 from specbench.engines.vllm_patches import patch_env
+from specbench.results import rundir
 
 
 class ResolvedEngine(BaseModel):
@@ -102,7 +103,7 @@ def make_engine(res: ResolvedEngine, run_dir: Path, load: LoadProfile | None = N
     The reference engine (transformers) runs in a child process like the vLLM
     engines, so a run's own process never loads a model.
     """
-    log = Path(run_dir) / "engines" / f"{res.config.key}.log"
+    log = rundir.engine_log(run_dir, res.config.key)
     engine = res.config.target.engine
     if engine == "vllm-offline":
         return VllmOfflineEngine(res.config, res.engine_kwargs, log, res.env, prepare_next=prepare_next)

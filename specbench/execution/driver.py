@@ -14,7 +14,6 @@ died) fails the cells it left unfinished, with the reason.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -49,8 +48,15 @@ from specbench.execution.teacher_forcing import (
 )
 from specbench.execution.worker import now_iso, warmup_requests
 from specbench.results.records import CellRecord, RequestRecord
-from specbench.results.requests import CellRequest, PreparedPrompt, SamplingRequest, ScoreItem, ScoreRow
-from specbench.results.rundir import CELLS, PROMPTS, RECORDS, JsonlAppender, read_cells, read_requests
+from specbench.results.requests import (
+    CellRequest,
+    PreparedPrompt,
+    SamplingRequest,
+    ScoreItem,
+    ScoreRow,
+    StoredPrompt,
+)
+from specbench.results.rundir import CELLS, RECORDS, JsonlAppender, read_cells, read_requests, write_prompts
 from specbench.settings import settings
 
 
@@ -174,10 +180,8 @@ class Runner:
                 if (dataset, p.prompt_id) in seen:
                     continue
                 seen.add((dataset, p.prompt_id))
-                rows.append({"dataset": dataset, **p.model_dump(mode="json")})
-        with open(self.run_dir / PROMPTS, "w", encoding="utf-8") as fh:
-            for row in rows:
-                fh.write(json.dumps(row) + "\n")
+                rows.append(StoredPrompt(dataset=dataset, **p.model_dump()))
+        write_prompts(self.run_dir, rows)
 
     def _resume_state(self) -> tuple[set[str], dict[str, list[RequestRecord]]]:
         """Cells already finished (ok or skipped) and records of unfinished ones."""

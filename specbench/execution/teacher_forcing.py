@@ -53,7 +53,14 @@ from specbench.engines.factory import ResolvedEngine, resolve_engine
 from specbench.results import rundir
 from specbench.results.parts import Equivalence
 from specbench.results.records import RequestRecord
-from specbench.results.requests import ScoreItem, ScoreKey, ScoreResult, ScoreRow, turn_messages
+from specbench.results.requests import (
+    PreparedPrompt,
+    ScoreItem,
+    ScoreKey,
+    ScoreResult,
+    ScoreRow,
+    turn_messages,
+)
 from specbench.results.rundir import EQUIVALENCE
 from specbench.results.slices import sliced_group_id, split_group_id
 
@@ -420,7 +427,7 @@ def _baseline_config(plan: Plan, target_name: str) -> Any:
 def score_items_for(
     records: Sequence[RequestRecord],
     cells: dict[str, Cell],
-    prompts: dict[tuple[str, str], dict],
+    prompts: Mapping[tuple[str, str], PreparedPrompt],
     top_p: float,
     replies: Mapping[tuple[str, str, int, int, int], str] | None = None,
 ) -> list[ScoreItem]:
@@ -432,16 +439,17 @@ def score_items_for(
     items = []
     for r in records:
         c = cells[r.cell_id]
-        p = prompts.get((c.dataset, r.conversation_id or r.prompt_id)) or {}
+        p = prompts.get((c.dataset, r.conversation_id or r.prompt_id))
+        text, messages = (p.text, p.messages) if p is not None else (None, None)
         if r.conversation_id is not None and (r.turn or 1) > 1:
             earlier = [(replies or {}).get((r.cell_id, r.conversation_id, r.sample_index, r.repeat, t), "")
                        for t in range(1, r.turn or 1)]
-            p = {**p, "messages": turn_messages(p.get("messages") or [], p.get("later_turns") or [], earlier)}
+            messages = turn_messages(messages or [], (p.later_turns if p is not None else None) or [], earlier)
         items.append(ScoreItem(
             key=ScoreKey(cell_id=r.cell_id, prompt_id=r.prompt_id, sample_index=r.sample_index, repeat=r.repeat,
                          temperature=c.temperature, top_p=top_p),
-            text=p.get("text"),
-            messages=p.get("messages"),
+            text=text,
+            messages=messages,
             prompt_tokens=r.prompt_tokens,
             output_token_ids=r.output_token_ids,
             temperature=c.temperature,
@@ -474,7 +482,7 @@ def teacher_forcing_work(run_dir: Path, plan: Plan) -> dict[str, list[ScoreItem]
     top_p = plan.decisions().top_p
     done, _, _ = _latest_scores(read_scores(run_dir))
     records = complete_conversations(rundir.read_requests(run_dir))
-    prompts = {(str(o.get("dataset")), str(o.get("prompt_id"))): o for o in rundir.iter_jsonl(run_dir / rundir.PROMPTS)}
+    prompts = {(p.dataset, p.prompt_id): p for p in rundir.read_prompts(run_dir)}
     todo: dict[str, list[RequestRecord]] = defaultdict(list)
     for r in records:
         c = cells.get(r.cell_id)

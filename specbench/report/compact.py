@@ -21,12 +21,13 @@ how many rows the full report has beyond them.
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from specbench.report.document import Block, Para, Section, Table
 from specbench.report.markdown import _md_blocks, equivalence_entries
 from specbench.report.terminal import with_k
 from specbench.results.fmt import fmt_est, fmt_speedup, speed_intervals_note
+from specbench.results.manifest import RunManifest
 from specbench.results.parts import HeadlineRow
 from specbench.results.summary import RunSummary
 
@@ -113,12 +114,13 @@ def _gate(gate: GateResult) -> Section:
     return Section("Gate", blocks)
 
 
-def build_compact(summary: RunSummary, manifest: dict[str, Any], *, full_report: str | None = None,
+def build_compact(summary: RunSummary, manifest: RunManifest | None = None, *, full_report: str | None = None,
                   gate: GateResult | None = None) -> list[Block]:
     """The compact summary's blocks, every table whole (:func:`render_compact` cuts them to the budget)."""
     ok = sum(1 for g in summary.whole_groups if g.status == "ok")
     where = f"the full report: `{full_report}`" if full_report else "the full report: `specbench report RUN_DIR`"
-    blocks: list[Block] = [Para(f"Run `{summary.run_id}` ({manifest.get('created_at') or 'date unknown'}): "
+    created = manifest.created_at if manifest is not None else None
+    blocks: list[Block] = [Para(f"Run `{summary.run_id}` ({created or 'date unknown'}): "
                                 f"{ok} of {len(summary.whole_groups)} groups ran. Every table and figure is in {where} "
                                 "(Markdown and HTML).")]
     if gate is not None:
@@ -147,7 +149,7 @@ def _text(summary: RunSummary, blocks: list[Block]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_compact(summary: RunSummary, manifest: dict[str, Any], *, full_report: str | None = None,
+def render_compact(summary: RunSummary, manifest: RunManifest | None = None, *, full_report: str | None = None,
                    gate: GateResult | None = None, budget: int = BUDGET) -> str:
     """The compact summary as Markdown, at most ``budget`` characters (deterministic)."""
     blocks = build_compact(summary, manifest, full_report=full_report, gate=gate)

@@ -23,7 +23,8 @@ from specbench.report.document import Block, Details, Para, Pre, Raw, Section, T
 from specbench.report.figure import TITLES
 from specbench.report.markdown import build_report, render_markdown
 from specbench.report.plots import make_figures
-from specbench.results.rundir import reports_dir_for
+from specbench.results import rundir
+from specbench.results.manifest import RunManifest
 from specbench.results.summary import RunSummary
 
 _ENV = jinja2.Environment(
@@ -89,8 +90,8 @@ def _ctx(block: Block) -> dict[str, Any] | None:
     raise TypeError(f"unknown block {block!r}")
 
 
-def _suite_yaml(manifest: dict[str, Any]) -> str | None:
-    suite = manifest.get("suite")
+def _suite_yaml(manifest: RunManifest | None) -> str | None:
+    suite = manifest.stored().get("suite") if manifest is not None else None
     if not suite:
         return None
     try:
@@ -99,7 +100,7 @@ def _suite_yaml(manifest: dict[str, Any]) -> str | None:
         return json.dumps(suite, indent=2, default=str)
 
 
-def render_html(summary: RunSummary, manifest: dict[str, Any], figures: dict[str, bytes] | None = None) -> str:
+def render_html(summary: RunSummary, manifest: RunManifest | None = None, figures: dict[str, bytes] | None = None) -> str:
     """The report as one HTML page. ``figures`` defaults to :func:`make_figures` of the summary."""
     if figures is None:
         figures = make_figures(summary)
@@ -121,27 +122,30 @@ def render_html(summary: RunSummary, manifest: dict[str, Any], figures: dict[str
         figures=figs,
         nav=nav,
         suite_yaml=_suite_yaml(manifest),
-        manifest_json=json.dumps({k: v for k, v in manifest.items() if k not in ("suite", "plan")}, indent=2,
-                                 sort_keys=True, default=str),
+        manifest_json=json.dumps({k: v for k, v in (manifest.stored() if manifest is not None else {}).items()
+                                  if k not in ("suite", "plan")}, indent=2, sort_keys=True, default=str),
     )
 
 
-def write_reports(run_dir: Path, out_dir: Path | None = None) -> dict[str, Path]:
+def write_reports(run_dir: Path, out_dir: Path | None = None, *, summary: RunSummary | None = None,
+                  manifest: RunManifest | None = None) -> dict[str, Path]:
     """Write ``<out_dir>/<run-id>.md`` and ``.html`` for a run directory, and ``<run-id>.summary.md``: the
     compact summary that fits a PR comment (:mod:`specbench.report.compact`), pointing at the full report.
 
-    ``run_dir`` holds ``summary.json`` and (optionally) ``manifest.json``;
+    ``run_dir`` holds ``summary.json`` and (optionally) ``manifest.json`` (read unless given as
+    ``summary`` / ``manifest``);
     ``out_dir`` defaults to :func:`specbench.results.rundir.reports_dir_for`.
     Returns ``{"markdown": path, "html": path, "summary": path}`` (and ``serving_csv`` when the run served).
     """
     run_dir = Path(run_dir)
-    summary_path = run_dir / "summary.json"
-    if not summary_path.is_file():
-        raise FileNotFoundError(f"{summary_path}: no summary.json (run `specbench analyze {run_dir}` first?)")
-    summary = RunSummary.load(json.loads(summary_path.read_text()))
-    manifest_path = run_dir / "manifest.json"
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
-    out_dir = Path(out_dir) if out_dir is not None else reports_dir_for(run_dir)
+    if summary is None:
+        if not rundir.has_summary(run_dir):
+            raise FileNotFoundError(f"{run_dir / rundir.SUMMARY}: no {rundir.SUMMARY} "
+                                    f"(run `specbench analyze {run_dir}` first?)")
+        summary = rundir.read_summary(run_dir)
+    if manifest is None and rundir.has_manifest(run_dir):
+        manifest = rundir.read_manifest(run_dir)
+    out_dir = Path(out_dir) if out_dir is not None else rundir.reports_dir_for(run_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = re.sub(r"[^A-Za-z0-9._-]+", "_", summary.run_id) or "run"
     md = out_dir / f"{stem}.md"

@@ -54,6 +54,7 @@ from specbench.results.fmt import (
     fmt_pct,
     fmt_speedup,
 )
+from specbench.results.manifest import RunManifest
 from specbench.results.slices import split_group_id
 from specbench.results.summary import GroupSummary, RunSummary
 from specbench.stats import Estimate
@@ -126,13 +127,14 @@ def torn_lines_note(torn: list[str]) -> str:
             + "; ".join(torn))
 
 
-def _header(summary: RunSummary, manifest: dict[str, Any]) -> list[Block]:
-    versions = manifest.get("versions") or {}
-    hw = manifest.get("hardware") or {}
-    date = str(manifest.get("created_at") or "–")
-    if manifest.get("finished_at"):
-        date += f" → {manifest['finished_at']}"
-    commit = str(manifest.get("git_commit") or "–")
+def _header(summary: RunSummary, manifest: RunManifest | None) -> list[Block]:
+    m = manifest if manifest is not None else RunManifest(run_id=summary.run_id, suite_name=summary.suite_name)
+    versions = m.versions
+    hw = m.hardware.model_dump(mode="json", exclude_unset=True)
+    date = m.created_at or "–"
+    if m.finished_at:
+        date += f" → {m.finished_at}"
+    commit = m.git_commit or "–"
     vllm = _vllm_version(versions)
     rows = [
         ["Suite", summary.suite_name],
@@ -141,32 +143,31 @@ def _header(summary: RunSummary, manifest: dict[str, Any]) -> list[Block]:
         ["Git commit", commit[:12]],
         ["Engine", f"vLLM {vllm}" if vllm else "–"],
         ["Hardware", _hardware(hw)],
-        ["Seed", str(manifest.get("seed", "–"))],
+        ["Seed", str(m.seed) if m.seed is not None else "–"],
         ["Groups", _status_counts(summary.whole_groups) or "none"],
     ]
     blocks: list[Block] = [Table(["Field", "Value"], rows)]
-    for target, patches in (manifest.get("engine_patches") or {}).items():
+    for target, patches in m.engine_patches.items():
         for p in patches:
-            blocks.append(Para(f"**Engine patch on {target}:** `{p.get('name')}`: {p.get('summary')}."))
+            blocks.append(Para(f"**Engine patch on {target}:** `{p.name}`: {p.summary}."))
     torn = summary.extra.torn_lines
     if torn:
         blocks.append(Para(f"**{torn_lines_note(torn)}**"))
-    for e in manifest.get("engines") or []:
-        att = e.get("draft_attention") or {}
-        if att.get("mismatch"):
-            blocks.append(Para(f"**Draft served ≠ trained on {e.get('key')}:** {att.get('why')}."))
+    for e in m.engines:
+        if e.draft_attention is not None and e.draft_attention.mismatch:
+            blocks.append(Para(f"**Draft served ≠ trained on {e.key}:** {e.draft_attention.why}."))
     env: list[Block] = []
     if versions:
         env.append(Table(["Package", "Version"], [[k, str(v)] for k, v in sorted(versions.items())]))
     if hw:
         env.append(Table(["Hardware", "Value"], [[k, _compact(v)] for k, v in hw.items()]))
-    engines = manifest.get("engines") or []
-    if engines:
+    if m.engines:
         env.append(
             Table(
                 ["Engine", "Status", "Configuration"],
-                [[str(e.get("key", "–")), str(e.get("status", "–")), _one_line(_compact(e.get("describe", {})), 600)]
-                 for e in engines],
+                [[e.key or "–", e.status or "–",
+                  _one_line(_compact(e.describe.model_dump(mode="json", exclude_unset=True) if e.describe else {}), 600)]
+                 for e in m.engines],
             )
         )
     if env:
@@ -597,15 +598,13 @@ def _not_run(summary: RunSummary) -> Section:
     return Section("Skipped and failed cells", [table, *details], anchor="not-run")
 
 
-def time_section(manifest: dict[str, Any]) -> Section | None:
+def time_section(manifest: RunManifest | None) -> Section | None:
     """"Where the time went": the manifest's ``time_breakdown`` (see :mod:`specbench.analysis.timing`)."""
     from specbench.analysis.timing import PHASE_LABELS, fmt_duration, fmt_share
-    from specbench.results.manifest import TimeBreakdown
 
-    raw = manifest.get("time_breakdown")
-    if not raw:
+    bd = manifest.time_breakdown if manifest is not None else None
+    if bd is None:
         return None
-    bd = raw if isinstance(raw, TimeBreakdown) else TimeBreakdown.model_validate(raw)
     gpu = any(p.gpu_s is not None for p in bd.phases)
 
     def secs(x: float | None) -> str:
@@ -645,7 +644,7 @@ def time_section(manifest: dict[str, Any]) -> Section | None:
     return Section("Where the time went", blocks, anchor="time")
 
 
-def build_report(summary: RunSummary, manifest: dict[str, Any], *, markdown: bool = True) -> list[Block]:
+def build_report(summary: RunSummary, manifest: RunManifest | None = None, *, markdown: bool = True) -> list[Block]:
     """The report as a list of blocks (shared by the Markdown and HTML writers)."""
     refs = Refs()
     blocks: list[Block] = [*_header(summary, manifest), _overview(summary)]
@@ -711,7 +710,7 @@ def _html_escape(s: str) -> str:
     return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def render_markdown(summary: RunSummary, manifest: dict[str, Any]) -> str:
+def render_markdown(summary: RunSummary, manifest: RunManifest | None = None) -> str:
     """The run report as GitHub-flavoured Markdown (deterministic)."""
     lines = [f"# specbench · {summary.suite_name}", ""] + _md_blocks(build_report(summary, manifest))
     while lines and lines[-1] == "":

@@ -1,8 +1,9 @@
 """What a run stores and how it is read back: ``records`` (raw request and cell
 records, the source of truth), ``requests`` (what an engine is asked to run),
-``summary`` / ``parts`` (``summary.json``'s typed model), ``manifest``,
-``migrations`` (schema versions and loaders of older files), ``rundir`` (the only
-reader and writer of a run directory's files), ``fmt`` (how a number with its
+``summary`` / ``parts`` (``summary.json``'s typed model), ``manifest`` (``manifest.json``'s
+typed model and :func:`~specbench.results.manifest.build_manifest`), ``environment`` (the
+machine facts a manifest records), ``migrations`` (schema versions and loaders of older files),
+``rundir`` (the only reader and writer of a run directory's files), ``fmt`` (how a number with its
 interval is written), ``metric_catalog`` (every metric declared once: field, unit,
 direction, digits, definition), ``slices`` (a group's optional slice keys) and ``noise``
 (an A/A speed-noise calibration and its file).
@@ -15,6 +16,7 @@ __getattr__, __dir__ = exports(__name__, {
     "CellRecord": "records",
     "SpecCounters": "records",
     "PreparedPrompt": "requests",
+    "StoredPrompt": "requests",
     "SamplingRequest": "requests",
     "CellRequest": "requests",
     "CellOutcome": "requests",

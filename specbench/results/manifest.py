@@ -1,18 +1,55 @@
-"""``manifest.json``: the suite as run, the plan, the run's context and where its time went."""
+"""``manifest.json``: the suite as run, the plan, the run's context and where its time went.
+
+:func:`build_manifest` makes a new run's manifest; :func:`specbench.results.rundir.read_manifest`
+and :func:`~specbench.results.rundir.write_manifest` read (migrating any older schema) and write it.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    ValidatorFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from specbench.config.methods import VllmPassthrough
 from specbench.config.plan import Plan
 from specbench.config.suite import Suite
-from specbench.results.migrations import MANIFEST_SCHEMA_VERSION, upgrade_manifest
+from specbench.results import environment
+from specbench.results.migrations import MANIFEST_SCHEMA_VERSION, hardware_class, upgrade_manifest
 from specbench.results.parts import Part
+from specbench.results.records import now_iso
 
 Phase = Literal["assets", "engine_start", "warmup", "cells", "teacher_forcing", "scoring", "analysis", "reports", "other"]
+
+
+class InOrder(Part):
+    """A part written back with its keys in the order it was read (a stored manifest saved again is the
+    file it was, and the report lists its hardware and engine arguments in the order they were stored)."""
+
+    _order: list[str] = PrivateAttr(default_factory=list)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _remember_order(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        model = handler(data)
+        if isinstance(data, dict) and isinstance(model, InOrder):
+            model._order = list(data)
+        return model
+
+    @model_serializer(mode="wrap")
+    def _in_order(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        first = {k: data[k] for k in self._order if k in data}
+        return {**first, **{k: v for k, v in data.items() if k not in first}}
 
 
 class Span(BaseModel):
@@ -45,15 +82,33 @@ class Placement(BaseModel):
     cpu_ids: list[int] = Field(default_factory=list)  # the cores the engine was bound to (Ray, CPU nodes)
 
 
-class EngineEntry(Part):
+class EngineDescription(InOrder):
+    """What an engine said about itself once started (its ``describe()``): the arguments vLLM got."""
+
+    engine: str | None = None  # vllm-offline | vllm-server | reference
+    dtype: str | None = None  # the dtype vLLM resolved ("auto" made concrete)
+    llm_kwargs: VllmPassthrough | None = None  # vLLM's own arguments, as handed to it
+    kept_from: str | None = None  # a kept engine (api.run(keep=...)): the log of the run that started it
+
+
+class DraftAttention(Part):
+    """How vLLM serves a DFlash draft block vs how it was trained (:func:`specbench.zoo.draft_attention.block_attention`)."""
+
+    served: str | None = None  # causal | non-causal
+    trained: str | None = None  # causal | non-causal | mixed
+    mismatch: bool = False
+    why: str = ""
+
+
+class EngineEntry(InOrder):
     """One engine of ``manifest.json``'s ``engines``: how its job went and what it ran."""
 
     key: str | None = None
     status: str | None = None
     reason: str | None = None
-    describe: VllmPassthrough | None = None  # the engine's describe() once started
+    describe: EngineDescription | None = None  # the engine's describe() once started
     # How vLLM serves a DFlash draft block vs how it was trained (part of what the engine describes).
-    draft_attention: VllmPassthrough | None = None
+    draft_attention: DraftAttention | None = None
     placement: Placement | None = None
     restarts: int | None = None
 
@@ -62,10 +117,10 @@ class Gpu(Part):
     """A GPU as some older manifests list it (newer ones: ``nvidia-smi``'s line, a string)."""
 
     name: str | None = None
-    memory_gib: float | None = None
+    memory_gib: int | float | None = None  # as stored (an int stays an int)
 
 
-class Hardware(Part):
+class Hardware(InOrder):
     """``manifest.json``'s ``hardware``: the machine a run ran on (:func:`specbench.results.rundir.hardware`)."""
 
     platform: str | None = None
@@ -76,7 +131,15 @@ class Hardware(Part):
     gpus: list[str | Gpu] | None = None
 
 
-class DatasetSource(Part):
+class DatasetLengths(Part):
+    """How a dataset's prompts of given input lengths were built."""
+
+    input_tokens: list[int] = Field(default_factory=list)
+    construction: str | None = None
+    prefix_caching: str | None = None
+
+
+class DatasetSource(InOrder):
     """Where one dataset came from (:func:`specbench.datasets.source_of`)."""
 
     source: str | None = None
@@ -84,6 +147,7 @@ class DatasetSource(Part):
     sha256: str | None = None
     config: str | None = None
     split: str | None = None
+    lengths: DatasetLengths | None = None
 
 
 class EnginePatchNote(Part):
@@ -141,7 +205,7 @@ class TimeBreakdown(Part):
         return p.wall_s if p is not None else 0.0
 
 
-class RunManifest(Part):
+class RunManifest(InOrder):
     """``manifest.json``: the suite as run, the plan and the run's context."""
 
     schema_version: int = MANIFEST_SCHEMA_VERSION
@@ -156,6 +220,7 @@ class RunManifest(Part):
     created_at: str | None = None
     finished_at: str | None = None
     resumed_at: list[str] = Field(default_factory=list)
+    executors: list[str] = Field(default_factory=list)  # the executor of each session (local | ray)
     # "running", "complete", or "interrupted" (by the signal in interrupted_by: resume it); None before this field
     status: str | None = None
     interrupted_by: str | None = None
@@ -171,6 +236,59 @@ class RunManifest(Part):
     time_breakdown: TimeBreakdown | None = None  # where the wall went (specbench.analysis.timing); absent before issue 16
     timeline: list[Span] = Field(default_factory=list)  # its spans (specbench.analysis.timing)
 
+    @classmethod
+    def load(cls, data: dict[str, Any]) -> RunManifest:
+        """A stored manifest of any schema version."""
+        return cls.model_validate(upgrade_manifest(data))
 
-def load_manifest_dict(d: dict[str, Any]) -> RunManifest:
-    return RunManifest.model_validate(upgrade_manifest(d))
+    def stored(self) -> dict[str, Any]:
+        """The manifest as written: every key it was read or built with (an older file keeps its shape,
+        nothing it held is lost) and every field changed since."""
+        for name, field in type(self).model_fields.items():
+            if name not in self.model_fields_set and getattr(self, name) != field.get_default(call_default_factory=True):
+                self.__pydantic_fields_set__.add(name)  # a list changed in place (resumed_at, executors)
+        return self.model_dump(mode="json", exclude_unset=True)
+
+    def set_time(self, spans: list[Span], breakdown: TimeBreakdown) -> None:
+        """The run's time line and where its wall went (stored whole, as they were built)."""
+        self.timeline = [Span.model_validate(s.model_dump(mode="json", exclude_none=True)) for s in spans]
+        self.time_breakdown = TimeBreakdown.model_validate(breakdown.model_dump(mode="json"))
+
+    def engine_dtypes(self) -> dict[str, str | None]:
+        """Engine key → the dtype its logits were computed in: as the engine reported it
+        once started (vLLM's resolution of "auto"), else the target's ``dtype``."""
+        out: dict[str, str | None] = {e.key: e.target.dtype for e in self.plan.engines} if self.plan else {}
+        for e in self.engines:
+            if e.describe is not None and e.describe.dtype and e.key:
+                out[e.key] = e.describe.dtype
+        return out
+
+
+def build_manifest(suite: Suite, plan: Plan, *, run_id: str, platform: str, limit: int | None, command: str,
+                   datasets: dict[str, Any], engine_patches: dict[str, list[dict[str, Any]]]) -> RunManifest:
+    """A new run's manifest: the suite and plan as run, and where it runs (git commit, package versions,
+    hardware). ``datasets``: where each dataset comes from (:func:`specbench.datasets.source_of`);
+    ``engine_patches``: per target, the engine patches it runs with (name and summary)."""
+    src = Path(suite.source_path) if suite.source_path else None
+    hw, versions = environment.hardware(), environment.package_versions()
+    # validated from plain data, so every key is one the model was given (and is written)
+    return RunManifest.model_validate({
+        "schema_version": MANIFEST_SCHEMA_VERSION,
+        "run_id": run_id,
+        "suite_name": suite.name,
+        "suite_path": str(src) if src else None,
+        "suite": suite.model_dump(mode="json"),
+        "plan": plan.model_dump(mode="json"),
+        "limit": limit,
+        "seed": suite.sampling.seed,
+        "platform": platform,
+        "created_at": now_iso(),
+        "git_commit": environment.git_commit(src.parent if src else None),
+        "versions": versions,
+        "hardware": hw,
+        "hardware_class": hardware_class(hw),
+        "specbench_version": versions.get("specbench"),
+        "command": command,
+        "datasets": datasets,
+        "engine_patches": engine_patches,
+    })

@@ -14,6 +14,7 @@ files by pure functions (``metrics``, ``equivalence``, ``scoring``).
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
@@ -24,6 +25,11 @@ SCHEMA_VERSION = 1
 
 CellStatus = Literal["ok", "skipped", "failed"]
 
+
+
+def now_iso() -> str:
+    """A stored time stamp (records' ``started_at``/``finished_at``, the manifest's): UTC, to the second."""
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 class SpecCounters(BaseModel):
     """Speculative-decoding counters (a delta over some set of requests).

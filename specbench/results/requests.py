@@ -33,6 +33,15 @@ class PreparedPrompt(BaseModel):
     max_tokens: int | None = None
 
 
+class StoredPrompt(PreparedPrompt):
+    """One line of ``prompts.jsonl``: a prompt of the run with its dataset (written once the datasets are
+    loaded; read by the analysis for references and categories, and by teacher forcing)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    dataset: str
+
+
 def is_conversations(prompts: list[PreparedPrompt]) -> bool:
     """Prompts that are conversations to run turn by turn (``later_turns`` set)."""
     return any(p.later_turns is not None for p in prompts)

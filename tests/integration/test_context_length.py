@@ -85,6 +85,6 @@ def test_tau_and_speedup_per_length_recompute_from_records(lengths_run):
 def test_the_manifest_records_the_lengths_and_prefix_caching(lengths_run):
     run_dir, _ = lengths_run
     for ds, lens in LENGTHS.items():
-        src = rundir.read_manifest(run_dir)["datasets"][ds]
-        assert src["lengths"]["input_tokens"] == lens
-        assert "distinct contexts per length" in src["lengths"]["prefix_caching"]
+        lengths = rundir.read_manifest(run_dir).datasets[ds].lengths
+        assert lengths is not None and lengths.input_tokens == lens
+        assert "distinct contexts per length" in (lengths.prefix_caching or "")

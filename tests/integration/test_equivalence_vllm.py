@@ -298,7 +298,7 @@ def test_lossy_top_p_is_divergent(tmp_path, kept_engines):
                 sampling=SamplingRequest(temperature=1.0, top_p=top_p, max_tokens=64, seed=1, samples_per_prompt=4),
             )
             engine.run_cell(req, recs.append)
-        by_prompt = {(spec.name, p.prompt_id): p.model_dump() for p in prompts}
+        by_prompt = {(spec.name, p.prompt_id): p for p in prompts}
         cells = {c.cell_id: c.model_copy(update={"dataset": spec.name}) for c in (b, m)}
         items = score_items_for(recs, cells, by_prompt, 1.0)
         rows = score_rows(items, engine.score(items))

@@ -14,7 +14,7 @@ def test_load_gives_requests_cells_and_groups(smoke_run):
     run = specbench.load(run_dir)
     records = metrics.unique_requests(rundir.read_requests(run_dir))
     assert len(run.requests) == len(records) > 0
-    assert set(run.cells.cell_id) == {c["cell_id"] for c in run.manifest["plan"]["cells"]}
+    assert set(run.cells.cell_id) == {c.cell_id for c in run.manifest.plan.cells}
     assert list(run.groups.group_id) == [g.group_id for g in s.groups]
     for g in s.groups:
         row = run.groups.set_index("group_id").loc[g.group_id]

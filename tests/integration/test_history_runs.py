@@ -125,9 +125,9 @@ def five_runs(tmp_path_factory, kept_engines) -> list[Path]:
 def test_the_five_runs_share_one_engine(five_runs):
     from specbench.results import rundir
 
-    engines = [rundir.read_manifest(r)["engines"] for r in five_runs]
-    assert all(len(e) == 1 and e[0]["status"] == "started" for e in engines), engines
-    kept_from = [e[0].get("describe", {}).get("kept_from") for e in engines]
+    engines = [rundir.read_manifest(r).engines for r in five_runs]
+    assert all(len(e) == 1 and e[0].status == "started" for e in engines), engines
+    kept_from = [e[0].describe.kept_from if e[0].describe else None for e in engines]
     # Run 1 started it (or took over one an earlier test's run left with the same arguments).
     first_log = kept_from[0] or str(five_runs[0] / "engines" / "tiny--ngram.log")
     assert kept_from[1:] == [first_log] * 4, kept_from

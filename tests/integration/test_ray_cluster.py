@@ -207,10 +207,10 @@ def _once(run_dir: Path) -> Counter:
 def _spans(run_dir: Path) -> dict[str, tuple[float, float]]:
     """Per engine, from the start of its engine to its close (the manifest's timeline, wall clock)."""
     by_engine: dict[str, tuple[float, float]] = {}
-    for s in rundir.read_manifest(run_dir).get("timeline") or []:
-        if s.get("engine"):
-            a, b = by_engine.get(s["engine"], (float("inf"), float("-inf")))
-            by_engine[s["engine"]] = (min(a, s["start"]), max(b, s["end"]))
+    for s in rundir.read_manifest(run_dir).timeline:
+        if s.engine:
+            a, b = by_engine.get(s.engine, (float("inf"), float("-inf")))
+            by_engine[s.engine] = (min(a, s.start), max(b, s.end))
     return by_engine
 
 
@@ -275,8 +275,8 @@ def _check_spread_and_binding(cluster: Cluster, run_dir: Path) -> None:
     """Every engine placed by Ray on one GPU slot of a node, bound to that node's cores, the engines
     on at least two nodes, and never two engines on one core at a time (the manifest's timeline)."""
     manifest = rundir.read_manifest(run_dir)
-    assert manifest["executors"][0] == "ray"
-    engines = {e["key"]: e["placement"] for e in manifest["engines"]}
+    assert manifest.executors[0] == "ray"
+    engines = {e.key: e.placement.model_dump() for e in manifest.engines if e.placement}
     assert set(engines) == set(ENGINES)
     node_cores = {n.port: n.core_ids for n in cluster.nodes.values()}
     for key, p in engines.items():

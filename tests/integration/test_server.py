@@ -274,7 +274,7 @@ sampling:
     assert status["baseline"][0] == "failed" and "no speculation (baseline)" in status["baseline"][1], status
     assert status["dm-k2"][0] == "failed" and "claims K=2" in status["dm-k2"][1], status
     manifest = rundir.read_manifest(run_dir)
-    checks = {e["key"]: e["describe"]["served"]["metrics_check"] for e in manifest["engines"]}
+    checks = {e.key: e.describe.served["metrics_check"] for e in manifest.engines if e.describe}
     assert checks["tiny--draft_model"] == "ok" and checks["tiny--dm-k2"].startswith("mismatch"), checks
     report = render_markdown(api.load_summary(run_dir), manifest)
     assert "the suite claims K=2, the server's per-position counters show K=3" in report
@@ -420,7 +420,8 @@ load:
     run_dir = api.run(suite, out=tmp_path / "results", platform="cpu")
     print(f"rate suite: {time.monotonic() - t0:.1f} s")
 
-    plan_cells = [Cell.model_validate(c) for c in rundir.read_manifest(run_dir)["plan"]["cells"]]
+    plan = rundir.read_manifest(run_dir).plan
+    plan_cells = plan.cells if plan else []
     assert sorted(c.cell_id for c in plan_cells) == ["tiny/baseline/d/T0/rate8/r0", "tiny/draft_model/d/T0/rate8/r0"]
     cells = rundir.read_cells(run_dir)
     assert sorted((c.cell_id, c.status) for c in cells) == [(c.cell_id, "ok") for c in sorted(plan_cells, key=lambda c: c.cell_id)]

@@ -19,6 +19,7 @@ from specbench.regression.gate import NOT_GATED, GateRules, evaluate_gate
 from specbench.regression.noise import calibrate
 from specbench.regression.run_diff import compare_runs, render_comparison_markdown
 from specbench.results.fmt import speed_intervals_note
+from specbench.results.manifest import RunManifest
 from specbench.results.noise import (
     MetricNoise,
     NoiseCalibration,
@@ -184,10 +185,11 @@ def test_a_suite_names_its_calibration_relative_to_itself(tmp_path: Path) -> Non
     assert any(m.startswith(f"{tmp_path / 's.yaml'}:") and "'n.json' does not exist" in m for m in exc.value.messages)
     save_noise(cal_of(hw="cpu-2c", suite="cpu-smoke", speedup=3.0), tmp_path / "n.json")
     assert load_suite(tmp_path / "s.yaml").speed_noise == "n.json"
-    manifest = {"hardware_class": "cpu-2c", "suite_name": "cpu-smoke", "suite_path": str(tmp_path / "s.yaml"),
-                "suite": {"speed_noise": "n.json"}}
+    manifest = RunManifest.load({"run_id": "r1", "hardware_class": "cpu-2c", "suite_name": "cpu-smoke",
+                                 "suite_path": str(tmp_path / "s.yaml"),
+                                 "suite": load_suite(tmp_path / "s.yaml").model_dump(mode="json")})
     run = tmp_path / "results" / "cpu-smoke" / "r1"
     cal, why = api._speed_noise(run, manifest, None)
     assert cal is not None and cal.floor_pct("speedup") == 3.0 and why is None
-    cal, why = api._speed_noise(run, {**manifest, "hardware_class": "other"}, None)
+    cal, why = api._speed_noise(run, manifest.model_copy(update={"hardware_class": "other"}), None)
     assert cal is None and why is not None and "the run is on 'other'" in why

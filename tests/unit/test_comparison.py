@@ -191,7 +191,7 @@ def test_report_opens_with_the_headline_and_draws_it(run):
     from specbench.report import fmt_speedup, make_figures, render_markdown
 
     summary, _ = run
-    md = render_markdown(summary, {})
+    md = render_markdown(summary)
     assert md.index("## Methods against the reference") < md.index("## Results")
     head = md[md.index("## Methods against the reference"):md.index("## Results")]
     (row,) = summary.headline

@@ -20,7 +20,7 @@ from specbench.engines.vllm_server import VllmServerEngine
 from specbench.execution.driver import sampling_for
 from specbench.execution.jobs import ScoresDone, parse_event
 from specbench.execution.teacher_forcing import ORDER, SCORER, score_rows
-from specbench.results.manifest import load_manifest_dict
+from specbench.results.manifest import RunManifest
 from specbench.results.requests import ScoreItem, ScoreKey, ScoreResult, ScoreRow
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,6 +99,6 @@ def test_the_plan_carries_the_run_decisions_and_the_stored_plan_does_not() -> No
 
 
 def test_the_recorded_manifest_loads_typed() -> None:
-    m = load_manifest_dict(json.loads((ROOT / "tests/fixtures/recorded/manifest.json").read_text()))
+    m = RunManifest.load(json.loads((ROOT / "tests/fixtures/recorded/manifest.json").read_text()))
     assert m.suite is not None and m.plan is not None
     assert m.plan.cells and m.suite.name == m.suite_name

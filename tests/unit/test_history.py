@@ -17,14 +17,14 @@ from specbench.cli import app
 from specbench.regression.gate import load_rules
 from specbench.regression.gate_history import evaluate_history_gate, history_window, window_baseline
 from specbench.regression.history import History, groups_t, metrics_t, runs_t
-from specbench.results.manifest import load_manifest_dict
+from specbench.results.manifest import RunManifest
 from specbench.results.migrations import (
     MANIFEST_SCHEMA_VERSION,
     SUMMARY_SCHEMA_VERSION,
     SchemaError,
     upgrade_summary,
 )
-from specbench.results.rundir import load_manifest
+from specbench.results.rundir import read_manifest
 from specbench.results.summary import RunSummary
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -97,7 +97,7 @@ def test_every_older_fixture_loads_through_the_current_code(tmp_path: Path, db: 
             s = RunSummary.load(data)
             assert s.schema_version == SUMMARY_SCHEMA_VERSION and s.groups
         else:
-            m = load_manifest_dict(data)
+            m = RunManifest.load(data)
             assert m.schema_version == MANIFEST_SCHEMA_VERSION and m.run_id
     # schema 1's hand-made serving rows become typed Speedup rows; "agree" becomes "flag"
     full = RunSummary.load(json.loads((FIXTURES / "schema" / "summary_v1_full.json").read_text()))
@@ -108,7 +108,7 @@ def test_every_older_fixture_loads_through_the_current_code(tmp_path: Path, db: 
     d.mkdir()
     (d / "summary.json").write_text((FIXTURES / "schema" / "summary_v1_full.json").read_text())
     (d / "manifest.json").write_text((FIXTURES / "schema" / "manifest_v1_full.json").read_text())
-    assert load_manifest(d).hardware_class.startswith("gpu:")
+    assert read_manifest(d).hardware_class.startswith("gpu:")
     with History(db) as hist:
         assert hist.add_run(d).added
         assert hist.runs()[0].run_id == "20260501T120000Z-full"
@@ -161,7 +161,7 @@ def test_planted_step_fails_the_gate_naming_group_and_first_run(tmp_path: Path, 
     assert "FAIL tau on" in summary_file.read_text()
     with History(db) as hist:
         result = evaluate_history_gate(RunSummary.load(json.loads((new / "summary.json").read_text())),
-                                       load_manifest(new), hist, 5, load_rules(new.parent / "rules.yaml"))
+                                       read_manifest(new), hist, 5, load_rules(new.parent / "rules.yaml"))
     failing = [(c.group_id, c.metric, c.first_run) for c in result.failures]
     assert failing == [(GROUP, "tau", "20260506T120000Z-r5")]
 

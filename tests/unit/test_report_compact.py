@@ -15,6 +15,7 @@ from specbench.config.plan import expand
 from specbench.regression.gate import GateCheck, GateResult
 from specbench.report.compact import COMMENT_LIMIT, render_compact
 from specbench.report.markdown import render_markdown
+from specbench.results.manifest import RunManifest
 from specbench.results.parts import CounterCheck, HeadlineRow
 from specbench.results.summary import CellStatusLine, GroupSummary, RunSummary
 from specbench.stats import Estimate
@@ -85,7 +86,7 @@ def _section(text: str, title: str) -> str:
 @pytest.mark.parametrize("suite", SUITES, ids=[p.stem for p in SUITES])
 def test_every_suite_fits_a_comment_with_the_headline_whole(suite: Path) -> None:
     summary = largest_plausible_run(suite)
-    manifest = {"created_at": "2026-12-01T00:00:00Z"}
+    manifest = RunManifest(run_id=summary.run_id, suite_name=summary.suite_name, created_at="2026-12-01T00:00:00Z")
     text = render_compact(summary, manifest, full_report="reports/run.md")
     assert len(text) < COMMENT_LIMIT, (suite.name, len(text))
     print(f"{suite.stem}: {len(summary.groups)} groups, {len(summary.headline)} headline rows: compact summary "
@@ -100,8 +101,8 @@ def test_every_suite_fits_a_comment_with_the_headline_whole(suite: Path) -> None
 
 def test_a_small_budget_cuts_the_alarms_first_and_says_how_many_rows_are_left_out() -> None:
     summary = largest_plausible_run(REPO / "suites" / "cpu-smoke.yaml")
-    whole = render_compact(summary, {})
-    text = render_compact(summary, {}, budget=12_000)
+    whole = render_compact(summary)
+    text = render_compact(summary, budget=12_000)
     assert len(text) <= 12_000 < len(whole)
     assert "more rows in the full report" in _section(text, "Checks")
     assert _section(text, "Against") == _section(whole, "Against")
@@ -116,7 +117,7 @@ def test_compact_summary_golden() -> None:
     """summary_full.json (lossless verdicts, a failed check, cells not run) with two headline rows and a
     failing gate, built by hand."""
     summary = RunSummary.load(json.loads((TESTS / "fixtures" / "summary_full.json").read_text()))
-    manifest = json.loads((TESTS / "fixtures" / "manifest_full.json").read_text())
+    manifest = RunManifest.load(json.loads((TESTS / "fixtures" / "manifest_full.json").read_text()))
     g = {x.group_id: x for x in summary.groups}
     ref = g["llama-3.1-8b/eagle3/gsm8k/T0/b1"]
     for gid, speedup, verdict in (("llama-3.1-8b/p-eagle/gsm8k/T0/b1", 1.21, "faster"),

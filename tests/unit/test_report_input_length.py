@@ -50,7 +50,7 @@ def test_the_cell_of_a_length_is_the_groups_input_tokens_slice():
 
 
 def test_every_method_at_every_length_with_intervals_and_the_ratio_to_eagle3():
-    text = render_markdown(_summary(), {})
+    text = render_markdown(_summary())
     section = text[text.index("## Input length"):]
     rows = [line for line in section.splitlines() if line.startswith("| ")][1:]
     assert [r.split(" | ")[:2] for r in rows] == [["| eagle3", "64"], ["| eagle3", "768"], ["| p-eagle", "64"],
@@ -67,7 +67,7 @@ def test_every_method_at_every_length_with_intervals_and_the_ratio_to_eagle3():
 def test_a_run_without_lengths_has_no_section():
     s = _summary()
     s.groups = [g.model_copy(update={"slice": None}) for g in s.groups]
-    assert "## Input length" not in render_markdown(s, {})
+    assert "## Input length" not in render_markdown(s)
 
 
 def test_tables_name_a_groups_input_length_beside_its_dataset():

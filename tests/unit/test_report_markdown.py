@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from specbench.report.markdown import render_markdown
+from specbench.results.manifest import EngineEntry, EnginePatchNote, RunManifest
 from specbench.results.parts import Equivalence
 from specbench.results.summary import RunSummary
 from specbench.stats import Estimate
@@ -23,9 +24,9 @@ FIXTURES = TESTS / "fixtures"
 GOLDEN = TESTS / "golden"
 
 
-def load(name: str) -> tuple[RunSummary, dict]:
+def load(name: str) -> tuple[RunSummary, RunManifest]:
     summary = RunSummary.load(json.loads((FIXTURES / f"summary_{name}.json").read_text()))
-    manifest = json.loads((FIXTURES / f"manifest_{name}.json").read_text())
+    manifest = RunManifest.load(json.loads((FIXTURES / f"manifest_{name}.json").read_text()))
     return summary, manifest
 
 
@@ -41,7 +42,7 @@ def test_golden(name: str) -> None:
 def test_deterministic_and_free_of_render_time() -> None:
     summary, manifest = load("full")
     a = render_markdown(summary, manifest)
-    assert a == render_markdown(summary.model_copy(deep=True), dict(manifest))
+    assert a == render_markdown(summary.model_copy(deep=True), manifest.model_copy(deep=True))
     assert "2026-05-01T12:00:00Z" in a  # the run's own date comes from the manifest
     import datetime
 
@@ -188,8 +189,8 @@ def test_html_renders_inline_markdown_of_paragraphs() -> None:
     from specbench.report.markdown import render_markdown
 
     summary, manifest = load("minimal")
-    manifest["engine_patches"] = {"tiny": [{"name": "vllm-cpu-expand-float", "summary": "x < y & `z`"}]}
-    manifest["engines"] = [{"key": "tiny/eagle3", "draft_attention": {"mismatch": True, "why": "causal <b>"}}]
+    manifest.engine_patches = {"tiny": [EnginePatchNote(name="vllm-cpu-expand-float", summary="x < y & `z`")]}
+    manifest.engines = [EngineEntry(key="tiny/eagle3", draft_attention={"mismatch": True, "why": "causal <b>"})]
     page = render_html(summary, manifest, figures={})
     body = page.split("<main>", 1)[1].split('id="configuration"', 1)[0]
     assert "**" not in body and "`" not in body

@@ -6,13 +6,13 @@ tests/golden/report_recorded.md. Regenerate after an intended change with SPECBE
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
 
 from specbench import api
 from specbench.report.markdown import render_markdown
+from specbench.results import rundir
 from specbench.results.migrations import SUMMARY_SCHEMA_VERSION
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -32,7 +32,7 @@ def test_recorded_run_report_golden(tmp_path: Path) -> None:
     assert summary.checks and all(c.ok for c in summary.checks)
     # the summary on disk is the current schema and loads back to the same object
     assert api.load_summary(run) == summary
-    text = render_markdown(summary, json.loads((run / "manifest.json").read_text()))
+    text = render_markdown(summary, rundir.read_manifest(run))
     if os.environ.get("SPECBENCH_UPDATE_GOLDEN"):
         GOLDEN.write_text(text)
     assert text == GOLDEN.read_text(), f"{GOLDEN} differs; rerun with SPECBENCH_UPDATE_GOLDEN=1 and review the diff"

@@ -263,10 +263,10 @@ def test_rate_rows_reach_the_summary_and_the_report(tmp_path) -> None:
     assert {(r.concurrency, r.request_rate) for r in sp} == {(2, None), (None, 1.0), (None, 8.0)}
 
     summary = RunSummary(run_id="r", suite_name="s", groups=[], extra={"serving": [r.model_dump() for r in rows]})
-    text = render_markdown(summary, {})
+    text = render_markdown(summary)
     assert "Speedup over the baseline by concurrency (95% intervals):" in text
     assert "Speedup over the baseline by request rate (Poisson arrivals) (95% intervals):" in text
-    serving = next(b for b in build_report(summary, {}) if getattr(b, "title", "") == "Serving")
+    serving = next(b for b in build_report(summary) if getattr(b, "title", "") == "Serving")
     readable, *tables = [b for b in serving.blocks if isinstance(b, Table)]
     h = readable.headers
     assert h[:5] == ["Target", "Dataset", "T", "Load", "Method"] and "TPOT p50 (ms)" in h and "ITL p99 (ms)" in h

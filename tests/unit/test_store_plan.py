@@ -256,7 +256,7 @@ def test_analyze_says_a_torn_last_line_was_dropped(tmp_path):
     assert summary.extra.torn_lines == torn
     assert sum(g.n_requests for g in summary.groups) == 3
     note = "1 torn last line of an interrupted write ignored: records.jsonl:4"
-    assert note in render_markdown(summary, {})
+    assert note in render_markdown(summary)
     result = CliRunner().invoke(app, ["analyze", str(run_dir)])
     assert result.exit_code == 0, result.output
     assert note in " ".join(result.output.split())

@@ -8,14 +8,16 @@ the dtype. Pure: no engine.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from specbench.analysis.lossless import TIE_TOLERANCE_BY_DTYPE, canonical_dtype, tie_tolerance_for
-from specbench.api import engine_dtypes
 from specbench.config.plan import Cell
 from specbench.config.suite import EquivalenceSpec
 from specbench.execution.teacher_forcing import equivalence_summaries, greedy_equivalence
+from specbench.results import rundir
+from specbench.results.manifest import EngineDescription, EngineEntry
 from specbench.results.records import RequestRecord
 
 
@@ -84,8 +86,13 @@ def test_the_suite_can_override_the_tolerance(tmp_path):
 
 
 def test_engine_dtypes_prefer_what_the_engine_reported():
-    manifest = {
-        "plan": {"engines": [{"key": "a", "target": {"dtype": "auto"}}, {"key": "b", "target": {"dtype": "float32"}}]},
-        "engines": [{"key": "a", "describe": {"dtype": "bfloat16"}}, {"key": "b", "status": "skipped"}],
-    }
-    assert engine_dtypes(manifest) == {"a": "bfloat16", "b": "float32"}
+    recorded = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"
+    manifest = rundir.read_manifest(recorded)
+    assert manifest.plan is not None
+    a, b = (e.key for e in manifest.plan.engines[:2])
+    manifest.plan.engines[0].target.dtype = "auto"
+    manifest.engines = [EngineEntry(key=a, describe=EngineDescription(dtype="bfloat16")),
+                        EngineEntry(key=b, status="skipped")]
+    dtypes = manifest.engine_dtypes()
+    assert dtypes[a] == "bfloat16" and dtypes[b] == manifest.plan.engines[1].target.dtype == "float32"
+    assert set(dtypes) == {e.key for e in manifest.plan.engines}

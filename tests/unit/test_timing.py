@@ -156,13 +156,14 @@ def test_timeline_records_spans_also_when_the_block_raises() -> None:
 
 
 def test_breakdown_round_trips_through_the_manifest() -> None:
-    from specbench.results.manifest import load_manifest_dict
+    from specbench.results.manifest import RunManifest
 
     bd = breakdown(sequential(), 70.0)
-    m = load_manifest_dict({"schema_version": 2, "run_id": "r", "suite_name": "s",
-                            "time_breakdown": bd.model_dump(mode="json")})
+    m = RunManifest.load({"schema_version": 2, "run_id": "r", "suite_name": "s",
+                          "time_breakdown": bd.model_dump(mode="json")})
     assert m.time_breakdown == bd
-    assert load_manifest_dict({"schema_version": 2, "run_id": "r", "suite_name": "s"}).time_breakdown is None
+    assert RunManifest.load(m.stored()).time_breakdown == bd
+    assert RunManifest.load({"schema_version": 2, "run_id": "r", "suite_name": "s"}).time_breakdown is None
 
 
 def test_time_line() -> None:
@@ -198,6 +199,7 @@ def fake_run(tmp_path, t0: float = 1_780_000_000.0):  # type: ignore[no-untyped-
     """A run: created t0, prompts at +5; engine A up at +20, cells +30..+40, +40..+50; engine B up at +70,
     cell +80..+90; teacher forcing's engine up at +100, equivalence.jsonl at +120; summary at +130, reports +133."""
     import os
+    from pathlib import Path
 
     from specbench.results import rundir
     from specbench.results.records import CellRecord
@@ -205,9 +207,13 @@ def fake_run(tmp_path, t0: float = 1_780_000_000.0):  # type: ignore[no-untyped-
     run = tmp_path / "run"
     (run / "engines").mkdir(parents=True)
     cells = [("A", "tiny/a/d/T0/b1/r0", 30, 40), ("A", "tiny/a/d/T0.5/b1/r0", 40, 50), ("B", "tiny/b/d/T0/b1/r0", 80, 90)]
-    plan = {"engines": [{"key": k, "target": {"name": "tiny"}} for k in ("A", "B")],
-            "cells": [{"cell_id": cid, "target": "tiny", "method": cid.split("/")[1], "dataset": "d",
-                       "temperature": 0.5 if "T0.5" in cid else 0.0, "batch_size": 1} for _, cid, _, _ in cells]}
+    recorded = rundir.read_manifest(Path(__file__).resolve().parents[1] / "fixtures" / "recorded").plan
+    assert recorded is not None and recorded.engines[0].target.name == "tiny"
+    plan = {"suite_name": "s",
+            "engines": [recorded.engines[0].model_copy(update={"key": k}).model_dump(mode="json") for k in ("A", "B")],
+            "cells": [{"cell_id": cid, "engine_key": key, "target": "tiny", "method": cid.split("/")[1],
+                       "method_kind": "ngram", "k": 3, "dataset": "d", "temperature": 0.5 if "T0.5" in cid else 0.0,
+                       "batch_size": 1, "repeat": 0} for key, cid, _, _ in cells]}
     rundir.write_json(run / rundir.MANIFEST, {"schema_version": 2, "run_id": "r 1", "suite_name": "s", "platform": "cpu",
                                             "created_at": _iso(t0), "finished_at": _iso(t0 + 121), "plan": plan})
     with open(run / rundir.CELLS, "w") as fh:
@@ -267,6 +273,7 @@ def test_api_records_the_breakdown_and_the_reports_show_it(tmp_path) -> None:  #
     from specbench.analysis.timing import parse_time
     from specbench.report.html import render_html
     from specbench.report.markdown import render_markdown
+    from specbench.results.manifest import RunManifest
     from specbench.results.summary import RunSummary
 
     recorded = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"
@@ -284,10 +291,11 @@ def test_api_records_the_breakdown_and_the_reports_show_it(tmp_path) -> None:  #
     assert phases["cells"]["spans"] == 2 and phases["engine_start"]["spans"] == 2 and phases["analysis"]["spans"] == 1
     assert "estimated" in bd["notes"][0] and len(manifest["timeline"]) == len(tl.spans or [])
     summary = RunSummary.load(json.loads((run / "summary.json").read_text()))
-    text = render_markdown(summary, manifest)
+    typed = RunManifest.load(manifest)
+    text = render_markdown(summary, typed)
     assert "## Where the time went" in text and "the harness's own" in text
     assert "Writing these reports comes after this table" in text
-    assert "Where the time went" in render_html(summary, manifest, figures={})
+    assert "Where the time went" in render_html(summary, typed, figures={})
     api.report(run, tmp_path / "reports", timeline=tl)
     after = json.loads((run / "manifest.json").read_text())["time_breakdown"]
     assert {p["phase"]: p for p in after["phases"]}["reports"]["spans"] == 1 and after["notes"] == bd["notes"]

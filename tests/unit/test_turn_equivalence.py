@@ -14,6 +14,7 @@ from specbench.analysis.pipeline import summarize_run
 from specbench.config.plan import Cell
 from specbench.execution.teacher_forcing import equivalence_summaries
 from specbench.report.markdown import render_markdown
+from specbench.results.manifest import RunManifest
 from specbench.results.records import CellRecord, RequestRecord
 from specbench.results.requests import turn_prompt_id
 from specbench.results.rundir import EQUIVALENCE
@@ -56,9 +57,9 @@ def test_sampled_test_per_turn_adds_up_and_flags_turn_two_only(tmp_path: Path) -
 
     cell_records = [CellRecord(run_id="r", cell_id=c.cell_id, engine_key=c.engine_key, status="ok", wall_time_s=1.0,
                                num_requests=2 * CONVERSATIONS) for c in cells]
-    manifest = {"run_id": "r", "suite_name": "s", "suite": {
+    manifest = RunManifest.load({"run_id": "r", "suite_name": "s", "suite": {
         "name": "s", "targets": [{"name": "t", "model": "m", "methods": [{"method": "baseline"}]}],
-        "datasets": [{"name": "d", "kind": "spec_bench"}]}}
+        "datasets": [{"name": "d", "kind": "spec_bench"}]}})
     summary = summarize_run(manifest, cells, cell_records, recs, equivalence=equivalence)
     whole = summary.group(gid)
     turns = [summary.group(f"{gid}/turn={t}") for t in (1, 2)]

@@ -11,7 +11,7 @@ import pytest
 
 from specbench.analysis.metrics import complete_conversations, pair_turns, paired_speedup, summarize_groups
 from specbench.analysis.workload_slices import MIN_PROMPTS_FOR_INTERVAL, category_matrix, workload_slices
-from specbench.config.plan import Cell
+from specbench.config.plan import Cell, Plan
 from specbench.config.suite import DatasetSpec, SuiteError, load_suite
 from specbench.datasets import DatasetError, prepare
 from specbench.engines.protocol import EngineCapabilities
@@ -19,6 +19,7 @@ from specbench.execution.conversations import run_conversations
 from specbench.regression.gate import GateConfigError, check_rule_categories, load_rules
 from specbench.report.markdown import render_markdown
 from specbench.report.plots import make_figures
+from specbench.results.manifest import RunManifest
 from specbench.results.records import CellRecord, RequestRecord, SpecCounters
 from specbench.results.requests import (
     CellOutcome,
@@ -213,7 +214,7 @@ def test_matrix_turns_and_heatmap_render_and_gate_categories_are_checked(tmp_pat
     slices = workload_slices(groups, greqs, cats)
     run = RunSummary(run_id="r", suite_name="s", groups=groups + slices)
     run.extra.category_matrix = category_matrix(groups, slices, greqs, cats, {"t": "eagle3"})
-    md = render_markdown(run, {"run_id": "r", "suite": {}})
+    md = render_markdown(run)
     assert "## Categories" in md and "| Method·K | coding (n=6) | math (n=2) |" in md
     assert "(n=2: too few prompts for an interval)" in md
     assert md.count("t/eagle3/d/T0/b1/category=") == 0  # the results table lists whole groups only
@@ -231,7 +232,7 @@ def test_requests_frame_carries_category_and_turn() -> None:
     from specbench.frames import requests_frame
 
     c = _cell("eagle3", "eagle3", 3)
-    manifest = {"plan": {"cells": [c.model_dump(mode="json")]}}
+    manifest = RunManifest(run_id="r", suite_name="s", plan=Plan(suite_name="s", engines=[], cells=[c]))
     recs = [_conv(c.cell_id, "a0", 1, 2, [1]), _conv(c.cell_id, "a0", 2, 2, [2]), _req(c.cell_id, "b0", [3], 1.0)]
     df = requests_frame(manifest, recs, {("d", "a0"): "coding", ("d", "b0"): "math"})
     assert dict(zip(df["prompt_id"], df["category"], strict=True)) == {"a0": "coding", "a0.turn2": "coding", "b0": "math"}
@@ -240,10 +241,12 @@ def test_requests_frame_carries_category_and_turn() -> None:
 
 def test_teacher_forcing_scores_a_later_turn_on_its_own_history() -> None:
     from specbench.execution.teacher_forcing import score_items_for
+    from specbench.results.requests import PreparedPrompt
 
     c = _cell("eagle3", "eagle3", 3).model_copy(update={"temperature": 1.0})
     two = _conv(c.cell_id, "a0", 2, 2, [7])
-    prompts = {("d", "a0"): {"messages": [{"role": "user", "content": "q1"}], "later_turns": ["q2"]}}
+    prompts = {("d", "a0"): PreparedPrompt(prompt_id="a0", messages=[{"role": "user", "content": "q1"}],
+                                           later_turns=["q2"])}
     [item] = score_items_for([two], {c.cell_id: c}, prompts, 1.0, {(c.cell_id, "a0", 0, 0, 1): "my reply"})
     assert item.messages == [{"role": "user", "content": "q1"}, {"role": "assistant", "content": "my reply"},
                              {"role": "user", "content": "q2"}]
