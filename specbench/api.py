@@ -15,12 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from pydantic import ValidationError
-
 from specbench import datasets
 from specbench.analysis.timing import Timeline
 from specbench.config.plan import Cell, Plan, cell_summary, expand, with_decisions
-from specbench.config.suite import EquivalenceSpec, Suite, SuiteError, load_suite
+from specbench.config.suite import Suite, SuiteError, load_suite
 from specbench.engines.factory import resolve_engine
 from specbench.engines.kept import KeptEngines as KeptEngines  # api.run(keep=KeptEngines())
 from specbench.engines.vllm_args import vllm_serve_command
@@ -33,7 +31,6 @@ from specbench.results import rundir
 from specbench.results.migrations import MANIFEST_SCHEMA_VERSION, hardware_class
 from specbench.results.noise import NoiseCalibration
 from specbench.results.noise import NoiseError as NoiseError  # the CLI reports it as bad input
-from specbench.results.parts import Equivalence
 from specbench.results.summary import RunSummary
 from specbench.settings import settings
 
@@ -392,7 +389,9 @@ def _speed_noise(run_dir: Path, manifest: dict[str, Any], noise: Path | None) ->
 
 def _analyze(run_dir: Path, allow_code_exec: bool | None, timeline: Timeline, noise: Path | None = None) -> RunSummary:
     """Read the run directory, score, run the equivalence tests; :func:`summarize_run` does the rest."""
+    from specbench.analysis.equivalence import run_equivalence
     from specbench.analysis.pipeline import summarize_run
+    from specbench.scoring.apply import score_run
 
     manifest = rundir.read_manifest(run_dir)
     speed_noise, noise_note = _speed_noise(run_dir, manifest, noise)
@@ -401,77 +400,16 @@ def _analyze(run_dir: Path, allow_code_exec: bool | None, timeline: Timeline, no
     requests = rundir.read_requests(run_dir, torn)
     cell_records = rundir.read_cells(run_dir, torn)
     with timeline.span("scoring"):
-        scores, notes = _scores(run_dir, manifest, cells, requests, allow_code_exec, torn)
+        scores, notes = score_run(run_dir, manifest, cells, requests, allow_code_exec, torn)
     prompt_references = {str(o.get("prompt_id")): o.get("reference") for o in rundir.iter_jsonl(run_dir / rundir.PROMPTS)} \
         if (run_dir / rundir.PROMPTS).exists() else {}
-    equivalence = _equivalence(run_dir, manifest, cells, requests, torn)  # may add torn lines of its own file
+    equivalence = run_equivalence(run_dir, manifest, cells, requests, torn)  # may add torn lines of its own file
     summary = summarize_run(manifest, cells, cell_records, requests, scores=scores, scoring_notes=notes,
                             prompt_references=prompt_references, prompt_categories=rundir.prompt_categories(run_dir),
                             equivalence=equivalence, torn_lines=torn, speed_noise=speed_noise,
                             speed_noise_note=noise_note)
     rundir.write_json(run_dir / rundir.SUMMARY, summary.model_dump(mode="json"))
     return summary
-
-
-def _equivalence(
-    run_dir: Path, manifest: dict[str, Any], cells: list[Cell], requests: list, torn: list[str] | None = None
-) -> dict[str, Equivalence]:
-    from specbench.execution.teacher_forcing import equivalence_summaries
-
-    try:
-        spec = EquivalenceSpec.model_validate(manifest["suite"].get("equivalence") or {})
-    except ValidationError:
-        spec = EquivalenceSpec()  # a manifest written before the section was typed
-    return equivalence_summaries(run_dir, cells, requests, torn, engine_dtypes=engine_dtypes(manifest), spec=spec)
-
-
-def engine_dtypes(manifest: dict[str, Any]) -> dict[str, str | None]:
-    """Engine key → the dtype its logits were computed in: as the engine reported it
-    once started (vLLM's resolution of "auto"), else the target's ``dtype``."""
-    out: dict[str, str | None] = {
-        e["key"]: (e.get("target") or {}).get("dtype") for e in (manifest.get("plan") or {}).get("engines") or []
-    }
-    for e in manifest.get("engines") or []:
-        reported = (e.get("describe") or {}).get("dtype")
-        if reported and e.get("key"):
-            out[e["key"]] = reported
-    return out
-
-
-def _scores(
-    run_dir: Path,
-    manifest: dict[str, Any],
-    cells: list[Cell],
-    requests: list,
-    allow_code_exec: bool | None,
-    torn: list[str] | None = None,
-) -> tuple[dict, list[str]]:
-    from specbench.scoring.apply import score_requests
-
-    prompts = list(rundir.iter_jsonl(run_dir / rundir.PROMPTS, torn))
-    if not prompts:
-        return {}, []
-    scoring = manifest["suite"].get("scoring") or {}
-    allow = scoring.get("allow_code_exec", False) if allow_code_exec is None else allow_code_exec
-    cached = {(o["cell_id"], o["prompt_id"], o["sample_index"]): o["score"]
-              for o in rundir.iter_jsonl(run_dir / rundir.SCORES, torn)}
-    scores, notes = score_requests(
-        requests,
-        {c.cell_id: c.dataset for c in cells},
-        {d["name"]: d["kind"] for d in manifest["suite"]["datasets"]},
-        {(p["dataset"], p["prompt_id"]): p.get("reference") for p in prompts},
-        allow_code_exec=allow,
-        workers=int(scoring.get("workers", 4)),
-        timeout_s=float(scoring.get("timeout_s", 10.0)),
-        cached=cached,
-    )
-    new = {k: v for k, v in scores.items() if k not in cached}
-    if new:
-        out = rundir.JsonlAppender(run_dir / rundir.SCORES)
-        for (cid, pid, si), sc in new.items():
-            out.append({"cell_id": cid, "prompt_id": pid, "sample_index": si, "score": sc})
-        out.close()
-    return scores, notes
 
 
 def load_summary(run_dir: Path) -> RunSummary:

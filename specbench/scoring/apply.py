@@ -12,8 +12,11 @@ directory and rebuilt when it is deleted.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+from specbench.config.plan import Cell
+from specbench.results import rundir
 from specbench.results.records import RequestRecord
 from specbench.scoring.gsm8k import reference_answer, score_gsm8k
 
@@ -73,3 +76,40 @@ def score_requests(
 
 
 METRICS_BY_KIND = {"gsm8k": ("strict", "flexible"), "humaneval": ("pass@1",)}
+
+
+def score_run(
+    run_dir: Path,
+    manifest: Mapping[str, Any],
+    cells: Sequence[Cell],
+    requests: Sequence[RequestRecord],
+    allow_code_exec: bool | None,
+    torn: list[str] | None = None,
+) -> tuple[dict[ScoreKey, dict[str, Any]], list[str]]:
+    """Every scorable request of the run scored (:func:`score_requests`), the new scores appended to the
+    ``scores.jsonl`` cache; ``allow_code_exec`` None: the stored suite's ``scoring.allow_code_exec``."""
+    prompts = list(rundir.iter_jsonl(run_dir / rundir.PROMPTS, torn))
+    if not prompts:
+        return {}, []
+    suite = manifest["suite"]
+    scoring = suite.get("scoring") or {}
+    allow = scoring.get("allow_code_exec", False) if allow_code_exec is None else allow_code_exec
+    cached = {(o["cell_id"], o["prompt_id"], o["sample_index"]): o["score"]
+              for o in rundir.iter_jsonl(run_dir / rundir.SCORES, torn)}
+    scores, notes = score_requests(
+        requests,
+        {c.cell_id: c.dataset for c in cells},
+        {d["name"]: d["kind"] for d in suite["datasets"]},
+        {(p["dataset"], p["prompt_id"]): p.get("reference") for p in prompts},
+        allow_code_exec=allow,
+        workers=int(scoring.get("workers", 4)),
+        timeout_s=float(scoring.get("timeout_s", 10.0)),
+        cached=cached,
+    )
+    new = {k: v for k, v in scores.items() if k not in cached}
+    if new:
+        out = rundir.JsonlAppender(run_dir / rundir.SCORES)
+        for (cid, pid, si), sc in new.items():
+            out.append({"cell_id": cid, "prompt_id": pid, "sample_index": si, "score": sc})
+        out.close()
+    return scores, notes

@@ -11,11 +11,10 @@ import json
 
 import pytest
 
+from specbench.analysis.equivalence import engine_dtypes, equivalence_summaries, greedy_equivalence
 from specbench.analysis.lossless import TIE_TOLERANCE_BY_DTYPE, canonical_dtype, tie_tolerance_for
-from specbench.api import engine_dtypes
 from specbench.config.plan import Cell
 from specbench.config.suite import EquivalenceSpec
-from specbench.execution.teacher_forcing import equivalence_summaries, greedy_equivalence
 from specbench.results.records import RequestRecord
 
 
