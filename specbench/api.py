@@ -17,16 +17,19 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from specbench import datasets
 from specbench.analysis.timing import Timeline
-from specbench.config.plan import Cell, Plan, cell_summary, expand, with_decisions
+from specbench.config.plan import Cell, Plan, cell_summary, with_ks
 from specbench.config.suite import Suite, SuiteError, load_suite
 from specbench.engines.factory import resolve_engine
 from specbench.engines.kept import KeptEngines as KeptEngines  # api.run(keep=KeptEngines())
 from specbench.engines.vllm_args import vllm_serve_command
 from specbench.engines.vllm_patches import PATCHES as ENGINE_PATCHES
+from specbench.errors import SpecbenchError
 from specbench.execution.driver import Progress, Runner, detect_platform
 from specbench.execution.driver import RunRefused as RunRefused  # the CLI reports it as bad input
 from specbench.execution.executors import make_executor
 from specbench.execution.interrupt import StopRequested, stop_on_signals
+from specbench.execution.run_plan import DataChanged as DataChanged  # a resumed run's data changed: bad input
+from specbench.execution.run_plan import RunPlan, plan_resume, plan_run
 from specbench.results import rundir
 from specbench.results.migrations import MANIFEST_SCHEMA_VERSION, hardware_class
 from specbench.results.noise import NoiseCalibration
@@ -37,6 +40,20 @@ from specbench.settings import settings
 if TYPE_CHECKING:
     from specbench.regression.history import AddResult, RunInfo
     from specbench.zoo.assets import TinyAssets
+
+__all__ = [
+    # a run: plan it once (or take a stopped run's stored plan), run it, rebuild and render its summary
+    "validate", "load_suite", "with_ks", "plan", "resume_plan", "dry_run", "dataset_plan", "equivalence_plan",
+    "run", "analyze", "load_summary", "report", "record_time_breakdown", "results_root",
+    # across runs
+    "compare", "gate", "calibrate", "history_add", "history_runs", "trend",
+    # the tiny zoo
+    "assets",
+    # types
+    "RunPlan", "Suite", "RunSummary", "GateReport", "KeptEngines", "Timeline", "NoiseCalibration",
+    # errors: every one a SpecbenchError (bad input, exit 2 in the CLI)
+    "SpecbenchError", "SuiteError", "InputError", "RunRefused", "NoiseError", "DataChanged",
+]
 
 
 def validate(paths: list[Path]) -> list[str]:
@@ -50,28 +67,25 @@ def validate(paths: list[Path]) -> list[str]:
     return errors
 
 
-def with_ks(suite: Suite, ks: list[int] | None) -> Suite:
-    """The suite with every speculating method at the K values ``ks`` (``--num-speculative-tokens 1,3,5``);
-    raises :class:`SuiteError` when a K is beyond a method's limit."""
-    if not ks:
-        return suite
-    from specbench.config.plan import with_ks as replace_ks
-    from specbench.config.suite import check_semantics
-
-    out = replace_ks(suite, ks)
-    out.source_path = suite.source_path
-    base = Path(suite.source_path).parent if suite.source_path else Path.cwd()
-    problems = [msg for loc, msg in check_semantics(out, base) if "num_speculative_tokens" in loc]
-    if problems:
-        raise SuiteError([f"--num-speculative-tokens: {m}" for m in dict.fromkeys(problems)])
-    return out
+def plan(suite: Suite | Path | str, ks: list[int] | None = None) -> RunPlan:
+    """A new run's plan: the suite (loaded when a path; raises :class:`SuiteError`) with every
+    speculating method at the K values ``ks`` (``--num-speculative-tokens 1,3,5``), expanded once.
+    Hand it to :func:`run` (and to :func:`dry_run`)."""
+    return plan_run(with_ks(suite if isinstance(suite, Suite) else load_suite(suite), ks))
 
 
-def dry_run(suite: Suite, platform: str | None = None, assets_factory: Any = None) -> list[dict[str, Any]]:
+def resume_plan(run_dir: Path) -> RunPlan:
+    """The stored suite and plan of an interrupted run (``--resume``), never its YAML again; refused
+    (:class:`DataChanged`) when a dataset's file differs from the sha256 its manifest recorded."""
+    return plan_resume(Path(run_dir))
+
+
+def dry_run(suite: Suite | RunPlan, platform: str | None = None, assets_factory: Any = None) -> list[dict[str, Any]]:
     """Every engine's exact configuration, without starting anything (``assets_factory``:
     the tiny zoo to resolve ``model: tiny`` with, as in :func:`~specbench.engines.factory.resolve_engine`)."""
     platform = platform or detect_platform()
-    plan = expand(suite)
+    planned = suite if isinstance(suite, RunPlan) else plan_run(suite)
+    suite, plan = planned.suite, planned.plan
     out = []
     for cfg in plan.engines:
         res = resolve_engine(cfg, platform, assets_factory)
@@ -157,7 +171,7 @@ def _manifest(suite: Suite, plan: Plan, run_id: str, platform: str, limit: int |
 
 
 def run(
-    suite_path: Path,
+    suite: RunPlan | Suite | Path | str,
     *,
     out: Path | None = None,
     limit: int | None = None,
@@ -174,6 +188,10 @@ def run(
     noise: Path | None = None,
 ) -> Path:
     """Run a suite (or resume a run) and write records, summary and reports.
+
+    ``suite``: the run's plan (:func:`plan`, :func:`resume_plan`), else a suite or its path, planned
+    here (``num_speculative_tokens`` applied); with ``resume`` (a run directory) and no plan, the
+    run's stored plan (:func:`resume_plan`): the path is not read.
 
     ``noise``: an A/A calibration of this hardware class and suite whose between-run noise the speed
     intervals include (see :func:`analyze`; checked before any engine starts).
@@ -195,23 +213,25 @@ def run(
     number of requests recorded) leaves this function; ``resume=run_dir``
     continues.
     """
+    if not isinstance(suite, RunPlan):
+        suite = resume_plan(resume) if resume is not None else plan(suite, num_speculative_tokens)
+    elif resume is not None and suite.resume != Path(resume):
+        raise RunRefused([f"--resume {resume}: the plan given is not that run's (plan it with resume_plan)"])
     with stop_on_signals():
-        return _run(suite_path, out=out, limit=limit, resume=resume, progress=progress, platform=platform,
-                    allow_code_exec=allow_code_exec, num_speculative_tokens=num_speculative_tokens,
-                    executor=executor, ray_address=ray_address, max_parallel_engines=max_parallel_engines,
+        return _run(suite, out=out, limit=limit, progress=progress, platform=platform,
+                    allow_code_exec=allow_code_exec, executor=executor, ray_address=ray_address,
+                    max_parallel_engines=max_parallel_engines,
                     timeline=timeline if timeline is not None else Timeline(), keep=keep, noise=noise)
 
 
 def _run(
-    suite_path: Path,
+    planned: RunPlan,
     *,
     out: Path | None,
     limit: int | None,
-    resume: Path | None,
     progress: Progress | None,
     platform: str | None,
     allow_code_exec: bool | None,
-    num_speculative_tokens: list[int] | None,
     executor: str | None,
     ray_address: str | None,
     max_parallel_engines: int | None,
@@ -220,17 +240,19 @@ def _run(
     noise: Path | None = None,
 ) -> Path:
     platform = platform or detect_platform()
+    suite, plan, resume = planned.suite, planned.plan, planned.resume  # the suite: stored, never decided on again
     if resume is not None:
-        run_dir = Path(resume)
+        run_dir = resume
         manifest = rundir.read_manifest(run_dir)
-        suite = load_suite(manifest.get("suite_path") or suite_path)
-        plan = with_decisions(Plan.model_validate(manifest["plan"]), suite)
+        manifest.setdefault("suite", suite.model_dump(mode="json"))  # a manifest from before it stored its suite
+        recorded = manifest.setdefault("datasets", {})
+        for name, src in planned.sources.items():
+            if "error" not in src:
+                recorded.setdefault(name, src)  # later resumes hold the data to it
         run_id = manifest["run_id"]
         limit = manifest.get("limit") if limit is None else limit
         manifest.setdefault("resumed_at", []).append(dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
     else:
-        suite = with_ks(load_suite(suite_path), num_speculative_tokens)
-        plan = expand(suite)
         run_id = rundir.new_run_id()
         run_dir = results_root(out) / suite.name / run_id
         manifest = _manifest(suite, plan, run_id, platform, limit)
@@ -239,7 +261,7 @@ def _run(
             _speed_noise(run_dir, manifest, noise)
         except ValueError as exc:  # NoiseError: another hardware class or suite, or not a calibration
             raise RunRefused([str(exc)]) from exc
-    spec = suite.executor
+    spec = plan.decisions().executor
     kind = executor or spec.kind
     try:
         runs_on = make_executor(kind, ray_address=ray_address or spec.ray_address,
@@ -444,8 +466,9 @@ def report(run_dir: Path, out_dir: Path | None = None, *, timeline: Timeline | N
 # across runs: compare, gate, history, trend; the tiny zoo
 
 
-class InputError(ValueError):
-    """Bad input to a command that reads stored runs, rules or the history (the CLI exits 2 with it)."""
+class InputError(SpecbenchError, ValueError):
+    """Bad input to a command that reads stored runs, rules or the history that no stage named
+    (a missing file, a malformed value; the CLI exits 2 with it, as with every :class:`SpecbenchError`)."""
 
 
 class GateReport(NamedTuple):
@@ -458,10 +481,7 @@ def compare(base_run: Path, new_run: Path, *, speed_noise_floor_pct: float | Non
     :func:`specbench.regression.run_diff.compare_runs` for the tests)."""
     from specbench.regression.run_diff import compare_runs, render_comparison_markdown
 
-    try:
-        base, new = load_summary(base_run), load_summary(new_run)
-    except rundir.StoreError as exc:
-        raise InputError(str(exc)) from exc
+    base, new = load_summary(base_run), load_summary(new_run)
     return render_comparison_markdown(compare_runs(base, new, speed_noise_floor_pct=speed_noise_floor_pct))
 
 
@@ -474,7 +494,6 @@ def gate(new_run: Path, baseline: str, *, rules: Path | None = None, db: str | N
     was analysed with (``specbench calibrate``, then runs beside it); with neither, speed against a
     single run is not gated."""
     from specbench.regression.gate import (
-        GateConfigError,
         check_rule_categories,
         evaluate_gate,
         load_baseline,
@@ -482,7 +501,7 @@ def gate(new_run: Path, baseline: str, *, rules: Path | None = None, db: str | N
         render_gate,
     )
     from specbench.regression.gate_history import evaluate_history_gate, history_window
-    from specbench.regression.history import History, HistoryError
+    from specbench.regression.history import History
     from specbench.results.noise import check_applies, load_noise
 
     window = history_window(baseline)
@@ -499,7 +518,9 @@ def gate(new_run: Path, baseline: str, *, rules: Path | None = None, db: str | N
         else:
             with History(db) as hist:
                 result = evaluate_history_gate(new, rundir.load_manifest(new_run), hist, window, rule_set, noise=cal)
-    except (GateConfigError, HistoryError, rundir.StoreError, FileNotFoundError, ValueError) as exc:
+    except SpecbenchError:
+        raise
+    except (FileNotFoundError, ValueError) as exc:  # a missing or malformed file no stage named
         raise InputError(str(exc)) from exc
     return GateReport(render_gate(result), result.exit_code)
 
@@ -525,7 +546,7 @@ def calibrate(run_dirs: list[Path], out: Path | None = None) -> tuple[NoiseCalib
 def history_add(run_dirs: list[Path], db: str | None = None) -> Iterator[AddResult]:
     """Store runs' metrics and context in the history, one result per run as it is stored (a run
     without ``summary.json`` is analyzed first; a stored run is left unchanged)."""
-    from specbench.regression.history import History, HistoryError
+    from specbench.regression.history import History
 
     try:
         with History(db) as hist:
@@ -533,32 +554,28 @@ def history_add(run_dirs: list[Path], db: str | None = None) -> Iterator[AddResu
                 if not (Path(d) / rundir.SUMMARY).exists():
                     analyze(d)  # a run without its summary yet: rebuild it from the records
                 yield hist.add_run(d)
-    except (HistoryError, rundir.StoreError, ValueError) as exc:
+    except SpecbenchError:
+        raise
+    except ValueError as exc:  # a malformed stored value no stage named
         raise InputError(str(exc)) from exc
 
 
 def history_runs(suite: str | None = None, db: str | None = None) -> list[RunInfo]:
     """The stored runs (of ``suite``), oldest first."""
-    from specbench.regression.history import History, HistoryError
+    from specbench.regression.history import History
 
-    try:
-        with History(db) as hist:
-            return hist.runs(suite=suite)
-    except HistoryError as exc:
-        raise InputError(str(exc)) from exc
+    with History(db) as hist:
+        return hist.runs(suite=suite)
 
 
 def trend(out: Path, suite: str | None = None, db: str | None = None) -> dict[str, dict[str, Path]]:
     """Write every metric of every group over the stored runs, one Markdown and HTML page per suite
     (and hardware class): {page name: {"markdown": path, "html": path}}."""
-    from specbench.regression.history import History, HistoryError
+    from specbench.regression.history import History
     from specbench.report.trend import write_trend
 
-    try:
-        with History(db) as hist:
-            pages = write_trend(hist, out, suite)
-    except HistoryError as exc:
-        raise InputError(str(exc)) from exc
+    with History(db) as hist:
+        pages = write_trend(hist, out, suite)
     if not pages:
         raise InputError(f"no stored runs{f' of suite {suite!r}' if suite else ''}: add some with `specbench history add`")
     return pages
