@@ -344,8 +344,10 @@ DbOption = Annotated[
 
 @app.command()
 def compare(
-    base_run: Annotated[Path, typer.Argument(help="baseline run directory")],
-    new_run: Annotated[Path, typer.Argument(help="new run directory")],
+    runs: Annotated[list[Path], typer.Argument(
+        help="the new run directory (with --baseline); the old form BASE NEW still works, deprecated",
+        show_default=False)],
+    baseline: Annotated[Path | None, typer.Option(help="the baseline run directory (as in gate)")] = None,
     speed_noise_floor_pct: Annotated[
         float | None,
         typer.Option(help="test speed changes with each run's interval widened to at least ±this % "
@@ -353,7 +355,17 @@ def compare(
     ] = None,
     step_summary: StepSummary = True,
 ) -> None:
-    """Match the two runs' cells and show each metric's change, with intervals."""
+    """Match a run's cells with the baseline's and show each metric's change, with intervals:
+    ``compare NEW --baseline BASE``."""
+    if baseline is not None and len(runs) == 1:
+        base_run, new_run = baseline, runs[0]
+    elif baseline is None and len(runs) == 2:
+        base_run, new_run = runs
+        err.print(f"note: `compare BASE NEW` is deprecated; use `specbench compare {new_run} --baseline {base_run}`",
+                  highlight=False, soft_wrap=True, markup=False)
+    else:
+        _bad_input([f"compare: give the new run and --baseline BASE (got {len(runs)} run(s)"
+                    f"{' and --baseline' if baseline is not None else ''})"])
     text = api.compare(base_run, new_run, speed_noise_floor_pct=speed_noise_floor_pct)
     typer.echo(text)  # raw Markdown: no wrapping
     _step_summary(text, step_summary)

@@ -38,7 +38,7 @@ def test_an_error_carries_its_lines() -> None:
 
 
 @pytest.mark.parametrize("command", [
-    ["analyze", "{d}"], ["report", "{d}"], ["calibrate", "{d}", "{d}"], ["compare", "{d}", "{d}"],
+    ["analyze", "{d}"], ["report", "{d}"], ["calibrate", "{d}", "{d}"], ["compare", "{d}", "--baseline", "{d}"],
     ["gate", "{d}", "--baseline", "{d}", "--no-step-summary"], ["history", "add", "{d}", "--db", "{db}"],
     ["run", "{d}/missing.yaml", "--resume", "{d}"],
 ], ids=lambda c: c[0] if c[0] != "history" else "history-add")
