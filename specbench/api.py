@@ -1,8 +1,12 @@
-"""The Python API: validate / plan / run / analyze / report.
+"""The Python API: validate / plan / run / analyze / report, and compare / gate / history across runs.
 
-Each CLI command calls one function here. ``analyze`` rebuilds
-``summary.json`` from the raw records alone, so every number in a report can
-be recomputed without an engine.
+Each CLI command calls one function here; these functions only orchestrate the stages (the plan
+from config and execution.run_plan, the runner, scoring, analysis, results, report). A run's
+suite is read and expanded once, into a :class:`RunPlan`: ``run(plan(path))``, or
+``run(resume_plan(run_dir))`` for a stopped run (its stored suite, never the YAML again).
+``analyze`` rebuilds ``summary.json`` from the raw records alone, so every number in a report can
+be recomputed without an engine. Every error a user can fix is a :class:`SpecbenchError`.
+``__all__`` is the API.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from specbench import datasets
 from specbench.analysis.timing import Timeline
+from specbench.analysis.timing_estimate import recorded_engine_spans
 from specbench.config.plan import Cell, Plan, cell_summary, with_ks
 from specbench.config.suite import Suite, SuiteError, load_suite
 from specbench.engines.factory import resolve_engine
@@ -24,9 +29,10 @@ from specbench.engines.kept import KeptEngines as KeptEngines  # api.run(keep=Ke
 from specbench.engines.vllm_args import vllm_serve_command
 from specbench.engines.vllm_patches import PATCHES as ENGINE_PATCHES
 from specbench.errors import SpecbenchError
-from specbench.execution.driver import Progress, Runner, detect_platform
+from specbench.execution.driver import Progress, Runner, RunProgress, detect_platform
 from specbench.execution.driver import RunRefused as RunRefused  # the CLI reports it as bad input
 from specbench.execution.executors import make_executor
+from specbench.execution.interrupt import SIGNALS as STOP_SIGNALS  # the signals that stop a run
 from specbench.execution.interrupt import StopRequested, stop_on_signals
 from specbench.execution.run_plan import DataChanged as DataChanged  # a resumed run's data changed: bad input
 from specbench.execution.run_plan import RunPlan, plan_resume, plan_run
@@ -38,6 +44,7 @@ from specbench.results.summary import RunSummary
 from specbench.settings import settings
 
 if TYPE_CHECKING:
+    from specbench.config.methods import MethodInfo
     from specbench.regression.history import AddResult, RunInfo
     from specbench.zoo.assets import TinyAssets
 
@@ -47,13 +54,26 @@ __all__ = [
     "run", "analyze", "load_summary", "report", "record_time_breakdown", "results_root",
     # across runs
     "compare", "gate", "calibrate", "history_add", "history_runs", "trend",
-    # the tiny zoo
-    "assets",
-    # types
-    "RunPlan", "Suite", "RunSummary", "GateReport", "KeptEngines", "Timeline", "NoiseCalibration",
+    # the tiny zoo; what a suite can name
+    "assets", "methods", "dataset_kinds",
+    # types, and what a front end shows a run with
+    "RunPlan", "Suite", "RunSummary", "GateReport", "KeptEngines", "Timeline", "NoiseCalibration", "RunProgress",
+    "StopRequested", "STOP_SIGNALS",
     # errors: every one a SpecbenchError (bad input, exit 2 in the CLI)
     "SpecbenchError", "SuiteError", "InputError", "RunRefused", "NoiseError", "DataChanged",
 ]
+
+
+def methods() -> list[MethodInfo]:
+    """The registered speculative decoding methods (``method:`` in a suite)."""
+    from specbench.config.methods import METHODS
+
+    return list(METHODS.values())
+
+
+def dataset_kinds() -> dict[str, str]:
+    """The dataset kinds (``kind:`` in a suite) and what each reads."""
+    return dict(datasets.DESCRIPTIONS)
 
 
 def validate(paths: list[Path]) -> list[str]:
@@ -291,7 +311,7 @@ def _run(
         ]
         manifest["finished_at"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         rundir.write_json(run_dir / rundir.MANIFEST, manifest)
-    timeline.extend(engine_spans_of(runner.phases, run_dir, plan, since=timeline.started))
+    timeline.extend(recorded_engine_spans(runner.phases, run_dir, plan, since=timeline.started))
     try:
         analyze(run_dir, allow_code_exec=allow_code_exec, timeline=timeline, noise=noise)
     except StopRequested as stop:  # every cell ran: a resume only analyzes
@@ -329,28 +349,6 @@ def _stopped(stop: StopRequested, run_dir: Path, manifest: dict[str, Any]) -> No
     manifest["interrupted_by"] = stop.signame
     stop.run_dir = run_dir
     stop.requests = len(rundir.read_requests(run_dir))
-
-
-def engine_spans_of(phases: list[Any], run_dir: Path, plan: Plan, *, since: float) -> list[Any]:
-    """The engine jobs' timed phases as timeline spans: cells split by group (their cells' wall
-    times in ``cells.jsonl``), teacher forcing (its engine's start included) shared by the sampled
-    groups of its target."""
-    from specbench.analysis.timing import parse_time, spans_from_phases
-
-    records = [r for r in rundir.read_cells(run_dir) if (parse_time(r.finished_at) or 0.0) >= since - 1] \
-        if (run_dir / rundir.CELLS).exists() else []
-    target_of = {e.key: e.target.name for e in plan.engines}
-    sampled: dict[str, list[str]] = {}
-    for c in plan.cells:
-        if c.temperature > 0:
-            sampled.setdefault(c.target, [])
-            if c.group_id not in sampled[c.target]:
-                sampled[c.target].append(c.group_id)
-    keys = {p.job_id for p in phases}
-    teacher_forcing = {k for k in keys if k not in target_of}  # "<target>--teacher-forcing"
-    return spans_from_phases(phases, records, {c.cell_id: c.group_id for c in plan.cells},
-                             {k: sampled.get(target_of.get(k, k.removesuffix("--teacher-forcing")), []) for k in keys},
-                             teacher_forcing)
 
 
 def record_time_breakdown(run_dir: Path, timeline: Timeline, manifest: dict[str, Any] | None = None) -> None:

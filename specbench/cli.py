@@ -23,10 +23,7 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from specbench import api
-from specbench.config.methods import METHODS
 from specbench.errors import SpecbenchError
-from specbench.execution.driver import RunProgress
-from specbench.execution.interrupt import SIGNALS, StopRequested
 
 
 class _Commands(TyperGroup):
@@ -75,7 +72,7 @@ def methods_table() -> Table:
     t = Table("method", "description · vLLM method, speculator, max K, platforms", box=box.SIMPLE_HEAD,
               pad_edge=False, padding=(0, 1))
     t.columns[0].no_wrap = True
-    for m in METHODS.values():
+    for m in api.methods():
         facts = (f"vLLM {m.vllm_method or '–'} · {'needs a speculator' if m.needs_speculator else 'no speculator'}"
                  f" · max K {m.max_k or '–'} · {', '.join(m.platforms) or 'all platforms'}")
         t.add_row(m.name, f"{m.description}\n[dim]{facts}[/dim]")
@@ -84,11 +81,9 @@ def methods_table() -> Table:
 
 def datasets_table() -> Table:
     """The dataset kinds and what each reads."""
-    from specbench.datasets import DESCRIPTIONS
-
     t = Table("kind", "description", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
     t.columns[0].no_wrap = True
-    for k, v in DESCRIPTIONS.items():
+    for k, v in api.dataset_kinds().items():
         t.add_row(k, v)
     return t
 
@@ -120,7 +115,7 @@ class _RichProgress:
         self.p = progress
         self.task = progress.add_task("cells", total=total)
 
-    def __call__(self, ev: RunProgress) -> None:
+    def __call__(self, ev: api.RunProgress) -> None:
         event, cell, msg = ev.kind, ev.cell, ev.message
         if event == "engine_start":
             self.p.update(self.task, description=f"starting {msg}")
@@ -197,9 +192,7 @@ def run(
                 console.print("env: " + " ".join(f"{k}={v}" for k, v in e["env"].items()), highlight=False)
             console.print(e["server_command"], highlight=False, soft_wrap=True)
         return
-    from specbench.analysis.timing import Timeline
-
-    timeline = Timeline()  # where the time goes (issue 16): the manifest's time_breakdown, the closing line
+    timeline = api.Timeline()  # where the time goes (issue 16): the manifest's time_breakdown, the closing line
     try:
         with Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
@@ -209,7 +202,7 @@ def run(
                 allow_code_exec=allow_code_exec or None, executor=executor, ray_address=ray_address,
                 max_parallel_engines=max_parallel_engines, timeline=timeline, noise=noise,
             )
-    except StopRequested as stop:  # the progress display has stopped: this is the last line
+    except api.StopRequested as stop:  # the progress display has stopped: this is the last line
         _interrupted(stop, suite)
     console.print(f"results: {run_dir}")
     _print_summary(run_dir)
@@ -228,9 +221,9 @@ def _print_time(run_dir: Path) -> None:
         console.print(f"time: {line}", highlight=False, soft_wrap=True)
 
 
-def _interrupted(stop: StopRequested, suite: Path) -> None:
+def _interrupted(stop: api.StopRequested, suite: Path) -> None:
     """The run was stopped by a signal: say how to resume, last, and exit 128 + the signal's number."""
-    for sig in SIGNALS:  # the run is over; another signal now would only cut the message short
+    for sig in api.STOP_SIGNALS:  # the run is over; another signal now would only cut the message short
         signal.signal(sig, signal.SIG_IGN)
     if stop.run_dir is None:
         line = f"interrupted by {stop.signame} before the run started"
