@@ -22,11 +22,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from specbench import datasets
 from specbench.analysis.timing import Timeline
 from specbench.analysis.timing_estimate import recorded_engine_spans
-from specbench.config.plan import Cell, Plan, cell_summary, with_ks
+from specbench.config.plan import Cell, Plan, with_ks
 from specbench.config.suite import Suite, SuiteError, load_suite
-from specbench.engines.factory import resolve_engine
 from specbench.engines.kept import KeptEngines as KeptEngines  # api.run(keep=KeptEngines())
-from specbench.engines.vllm_args import vllm_serve_command
 from specbench.engines.vllm_patches import PATCHES as ENGINE_PATCHES
 from specbench.errors import SpecbenchError
 from specbench.execution.driver import Progress, Runner, RunProgress, detect_platform
@@ -35,7 +33,7 @@ from specbench.execution.executors import make_executor
 from specbench.execution.interrupt import SIGNALS as STOP_SIGNALS  # the signals that stop a run
 from specbench.execution.interrupt import StopRequested, stop_on_signals
 from specbench.execution.run_plan import DataChanged as DataChanged  # a resumed run's data changed: bad input
-from specbench.execution.run_plan import RunPlan, plan_resume, plan_run
+from specbench.execution.run_plan import RunPlan, engine_configs, plan_resume, plan_run
 from specbench.results import rundir
 from specbench.results.migrations import MANIFEST_SCHEMA_VERSION, hardware_class
 from specbench.results.noise import NoiseCalibration
@@ -103,33 +101,8 @@ def resume_plan(run_dir: Path) -> RunPlan:
 def dry_run(suite: Suite | RunPlan, platform: str | None = None, assets_factory: Any = None) -> list[dict[str, Any]]:
     """Every engine's exact configuration, without starting anything (``assets_factory``:
     the tiny zoo to resolve ``model: tiny`` with, as in :func:`~specbench.engines.factory.resolve_engine`)."""
-    platform = platform or detect_platform()
-    planned = suite if isinstance(suite, RunPlan) else plan_run(suite)
-    suite, plan = planned.suite, planned.plan
-    out = []
-    for cfg in plan.engines:
-        res = resolve_engine(cfg, platform, assets_factory)
-        cells = plan.cells_for(cfg.key)
-        out.append(
-            {
-                "engine": cfg.key,
-                "kind": cfg.target.engine,
-                "method": cfg.method.method,
-                "speculative_config": res.engine_kwargs.get("speculative_config"),
-                "llm_kwargs": res.engine_kwargs,
-                "env": res.env,
-                "server_command": vllm_serve_command(cfg, res.engine_kwargs, platform, res.env),
-                "cells": len(cells),
-                "cell_lines": cell_summary(cells, suite),
-                "references": [
-                    r.model_dump(mode="json") for r in suite.references
-                    if r.target == cfg.target.name
-                    and r.method in (cfg.method.label, cells[0].method_family if cells else cfg.method.label)
-                    and r.k in (None, cfg.method.num_speculative_tokens)
-                ],
-            }
-        )
-    return out
+    return engine_configs(suite if isinstance(suite, RunPlan) else plan_run(suite), platform or detect_platform(),
+                          assets_factory)
 
 
 def dataset_plan(suite: Suite) -> list[str]:
@@ -139,22 +112,9 @@ def dataset_plan(suite: Suite) -> list[str]:
 
 def equivalence_plan(suite: Suite) -> list[str]:
     """What the suite's lossless checks will do, in words (for --dry-run)."""
-    from specbench.analysis.lossless import TIE_TOLERANCE_BY_DTYPE, min_tokens_for_tv
+    from specbench.analysis.equivalence import plan_lines
 
-    eq = suite.equivalence
-    lines = []
-    if eq.greedy:
-        if eq.tie_tolerance is not None:
-            tol = f"{eq.tie_tolerance:g} nats (equivalence.tie_tolerance)"
-        else:
-            tol = "from each engine's dtype (" + ", ".join(f"{k} {v:g}" for k, v in TIE_TOLERANCE_BY_DTYPE.items()) + " nats)"
-        lines.append(f"greedy: token identity vs the baseline, top-{eq.logprobs} logprobs; near-tie tolerance {tol}")
-    s = eq.sampled
-    if s is not None:
-        need = min_tokens_for_tv(s.target_tv, s.alpha, s.power, n_tests=3)
-        lines.append(f"sampled: T={s.temperature:g}, PIT vs the plain target (teacher forcing); alpha {s.alpha:g}, "
-                     f"detects a per-token TV of {s.target_tv:g} with power {s.power:g} from >= {need} tokens per method")
-    return lines
+    return plan_lines(suite.equivalence)
 
 
 def results_root(out: Path | None) -> Path:

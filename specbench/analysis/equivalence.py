@@ -25,9 +25,11 @@ import numpy as np
 from pydantic import ValidationError
 
 from specbench.analysis.lossless import (
+    TIE_TOLERANCE_BY_DTYPE,
     canonical_dtype,
     compare_greedy,
     distribution_verdict,
+    min_tokens_for_tv,
     summarize_greedy,
     tie_tolerance_for,
 )
@@ -403,3 +405,20 @@ def run_equivalence(
     except ValidationError:
         spec = EquivalenceSpec()  # a manifest written before the section was typed
     return equivalence_summaries(run_dir, cells, requests, torn, engine_dtypes=engine_dtypes(manifest), spec=spec)
+
+
+def plan_lines(eq: EquivalenceSpec) -> list[str]:
+    """What a suite's lossless checks (its ``equivalence:`` section) will do, in words (for --dry-run)."""
+    lines = []
+    if eq.greedy:
+        if eq.tie_tolerance is not None:
+            tol = f"{eq.tie_tolerance:g} nats (equivalence.tie_tolerance)"
+        else:
+            tol = "from each engine's dtype (" + ", ".join(f"{k} {v:g}" for k, v in TIE_TOLERANCE_BY_DTYPE.items()) + " nats)"
+        lines.append(f"greedy: token identity vs the baseline, top-{eq.logprobs} logprobs; near-tie tolerance {tol}")
+    s = eq.sampled
+    if s is not None:
+        need = min_tokens_for_tv(s.target_tv, s.alpha, s.power, n_tests=3)
+        lines.append(f"sampled: T={s.temperature:g}, PIT vs the plain target (teacher forcing); alpha {s.alpha:g}, "
+                     f"detects a per-token TV of {s.target_tv:g} with power {s.power:g} from >= {need} tokens per method")
+    return lines

@@ -5,6 +5,8 @@ After this step nothing looks at the suite file again: the runner acts on the pl
 decisions, and a resumed run takes both from its manifest, so editing the YAML between a stop and
 ``--resume`` changes nothing. Local data a resumed run would read again must be the data the run
 started with (the sha256 the manifest recorded), else the run is refused before any engine starts.
+
+:func:`engine_configs` is the plan as ``--dry-run`` shows it (each engine's exact configuration).
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from specbench import datasets
-from specbench.config.plan import Plan, expand, with_decisions
+from specbench.config.plan import Plan, cell_summary, expand, with_decisions
 from specbench.config.suite import Suite, SuiteError, load_suite
+from specbench.engines.factory import resolve_engine
+from specbench.engines.vllm_args import vllm_serve_command
 from specbench.errors import SpecbenchError
 from specbench.results import rundir
 
@@ -113,4 +117,34 @@ def changed_data(recorded: dict[str, Any], now: dict[str, dict[str, Any]]) -> li
         elif cur.get("sha256") != sha:
             out.append(f"dataset {name!r} ({where}) changed since the run started: sha256 {sha[:12]}… then, "
                        f"{str(cur.get('sha256'))[:12]}… now; restore it or start a new run")
+    return out
+
+
+def engine_configs(planned: RunPlan, platform: str, assets_factory: Any = None) -> list[dict[str, Any]]:
+    """Every engine of the plan as it will start on ``platform`` (vLLM arguments, environment, server
+    command), its cells in words and the suite's published references for it (``--dry-run``)."""
+    suite, plan = planned.suite, planned.plan
+    out = []
+    for cfg in plan.engines:
+        res = resolve_engine(cfg, platform, assets_factory)
+        cells = plan.cells_for(cfg.key)
+        out.append(
+            {
+                "engine": cfg.key,
+                "kind": cfg.target.engine,
+                "method": cfg.method.method,
+                "speculative_config": res.engine_kwargs.get("speculative_config"),
+                "llm_kwargs": res.engine_kwargs,
+                "env": res.env,
+                "server_command": vllm_serve_command(cfg, res.engine_kwargs, platform, res.env),
+                "cells": len(cells),
+                "cell_lines": cell_summary(cells, suite),
+                "references": [
+                    r.model_dump(mode="json") for r in suite.references
+                    if r.target == cfg.target.name
+                    and r.method in (cfg.method.label, cells[0].method_family if cells else cfg.method.label)
+                    and r.k in (None, cfg.method.num_speculative_tokens)
+                ],
+            }
+        )
     return out
