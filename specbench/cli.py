@@ -12,9 +12,8 @@ import shlex
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
-import click
 import typer
 from rich import box
 from rich.console import Console
@@ -30,7 +29,7 @@ class _Commands(TyperGroup):
     """Every command: a :class:`~specbench.errors.SpecbenchError` (bad input or configuration) is
     printed, one line per problem, and exits 2 (the one place that maps it)."""
 
-    def invoke(self, ctx: click.Context) -> object:
+    def invoke(self, ctx: Any) -> Any:  # typer's own click Context
         try:
             return super().invoke(ctx)
         except SpecbenchError as exc:
