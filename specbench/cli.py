@@ -197,7 +197,7 @@ def run(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
         ) as p:
             run_dir = api.run(
-                planned, out=out, limit=limit, progress=_RichProgress(p, planned.cells), platform=platform,
+                planned, out=out, limit=limit, progress=_RichProgress(p, planned.n_cells), platform=platform,
                 allow_code_exec=allow_code_exec or None, executor=executor, ray_address=ray_address,
                 max_parallel_engines=max_parallel_engines, timeline=timeline, noise=noise,
             )

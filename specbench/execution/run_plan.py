@@ -43,7 +43,8 @@ class RunPlan:
     sources: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
-    def cells(self) -> int:
+    def n_cells(self) -> int:
+        """How many cells the run has (a progress bar's total)."""
         return len(self.plan.cells)
 
 
