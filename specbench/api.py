@@ -1,8 +1,12 @@
-"""The Python API: validate / plan / run / analyze / report.
+"""The Python API: validate / plan / run / analyze / report, and compare / gate / history across runs.
 
-Each CLI command calls one function here. ``analyze`` rebuilds
-``summary.json`` from the raw records alone, so every number in a report can
-be recomputed without an engine.
+Each CLI command calls one function here; these functions only orchestrate the stages (the plan
+from config and execution.run_plan, the runner, scoring, analysis, results, report). A run's
+suite is read and expanded once, into a :class:`RunPlan`: ``run(plan(path))``, or
+``run(resume_plan(run_dir))`` for a stopped run (its stored suite, never the YAML again).
+``analyze`` rebuilds ``summary.json`` from the raw records alone, so every number in a report can
+be recomputed without an engine. Every error a user can fix is a :class:`SpecbenchError`.
+``__all__`` is the API.
 """
 
 from __future__ import annotations
@@ -15,28 +19,58 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from specbench import datasets
 from specbench.analysis.timing import Timeline
-from specbench.config.plan import Cell, Plan, cell_summary, expand, with_decisions
-from specbench.config.suite import EquivalenceSpec, ScoringSpec, Suite, SuiteError, load_suite
-from specbench.engines.factory import resolve_engine
+from specbench.analysis.timing_estimate import recorded_engine_spans
+from specbench.config.plan import Plan, with_ks
+from specbench.config.suite import Suite, SuiteError, load_suite
 from specbench.engines.kept import KeptEngines as KeptEngines  # api.run(keep=KeptEngines())
-from specbench.engines.vllm_args import vllm_serve_command
 from specbench.engines.vllm_patches import PATCHES as ENGINE_PATCHES
-from specbench.execution.driver import Progress, Runner, detect_platform
+from specbench.errors import SpecbenchError
+from specbench.execution.driver import Progress, Runner, RunProgress, detect_platform
 from specbench.execution.driver import RunRefused as RunRefused  # the CLI reports it as bad input
 from specbench.execution.executors import make_executor
+from specbench.execution.interrupt import SIGNALS as STOP_SIGNALS  # the signals that stop a run
 from specbench.execution.interrupt import StopRequested, stop_on_signals
+from specbench.execution.run_plan import DataChanged as DataChanged  # a resumed run's data changed: bad input
+from specbench.execution.run_plan import RunPlan, engine_configs, plan_resume, plan_run
 from specbench.results import rundir
-from specbench.results.manifest import EngineEntry, RunManifest, build_manifest
+from specbench.results.manifest import DatasetSource, EngineEntry, RunManifest, build_manifest
 from specbench.results.noise import NoiseCalibration
 from specbench.results.noise import NoiseError as NoiseError  # the CLI reports it as bad input
-from specbench.results.parts import Equivalence
 from specbench.results.records import now_iso
 from specbench.results.summary import RunSummary
 from specbench.settings import settings
 
 if TYPE_CHECKING:
+    from specbench.config.methods import MethodInfo
     from specbench.regression.history import AddResult, RunInfo
     from specbench.zoo.assets import TinyAssets
+
+__all__ = [
+    # a run: plan it once (or take a stopped run's stored plan), run it, rebuild and render its summary
+    "validate", "load_suite", "with_ks", "plan", "resume_plan", "dry_run", "dataset_plan", "equivalence_plan",
+    "run", "analyze", "load_summary", "report", "record_time_breakdown", "results_root",
+    # across runs
+    "compare", "gate", "calibrate", "history_add", "history_runs", "trend",
+    # the tiny zoo; what a suite can name
+    "assets", "methods", "dataset_kinds",
+    # types, and what a front end shows a run with
+    "RunPlan", "Suite", "RunSummary", "GateReport", "KeptEngines", "Timeline", "NoiseCalibration", "RunProgress",
+    "StopRequested", "STOP_SIGNALS",
+    # errors: every one a SpecbenchError (bad input, exit 2 in the CLI)
+    "SpecbenchError", "SuiteError", "InputError", "RunRefused", "NoiseError", "DataChanged",
+]
+
+
+def methods() -> list[MethodInfo]:
+    """The registered speculative decoding methods (``method:`` in a suite)."""
+    from specbench.config.methods import METHODS
+
+    return list(METHODS.values())
+
+
+def dataset_kinds() -> dict[str, str]:
+    """The dataset kinds (``kind:`` in a suite) and what each reads."""
+    return dict(datasets.DESCRIPTIONS)
 
 
 def validate(paths: list[Path]) -> list[str]:
@@ -50,52 +84,24 @@ def validate(paths: list[Path]) -> list[str]:
     return errors
 
 
-def with_ks(suite: Suite, ks: list[int] | None) -> Suite:
-    """The suite with every speculating method at the K values ``ks`` (``--num-speculative-tokens 1,3,5``);
-    raises :class:`SuiteError` when a K is beyond a method's limit."""
-    if not ks:
-        return suite
-    from specbench.config.plan import with_ks as replace_ks
-    from specbench.config.suite import check_semantics
-
-    out = replace_ks(suite, ks)
-    out.source_path = suite.source_path
-    base = Path(suite.source_path).parent if suite.source_path else Path.cwd()
-    problems = [msg for loc, msg in check_semantics(out, base) if "num_speculative_tokens" in loc]
-    if problems:
-        raise SuiteError([f"--num-speculative-tokens: {m}" for m in dict.fromkeys(problems)])
-    return out
+def plan(suite: Suite | Path | str, ks: list[int] | None = None) -> RunPlan:
+    """A new run's plan: the suite (loaded when a path; raises :class:`SuiteError`) with every
+    speculating method at the K values ``ks`` (``--num-speculative-tokens 1,3,5``), expanded once.
+    Hand it to :func:`run` (and to :func:`dry_run`)."""
+    return plan_run(with_ks(suite if isinstance(suite, Suite) else load_suite(suite), ks))
 
 
-def dry_run(suite: Suite, platform: str | None = None, assets_factory: Any = None) -> list[dict[str, Any]]:
+def resume_plan(run_dir: Path) -> RunPlan:
+    """The stored suite and plan of an interrupted run (``--resume``), never its YAML again; refused
+    (:class:`DataChanged`) when a dataset's file differs from the sha256 its manifest recorded."""
+    return plan_resume(Path(run_dir))
+
+
+def dry_run(suite: Suite | RunPlan, platform: str | None = None, assets_factory: Any = None) -> list[dict[str, Any]]:
     """Every engine's exact configuration, without starting anything (``assets_factory``:
     the tiny zoo to resolve ``model: tiny`` with, as in :func:`~specbench.engines.factory.resolve_engine`)."""
-    platform = platform or detect_platform()
-    plan = expand(suite)
-    out = []
-    for cfg in plan.engines:
-        res = resolve_engine(cfg, platform, assets_factory)
-        cells = plan.cells_for(cfg.key)
-        out.append(
-            {
-                "engine": cfg.key,
-                "kind": cfg.target.engine,
-                "method": cfg.method.method,
-                "speculative_config": res.engine_kwargs.get("speculative_config"),
-                "llm_kwargs": res.engine_kwargs,
-                "env": res.env,
-                "server_command": vllm_serve_command(cfg, res.engine_kwargs, platform, res.env),
-                "cells": len(cells),
-                "cell_lines": cell_summary(cells, suite),
-                "references": [
-                    r.model_dump(mode="json") for r in suite.references
-                    if r.target == cfg.target.name
-                    and r.method in (cfg.method.label, cells[0].method_family if cells else cfg.method.label)
-                    and r.k in (None, cfg.method.num_speculative_tokens)
-                ],
-            }
-        )
-    return out
+    return engine_configs(suite if isinstance(suite, RunPlan) else plan_run(suite), platform or detect_platform(),
+                          assets_factory)
 
 
 def dataset_plan(suite: Suite) -> list[str]:
@@ -105,22 +111,9 @@ def dataset_plan(suite: Suite) -> list[str]:
 
 def equivalence_plan(suite: Suite) -> list[str]:
     """What the suite's lossless checks will do, in words (for --dry-run)."""
-    from specbench.analysis.lossless import TIE_TOLERANCE_BY_DTYPE, min_tokens_for_tv
+    from specbench.analysis.equivalence import plan_lines
 
-    eq = suite.equivalence
-    lines = []
-    if eq.greedy:
-        if eq.tie_tolerance is not None:
-            tol = f"{eq.tie_tolerance:g} nats (equivalence.tie_tolerance)"
-        else:
-            tol = "from each engine's dtype (" + ", ".join(f"{k} {v:g}" for k, v in TIE_TOLERANCE_BY_DTYPE.items()) + " nats)"
-        lines.append(f"greedy: token identity vs the baseline, top-{eq.logprobs} logprobs; near-tie tolerance {tol}")
-    s = eq.sampled
-    if s is not None:
-        need = min_tokens_for_tv(s.target_tv, s.alpha, s.power, n_tests=3)
-        lines.append(f"sampled: T={s.temperature:g}, PIT vs the plain target (teacher forcing); alpha {s.alpha:g}, "
-                     f"detects a per-token TV of {s.target_tv:g} with power {s.power:g} from >= {need} tokens per method")
-    return lines
+    return plan_lines(suite.equivalence)
 
 
 def results_root(out: Path | None) -> Path:
@@ -138,7 +131,7 @@ def _manifest(suite: Suite, plan: Plan, run_id: str, platform: str, limit: int |
 
 
 def run(
-    suite_path: Path,
+    suite: RunPlan | Suite | Path | str,
     *,
     out: Path | None = None,
     limit: int | None = None,
@@ -155,6 +148,10 @@ def run(
     noise: Path | None = None,
 ) -> Path:
     """Run a suite (or resume a run) and write records, summary and reports.
+
+    ``suite``: the run's plan (:func:`plan`, :func:`resume_plan`), else a suite or its path, planned
+    here (``num_speculative_tokens`` applied); with ``resume`` (a run directory) and no plan, the
+    run's stored plan (:func:`resume_plan`): the path is not read.
 
     ``noise``: an A/A calibration of this hardware class and suite whose between-run noise the speed
     intervals include (see :func:`analyze`; checked before any engine starts).
@@ -176,23 +173,25 @@ def run(
     number of requests recorded) leaves this function; ``resume=run_dir``
     continues.
     """
+    if not isinstance(suite, RunPlan):
+        suite = resume_plan(resume) if resume is not None else plan(suite, num_speculative_tokens)
+    elif resume is not None and suite.resume != Path(resume):
+        raise RunRefused([f"--resume {resume}: the plan given is not that run's (plan it with resume_plan)"])
     with stop_on_signals():
-        return _run(suite_path, out=out, limit=limit, resume=resume, progress=progress, platform=platform,
-                    allow_code_exec=allow_code_exec, num_speculative_tokens=num_speculative_tokens,
-                    executor=executor, ray_address=ray_address, max_parallel_engines=max_parallel_engines,
+        return _run(suite, out=out, limit=limit, progress=progress, platform=platform,
+                    allow_code_exec=allow_code_exec, executor=executor, ray_address=ray_address,
+                    max_parallel_engines=max_parallel_engines,
                     timeline=timeline if timeline is not None else Timeline(), keep=keep, noise=noise)
 
 
 def _run(
-    suite_path: Path,
+    planned: RunPlan,
     *,
     out: Path | None,
     limit: int | None,
-    resume: Path | None,
     progress: Progress | None,
     platform: str | None,
     allow_code_exec: bool | None,
-    num_speculative_tokens: list[int] | None,
     executor: str | None,
     ray_address: str | None,
     max_parallel_engines: int | None,
@@ -201,20 +200,18 @@ def _run(
     noise: Path | None = None,
 ) -> Path:
     platform = platform or detect_platform()
+    suite, plan, resume = planned.suite, planned.plan, planned.resume  # the suite: stored, never decided on again
     if resume is not None:
-        run_dir = Path(resume)
+        run_dir = resume
         manifest = rundir.read_manifest(run_dir)
-        if manifest.plan is None:
-            raise RunRefused([f"{run_dir}: its manifest holds no plan (written before plans were stored): "
-                              "it cannot be resumed"])
-        suite = load_suite(manifest.suite_path or suite_path)
-        plan = with_decisions(manifest.plan, suite)
+        if manifest.suite is None:
+            manifest.suite = suite  # a manifest from before it stored its suite
+        recorded = {n: DatasetSource.model_validate(src) for n, src in planned.sources.items() if "error" not in src}
+        manifest.datasets = {**recorded, **manifest.datasets}  # later resumes hold the data to it
         run_id = manifest.run_id
         limit = manifest.limit if limit is None else limit
         manifest.resumed_at = [*manifest.resumed_at, now_iso()]
     else:
-        suite = with_ks(load_suite(suite_path), num_speculative_tokens)
-        plan = expand(suite)
         run_id = rundir.new_run_id()
         run_dir = results_root(out) / suite.name / run_id
         manifest = _manifest(suite, plan, run_id, platform, limit)
@@ -223,7 +220,7 @@ def _run(
             _speed_noise(run_dir, manifest, noise)
         except ValueError as exc:  # NoiseError: another hardware class or suite, or not a calibration
             raise RunRefused([str(exc)]) from exc
-    spec = suite.executor
+    spec = plan.decisions().executor
     kind = executor or spec.kind
     try:
         runs_on = make_executor(kind, ray_address=ray_address or spec.ray_address,
@@ -253,7 +250,7 @@ def _run(
         ]
         manifest.finished_at = now_iso()
         rundir.write_manifest(run_dir, manifest)
-    timeline.extend(engine_spans_of(runner.phases, run_dir, plan, since=timeline.started))
+    timeline.extend(recorded_engine_spans(runner.phases, run_dir, plan, since=timeline.started))
     try:
         analyze(run_dir, allow_code_exec=allow_code_exec, timeline=timeline, noise=noise)
     except StopRequested as stop:  # every cell ran: a resume only analyzes
@@ -290,27 +287,6 @@ def _stopped(stop: StopRequested, run_dir: Path, manifest: RunManifest) -> None:
     manifest.status, manifest.interrupted_by = "interrupted", stop.signame
     stop.run_dir = run_dir
     stop.requests = len(rundir.read_requests(run_dir))
-
-
-def engine_spans_of(phases: list[Any], run_dir: Path, plan: Plan, *, since: float) -> list[Any]:
-    """The engine jobs' timed phases as timeline spans: cells split by group (their cells' wall
-    times in ``cells.jsonl``), teacher forcing (its engine's start included) shared by the sampled
-    groups of its target."""
-    from specbench.analysis.timing import parse_time, spans_from_phases
-
-    records = [r for r in rundir.read_cells(run_dir) if (parse_time(r.finished_at) or 0.0) >= since - 1]
-    target_of = {e.key: e.target.name for e in plan.engines}
-    sampled: dict[str, list[str]] = {}
-    for c in plan.cells:
-        if c.temperature > 0:
-            sampled.setdefault(c.target, [])
-            if c.group_id not in sampled[c.target]:
-                sampled[c.target].append(c.group_id)
-    keys = {p.job_id for p in phases}
-    teacher_forcing = {k for k in keys if k not in target_of}  # "<target>--teacher-forcing"
-    return spans_from_phases(phases, records, {c.cell_id: c.group_id for c in plan.cells},
-                             {k: sampled.get(target_of.get(k, k.removesuffix("--teacher-forcing")), []) for k in keys},
-                             teacher_forcing)
 
 
 def record_time_breakdown(run_dir: Path, timeline: Timeline, manifest: RunManifest | None = None) -> None:
@@ -370,7 +346,9 @@ def _speed_noise(run_dir: Path, manifest: RunManifest, noise: Path | None) -> tu
 
 def _analyze(run_dir: Path, allow_code_exec: bool | None, timeline: Timeline, noise: Path | None = None) -> RunSummary:
     """Read the run directory, score, run the equivalence tests; :func:`summarize_run` does the rest."""
+    from specbench.analysis.equivalence import run_equivalence
     from specbench.analysis.pipeline import summarize_run
+    from specbench.scoring.apply import score_run
 
     manifest = rundir.read_manifest(run_dir)
     speed_noise, noise_note = _speed_noise(run_dir, manifest, noise)
@@ -379,55 +357,15 @@ def _analyze(run_dir: Path, allow_code_exec: bool | None, timeline: Timeline, no
     requests = rundir.read_requests(run_dir, torn)
     cell_records = rundir.read_cells(run_dir, torn)
     with timeline.span("scoring"):
-        scores, notes = _scores(run_dir, manifest, cells, requests, allow_code_exec, torn)
+        scores, notes = score_run(run_dir, manifest, cells, requests, allow_code_exec, torn)
     prompt_references = {p.prompt_id: p.reference for p in rundir.read_prompts(run_dir)}
-    equivalence = _equivalence(run_dir, manifest, cells, requests, torn)  # may add torn lines of its own file
+    equivalence = run_equivalence(run_dir, manifest, cells, requests, torn)  # may add torn lines of its own file
     summary = summarize_run(manifest, cells, cell_records, requests, scores=scores, scoring_notes=notes,
                             prompt_references=prompt_references, prompt_categories=rundir.prompt_categories(run_dir),
                             equivalence=equivalence, torn_lines=torn, speed_noise=speed_noise,
                             speed_noise_note=noise_note)
     rundir.write_summary(run_dir, summary)
     return summary
-
-
-def _equivalence(
-    run_dir: Path, manifest: RunManifest, cells: list[Cell], requests: list, torn: list[str] | None = None
-) -> dict[str, Equivalence]:
-    from specbench.execution.teacher_forcing import equivalence_summaries
-
-    spec = manifest.suite.equivalence if manifest.suite is not None else EquivalenceSpec()
-    return equivalence_summaries(run_dir, cells, requests, torn, engine_dtypes=manifest.engine_dtypes(), spec=spec)
-
-
-def _scores(
-    run_dir: Path,
-    manifest: RunManifest,
-    cells: list[Cell],
-    requests: list,
-    allow_code_exec: bool | None,
-    torn: list[str] | None = None,
-) -> tuple[dict, list[str]]:
-    from specbench.scoring.apply import score_requests
-
-    prompts = rundir.read_prompts(run_dir, torn)
-    if not prompts:
-        return {}, []
-    suite = manifest.suite
-    scoring = suite.scoring if suite is not None else ScoringSpec()
-    allow = scoring.allow_code_exec if allow_code_exec is None else allow_code_exec
-    cached = rundir.read_scores(run_dir, torn)
-    scores, notes = score_requests(
-        requests,
-        {c.cell_id: c.dataset for c in cells},
-        {d.name: d.kind for d in suite.datasets} if suite is not None else {},
-        {(p.dataset, p.prompt_id): p.reference for p in prompts},
-        allow_code_exec=allow,
-        workers=scoring.workers,
-        timeout_s=scoring.timeout_s,
-        cached=cached,
-    )
-    rundir.append_scores(run_dir, {k: v for k, v in scores.items() if k not in cached})
-    return scores, notes
 
 
 def load_summary(run_dir: Path) -> RunSummary:
@@ -463,8 +401,9 @@ def report(run_dir: Path, out_dir: Path | None = None, *, timeline: Timeline | N
 # across runs: compare, gate, history, trend; the tiny zoo
 
 
-class InputError(ValueError):
-    """Bad input to a command that reads stored runs, rules or the history (the CLI exits 2 with it)."""
+class InputError(SpecbenchError, ValueError):
+    """Bad input to a command that reads stored runs, rules or the history that no stage named
+    (a missing file, a malformed value; the CLI exits 2 with it, as with every :class:`SpecbenchError`)."""
 
 
 class GateReport(NamedTuple):
@@ -477,10 +416,7 @@ def compare(base_run: Path, new_run: Path, *, speed_noise_floor_pct: float | Non
     :func:`specbench.regression.run_diff.compare_runs` for the tests)."""
     from specbench.regression.run_diff import compare_runs, render_comparison_markdown
 
-    try:
-        base, new = load_summary(base_run), load_summary(new_run)
-    except rundir.StoreError as exc:
-        raise InputError(str(exc)) from exc
+    base, new = load_summary(base_run), load_summary(new_run)
     return render_comparison_markdown(compare_runs(base, new, speed_noise_floor_pct=speed_noise_floor_pct))
 
 
@@ -493,7 +429,6 @@ def gate(new_run: Path, baseline: str, *, rules: Path | None = None, db: str | N
     was analysed with (``specbench calibrate``, then runs beside it); with neither, speed against a
     single run is not gated."""
     from specbench.regression.gate import (
-        GateConfigError,
         check_rule_categories,
         evaluate_gate,
         load_baseline,
@@ -501,7 +436,7 @@ def gate(new_run: Path, baseline: str, *, rules: Path | None = None, db: str | N
         render_gate,
     )
     from specbench.regression.gate_history import evaluate_history_gate, history_window
-    from specbench.regression.history import History, HistoryError
+    from specbench.regression.history import History
     from specbench.results.noise import check_applies, load_noise
 
     window = history_window(baseline)
@@ -518,7 +453,9 @@ def gate(new_run: Path, baseline: str, *, rules: Path | None = None, db: str | N
         else:
             with History(db) as hist:
                 result = evaluate_history_gate(new, rundir.read_manifest(new_run), hist, window, rule_set, noise=cal)
-    except (GateConfigError, HistoryError, rundir.StoreError, FileNotFoundError, ValueError) as exc:
+    except SpecbenchError:
+        raise
+    except (FileNotFoundError, ValueError) as exc:  # a missing or malformed file no stage named
         raise InputError(str(exc)) from exc
     return GateReport(render_gate(result), result.exit_code)
 
@@ -544,7 +481,7 @@ def calibrate(run_dirs: list[Path], out: Path | None = None) -> tuple[NoiseCalib
 def history_add(run_dirs: list[Path], db: str | None = None) -> Iterator[AddResult]:
     """Store runs' metrics and context in the history, one result per run as it is stored (a run
     without ``summary.json`` is analyzed first; a stored run is left unchanged)."""
-    from specbench.regression.history import History, HistoryError
+    from specbench.regression.history import History
 
     try:
         with History(db) as hist:
@@ -552,32 +489,28 @@ def history_add(run_dirs: list[Path], db: str | None = None) -> Iterator[AddResu
                 if not rundir.has_summary(d):
                     analyze(d)  # a run without its summary yet: rebuild it from the records
                 yield hist.add_run(d)
-    except (HistoryError, rundir.StoreError, ValueError) as exc:
+    except SpecbenchError:
+        raise
+    except ValueError as exc:  # a malformed stored value no stage named
         raise InputError(str(exc)) from exc
 
 
 def history_runs(suite: str | None = None, db: str | None = None) -> list[RunInfo]:
     """The stored runs (of ``suite``), oldest first."""
-    from specbench.regression.history import History, HistoryError
+    from specbench.regression.history import History
 
-    try:
-        with History(db) as hist:
-            return hist.runs(suite=suite)
-    except HistoryError as exc:
-        raise InputError(str(exc)) from exc
+    with History(db) as hist:
+        return hist.runs(suite=suite)
 
 
 def trend(out: Path, suite: str | None = None, db: str | None = None) -> dict[str, dict[str, Path]]:
     """Write every metric of every group over the stored runs, one Markdown and HTML page per suite
     (and hardware class): {page name: {"markdown": path, "html": path}}."""
-    from specbench.regression.history import History, HistoryError
+    from specbench.regression.history import History
     from specbench.report.trend import write_trend
 
-    try:
-        with History(db) as hist:
-            pages = write_trend(hist, out, suite)
-    except HistoryError as exc:
-        raise InputError(str(exc)) from exc
+    with History(db) as hist:
+        pages = write_trend(hist, out, suite)
     if not pages:
         raise InputError(f"no stored runs{f' of suite {suite!r}' if suite else ''}: add some with `specbench history add`")
     return pages

@@ -12,22 +12,32 @@ import shlex
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from typer.core import TyperGroup
 
 from specbench import api
-from specbench.config.methods import METHODS
-from specbench.config.suite import SuiteError
-from specbench.datasets import DatasetError
-from specbench.execution.driver import RunProgress
-from specbench.execution.interrupt import SIGNALS, StopRequested
+from specbench.errors import SpecbenchError
+
+
+class _Commands(TyperGroup):
+    """Every command: a :class:`~specbench.errors.SpecbenchError` (bad input or configuration) is
+    printed, one line per problem, and exits 2 (the one place that maps it)."""
+
+    def invoke(self, ctx: Any) -> Any:  # typer's own click Context
+        try:
+            return super().invoke(ctx)
+        except SpecbenchError as exc:
+            _bad_input(exc.messages)
+
 
 app = typer.Typer(
+    cls=_Commands,
     help="specbench: benchmark speculative decoding on vLLM.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -36,10 +46,10 @@ app = typer.Typer(
 console = Console()
 err = Console(stderr=True)
 
-EXIT_BAD_INPUT = 2
+EXIT_BAD_INPUT = SpecbenchError.exit_code
 
 
-def _bad_input(lines: list[str]) -> None:
+def _bad_input(lines: list[str]) -> NoReturn:
     for line in lines:
         err.print(f"[red]error[/red] {line}", highlight=False, soft_wrap=True)
     raise typer.Exit(EXIT_BAD_INPUT)
@@ -61,7 +71,7 @@ def methods_table() -> Table:
     t = Table("method", "description · vLLM method, speculator, max K, platforms", box=box.SIMPLE_HEAD,
               pad_edge=False, padding=(0, 1))
     t.columns[0].no_wrap = True
-    for m in METHODS.values():
+    for m in api.methods():
         facts = (f"vLLM {m.vllm_method or '–'} · {'needs a speculator' if m.needs_speculator else 'no speculator'}"
                  f" · max K {m.max_k or '–'} · {', '.join(m.platforms) or 'all platforms'}")
         t.add_row(m.name, f"{m.description}\n[dim]{facts}[/dim]")
@@ -70,11 +80,9 @@ def methods_table() -> Table:
 
 def datasets_table() -> Table:
     """The dataset kinds and what each reads."""
-    from specbench.datasets import DESCRIPTIONS
-
     t = Table("kind", "description", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
     t.columns[0].no_wrap = True
-    for k, v in DESCRIPTIONS.items():
+    for k, v in api.dataset_kinds().items():
         t.add_row(k, v)
     return t
 
@@ -106,7 +114,7 @@ class _RichProgress:
         self.p = progress
         self.task = progress.add_task("cells", total=total)
 
-    def __call__(self, ev: RunProgress) -> None:
+    def __call__(self, ev: api.RunProgress) -> None:
         event, cell, msg = ev.kind, ev.cell, ev.message
         if event == "engine_start":
             self.p.update(self.task, description=f"starting {msg}")
@@ -161,16 +169,14 @@ def run(
             _bad_input([f"--num-speculative-tokens: expected integers separated by commas, got {num_speculative_tokens!r}"])
         if not ks:
             _bad_input(["--num-speculative-tokens: give at least one K"])
-    try:
-        suite_obj = api.with_ks(api.load_suite(suite), ks)
-    except SuiteError as exc:
-        _bad_input(exc.messages)
+    # The suite is read and expanded once, here (a resumed run: its stored suite and plan, not the YAML).
+    planned = api.resume_plan(resume) if resume is not None else api.plan(suite, ks)
     if dry_run:
-        for line in api.dataset_plan(suite_obj):
+        for line in api.dataset_plan(planned.suite):
             console.print("dataset " + line, highlight=False, soft_wrap=True)
-        for line in api.equivalence_plan(suite_obj):
+        for line in api.equivalence_plan(planned.suite):
             console.print("equivalence " + line, highlight=False, soft_wrap=True)
-        for e in api.dry_run(suite_obj, platform=platform):
+        for e in api.dry_run(planned, platform=platform):
             console.rule(f"engine {e['engine']} ({e['kind']}, {e['cells']} cells)")
             for line in e["cell_lines"]:
                 console.print("cells " + line, highlight=False, soft_wrap=True)
@@ -185,27 +191,17 @@ def run(
                 console.print("env: " + " ".join(f"{k}={v}" for k, v in e["env"].items()), highlight=False)
             console.print(e["server_command"], highlight=False, soft_wrap=True)
         return
-    from specbench.analysis.timing import Timeline
-    from specbench.config.plan import expand
-
-    timeline = Timeline()  # where the time goes (issue 16): the manifest's time_breakdown, the closing line
-    total = len(expand(suite_obj).cells)  # with --num-speculative-tokens applied
+    timeline = api.Timeline()  # where the time goes (issue 16): the manifest's time_breakdown, the closing line
     try:
         with Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
         ) as p:
-            try:
-                run_dir = api.run(
-                    suite, out=out, limit=limit, resume=resume, progress=_RichProgress(p, total), platform=platform,
-                    allow_code_exec=allow_code_exec or None, num_speculative_tokens=ks, executor=executor,
-                    ray_address=ray_address, max_parallel_engines=max_parallel_engines,
-                    timeline=timeline, noise=noise,
-                )
-            except (SuiteError, api.RunRefused) as exc:
-                _bad_input(exc.messages)
-            except (api.rundir.StoreError, DatasetError) as exc:
-                _bad_input([str(exc)])
-    except StopRequested as stop:  # the progress display has stopped: this is the last line
+            run_dir = api.run(
+                planned, out=out, limit=limit, progress=_RichProgress(p, planned.n_cells), platform=platform,
+                allow_code_exec=allow_code_exec or None, executor=executor, ray_address=ray_address,
+                max_parallel_engines=max_parallel_engines, timeline=timeline, noise=noise,
+            )
+    except api.StopRequested as stop:  # the progress display has stopped: this is the last line
         _interrupted(stop, suite)
     console.print(f"results: {run_dir}")
     summary = api.load_summary(run_dir)  # read once: the closing tables and the reports
@@ -225,9 +221,9 @@ def _print_time(run_dir: Path) -> None:
         console.print(f"time: {line}", highlight=False, soft_wrap=True)
 
 
-def _interrupted(stop: StopRequested, suite: Path) -> None:
+def _interrupted(stop: api.StopRequested, suite: Path) -> None:
     """The run was stopped by a signal: say how to resume, last, and exit 128 + the signal's number."""
-    for sig in SIGNALS:  # the run is over; another signal now would only cut the message short
+    for sig in api.STOP_SIGNALS:  # the run is over; another signal now would only cut the message short
         signal.signal(sig, signal.SIG_IGN)
     if stop.run_dir is None:
         line = f"interrupted by {stop.signame} before the run started"
@@ -290,10 +286,7 @@ def analyze(
              "(default: results/<suite>/noise.json when it is of this hardware class)")] = None,
 ) -> None:
     """Rebuild summary.json from the raw records (no engine needed)."""
-    try:
-        summary = api.analyze(run_dir, allow_code_exec=allow_code_exec or None, noise=noise)
-    except (api.rundir.StoreError, api.NoiseError) as exc:
-        _bad_input([str(exc)])
+    summary = api.analyze(run_dir, allow_code_exec=allow_code_exec or None, noise=noise)
     _print_summary(run_dir, summary)
     torn = summary.extra.torn_lines
     if torn:
@@ -311,10 +304,7 @@ def calibrate(
 
     Later runs of the suite on this hardware class (and `specbench analyze`) add it to their speed
     intervals when it is kept beside them, and `gate` tests speed against a single run with it."""
-    try:
-        cal, path = api.calibrate(runs, out)
-    except (api.rundir.StoreError, api.NoiseError) as exc:
-        _bad_input([str(exc)])
+    cal, path = api.calibrate(runs, out)
     console.print(f"{cal.describe()}\nwritten: {path}", highlight=False, soft_wrap=True)
 
 
@@ -324,10 +314,7 @@ def report_cmd(
     out: Annotated[Path | None, typer.Option(help="reports directory")] = None,
 ) -> None:
     """Write the markdown and HTML reports of a run."""
-    try:
-        paths = api.report(run_dir, out)
-    except api.rundir.StoreError as exc:
-        _bad_input([str(exc)])
+    paths = api.report(run_dir, out)
     for kind, path in paths.items():
         console.print(f"{kind} report: {path}")
 
@@ -350,8 +337,10 @@ DbOption = Annotated[
 
 @app.command()
 def compare(
-    base_run: Annotated[Path, typer.Argument(help="baseline run directory")],
-    new_run: Annotated[Path, typer.Argument(help="new run directory")],
+    runs: Annotated[list[Path], typer.Argument(
+        help="the new run directory (with --baseline); the old form BASE NEW still works, deprecated",
+        show_default=False)],
+    baseline: Annotated[Path | None, typer.Option(help="the baseline run directory (as in gate)")] = None,
     speed_noise_floor_pct: Annotated[
         float | None,
         typer.Option(help="test speed changes with each run's interval widened to at least ±this % "
@@ -359,11 +348,18 @@ def compare(
     ] = None,
     step_summary: StepSummary = True,
 ) -> None:
-    """Match the two runs' cells and show each metric's change, with intervals."""
-    try:
-        text = api.compare(base_run, new_run, speed_noise_floor_pct=speed_noise_floor_pct)
-    except api.InputError as exc:
-        _bad_input([str(exc)])
+    """Match a run's cells with the baseline's and show each metric's change, with intervals:
+    ``compare NEW --baseline BASE``."""
+    if baseline is not None and len(runs) == 1:
+        base_run, new_run = baseline, runs[0]
+    elif baseline is None and len(runs) == 2:
+        base_run, new_run = runs
+        err.print(f"note: `compare BASE NEW` is deprecated; use `specbench compare {new_run} --baseline {base_run}`",
+                  highlight=False, soft_wrap=True, markup=False)
+    else:
+        _bad_input([f"compare: give the new run and --baseline BASE (got {len(runs)} run(s)"
+                    f"{' and --baseline' if baseline is not None else ''})"])
+    text = api.compare(base_run, new_run, speed_noise_floor_pct=speed_noise_floor_pct)
     typer.echo(text)  # raw Markdown: no wrapping
     _step_summary(text, step_summary)
 
@@ -383,10 +379,7 @@ def gate(
     step_summary: StepSummary = True,
 ) -> None:
     """CI regression gate. Exit 0 pass, 1 regression, 2 bad input/config, 3 nothing measured / run errors."""
-    try:
-        result = api.gate(new_run, baseline, rules=rules, db=db, noise=noise)
-    except api.InputError as exc:
-        _bad_input([str(exc)])
+    result = api.gate(new_run, baseline, rules=rules, db=db, noise=noise)
     typer.echo(result.markdown)  # raw Markdown: no wrapping
     _step_summary(result.markdown, step_summary)
     raise typer.Exit(result.exit_code)
@@ -403,23 +396,16 @@ def history_add(
     db: DbOption = None,
 ) -> None:
     """Store runs' metrics and context (analyzing a run without summary.json); a stored run is left unchanged."""
-    try:
-        for r in api.history_add(run_dirs, db):
-            console.print(f"{'added' if r.added else 'already stored'} {r.run_id}"
-                          + (f" ({r.n_groups} groups, {r.n_metrics} metrics)" if r.added else ""),
-                          highlight=False)
-    except api.InputError as exc:
-        _bad_input([str(exc)])
+    for r in api.history_add(run_dirs, db):
+        console.print(f"{'added' if r.added else 'already stored'} {r.run_id}"
+                      + (f" ({r.n_groups} groups, {r.n_metrics} metrics)" if r.added else ""), highlight=False)
 
 
 @history_app.command("list")
 def history_list(suite: Annotated[str | None, typer.Option(help="only this suite")] = None,
                  db: DbOption = None) -> None:
     """The stored runs, oldest first."""
-    try:
-        runs = api.history_runs(suite, db)
-    except api.InputError as exc:
-        _bad_input([str(exc)])
+    runs = api.history_runs(suite, db)
     t = Table("run", "suite", "date", "commit", "hardware class")
     for r in runs:
         t.add_row(r.run_id, r.suite, r.created_at, r.git_commit or "–", r.hardware_class)
@@ -433,10 +419,7 @@ def trend(
     db: DbOption = None,
 ) -> None:
     """Every metric of every group over the stored runs: Markdown and HTML with figures, per suite."""
-    try:
-        pages = api.trend(out, suite, db)
-    except api.InputError as exc:
-        _bad_input([str(exc)])
+    pages = api.trend(out, suite, db)
     for name, paths in pages.items():
         console.print(f"{name}: {paths['html']} {paths['markdown']}", highlight=False)
 

@@ -54,7 +54,7 @@ def summarize_run(
 
     ``scores``: task scores (:func:`specbench.scoring.apply.score_requests`) and ``scoring_notes``
     (why some were not scored); ``equivalence``: group id → its lossless checks
-    (:func:`specbench.execution.teacher_forcing.equivalence_summaries`; a turn slice's under its slice id);
+    (:func:`specbench.analysis.equivalence.equivalence_summaries`; a turn slice's under its slice id);
     ``prompt_references``:
     prompt id → reference answer (an early-stopped cell's accuracy); ``prompt_categories``: (dataset,
     prompt id) → category (the category slices and matrix); ``torn_lines``: the torn last

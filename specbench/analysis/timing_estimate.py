@@ -19,9 +19,10 @@ import datetime as dt
 import re
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
-from specbench.analysis.timing import Span, parse_time
-from specbench.config.plan import group_id
+from specbench.analysis.timing import Span, parse_time, spans_from_phases
+from specbench.config.plan import Plan, group_id
 from specbench.results import rundir
 from specbench.results.manifest import RunManifest
 
@@ -124,3 +125,23 @@ def run_spans(run_dir: Path, reports_dir: Path | None = None) -> tuple[list[Span
     if manifest.resumed_at:
         notes.append("a resumed run: the wall spans every session, the gaps between them are unaccounted")
     return spans, max(end - created, 0.0), notes
+
+
+def recorded_engine_spans(phases: list[Any], run_dir: Path, plan: Plan, *, since: float) -> list[Span]:
+    """The engine jobs' timed phases as timeline spans: cells split by group (their cells' wall
+    times in ``cells.jsonl``), teacher forcing (its engine's start included) shared by the sampled
+    groups of its target (what the runner recorded; :func:`engine_spans` estimates it from the files)."""
+    records = [r for r in rundir.read_cells(run_dir) if (parse_time(r.finished_at) or 0.0) >= since - 1] \
+        if (run_dir / rundir.CELLS).exists() else []
+    target_of = {e.key: e.target.name for e in plan.engines}
+    sampled: dict[str, list[str]] = {}
+    for c in plan.cells:
+        if c.temperature > 0:
+            sampled.setdefault(c.target, [])
+            if c.group_id not in sampled[c.target]:
+                sampled[c.target].append(c.group_id)
+    keys = {p.job_id for p in phases}
+    teacher_forcing = {k for k in keys if k not in target_of}  # "<target>--teacher-forcing"
+    return spans_from_phases(phases, records, {c.cell_id: c.group_id for c in plan.cells},
+                             {k: sampled.get(target_of.get(k, k.removesuffix("--teacher-forcing")), []) for k in keys},
+                             teacher_forcing)

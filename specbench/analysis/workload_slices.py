@@ -13,7 +13,7 @@ speedup and greedy identity — a later turn only on conversations whose turn 1 
 token-identical to the baseline's (:func:`specbench.analysis.metrics.pair_turns`). A turn
 slice also carries the sampled equivalence test of that turn's samples when the run has
 one (computed with the group's, keyed by the slice id:
-:func:`specbench.execution.teacher_forcing.sampled_equivalence`, which says why a later
+:func:`specbench.analysis.equivalence.sampled_equivalence`, which says why a later
 turn's samples are tested on their own).
 
 The category matrix (:func:`category_matrix`) puts, per target, dataset, temperature

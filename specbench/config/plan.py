@@ -20,7 +20,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from specbench.config.methods import VllmPassthrough, get_method
 from specbench.config.stop_rule import StopRule
-from specbench.config.suite import DatasetSpec, MethodSpec, Suite, TargetSpec
+from specbench.config.suite import (
+    DatasetSpec,
+    ExecutorSpec,
+    MethodSpec,
+    Suite,
+    SuiteError,
+    TargetSpec,
+    check_semantics,
+)
 
 
 class EngineConfig(BaseModel):
@@ -166,6 +174,7 @@ class RunDecisions(BaseModel):
     warmup: bool = True
     teacher_forcing: bool = False  # sampled equivalence: score T>0 outputs under the plain target
     rounds: int = 1  # speed rounds (round_spans, round_order; specbench.execution.rounds); 1: cells in one go
+    executor: ExecutorSpec = Field(default_factory=ExecutorSpec)  # where the engines run (the CLI may override it)
 
     def sampling_at(self, temperature: float) -> CellSampling:
         return next((s for s in self.samplings if s.temperature == temperature), CellSampling(temperature=temperature))
@@ -220,6 +229,7 @@ def run_decisions(suite: Suite) -> RunDecisions:
         warmup=suite.warmup,
         teacher_forcing=eq.sampled is not None,
         rounds=suite.rounds,
+        executor=suite.executor,
     )
 
 
@@ -240,11 +250,21 @@ def at_k(method: MethodSpec, k: int | None) -> MethodSpec:
     return method.model_copy(update={"name": method.label_at(k), "num_speculative_tokens": k})
 
 
-def with_ks(suite: Suite, ks: list[int]) -> Suite:
-    """The suite with every speculating method's K replaced by ``ks`` (a quick sweep from the command line).
+def with_ks(suite: Suite, ks: list[int] | None) -> Suite:
+    """The suite with every speculating method's K replaced by ``ks`` (``--num-speculative-tokens 1,3,5``;
+    none: the suite as it is); raises :class:`SuiteError` when a K is beyond a method's limit."""
+    if not ks:
+        return suite
+    out = _replace_ks(suite, ks)
+    out.source_path = suite.source_path
+    base = Path(suite.source_path).parent if suite.source_path else Path.cwd()
+    problems = [msg for loc, msg in check_semantics(out, base) if "num_speculative_tokens" in loc]
+    if problems:
+        raise SuiteError([f"--num-speculative-tokens: {m}" for m in dict.fromkeys(problems)])
+    return out
 
-    The caller validates the result (``suite.check_semantics``): a K above a method's limit is an error.
-    """
+
+def _replace_ks(suite: Suite, ks: list[int]) -> Suite:
     targets = [
         t.model_copy(update={"methods": [
             m if m.num_speculative_tokens is None else m.model_copy(

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from specbench.config.methods import ENGINE_PATCHES, METHODS, closest
 from specbench.config.stop_rule import StopRule
+from specbench.errors import SpecbenchError
 
 DATASET_KINDS = ("gsm8k", "humaneval", "spec_bench", "speed_bench", "jsonl", "chat_jsonl")
 #: SPEED-Bench configs → nominal input tokens (None: no fixed length); specbench.datasets.speed_bench reads them.
@@ -333,12 +334,8 @@ class Suite(Strict):
     source_path: str | None = Field(None, exclude=True)
 
 
-class SuiteError(Exception):
-    """A suite failed to load; ``messages`` are ``file:line: text`` lines."""
-
-    def __init__(self, messages: list[str]):
-        super().__init__("\n".join(messages))
-        self.messages = messages
+class SuiteError(SpecbenchError):
+    """A suite failed to load; raised with (and ``messages`` are) ``file:line: text`` lines."""
 
 
 # --------------------------------------------------------------------------

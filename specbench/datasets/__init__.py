@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 from specbench.config.suite import LENGTH_KINDS, DatasetSpec, resolve_path
 from specbench.datasets import lengths, speed_bench
 from specbench.datasets.chat import ChatFormatError, history_before, read_chat_jsonl
+from specbench.errors import SpecbenchError
 from specbench.results.requests import PreparedPrompt
 from specbench.results.rundir import StoreError, iter_jsonl
 from specbench.results.slices import Slice
@@ -55,8 +56,8 @@ HUB_DEFAULTS: dict[str, tuple[str, str | None]] = {
 }
 
 
-class DatasetError(ValueError):
-    pass
+class DatasetError(SpecbenchError, ValueError):
+    """A dataset that cannot be read."""
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

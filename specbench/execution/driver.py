@@ -27,6 +27,7 @@ from specbench.config.plan import Cell, Plan, RunDecisions
 from specbench.config.suite import TargetSpec
 from specbench.engines.factory import engine_gpus, resolve_engine, target_model_path
 from specbench.engines.loadgen import LoadProfile
+from specbench.errors import SpecbenchError
 from specbench.execution.executors import Executor
 from specbench.execution.executors.local import LocalExecutor
 from specbench.execution.jobs import (
@@ -100,12 +101,9 @@ def sampling_for(run: RunDecisions, cell: Cell) -> SamplingRequest:
     )
 
 
-class RunRefused(ValueError):
-    """The jobs cannot run where they were sent (e.g. a local path a cluster's workers cannot see)."""
-
-    def __init__(self, messages: list[str]):
-        super().__init__("\n".join(messages))
-        self.messages = messages
+class RunRefused(SpecbenchError, ValueError):
+    """The jobs cannot run where they were sent (e.g. a local path a cluster's workers cannot see);
+    raised with the list of lines to show."""
 
 
 class Runner:

@@ -54,6 +54,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from specbench.errors import SpecbenchError
 from specbench.regression.noise import NoiseCalibration, detectable_drop_pct
 from specbench.regression.run_diff import (
     SPEED_METRICS,
@@ -76,10 +77,8 @@ from specbench.results.summary import GroupSummary, RunSummary
 from specbench.stats import Estimate, with_between_run
 
 
-class GateConfigError(Exception):
+class GateConfigError(SpecbenchError):
     """Malformed rules or baseline (exit code 2)."""
-
-    exit_code = 2
 
 
 class _Strict(BaseModel):

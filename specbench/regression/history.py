@@ -27,6 +27,7 @@ from typing import Any
 import sqlalchemy as sa
 from pydantic import BaseModel
 
+from specbench.errors import SpecbenchError
 from specbench.regression.run_diff import equivalence_verdict, estimates_of
 from specbench.results import metric_catalog as catalog
 from specbench.results import rundir
@@ -87,8 +88,8 @@ metrics_t = sa.Table(
 )
 
 
-class HistoryError(ValueError):
-    pass
+class HistoryError(SpecbenchError, ValueError):
+    """The history database cannot be opened or holds no such runs."""
 
 
 class RunInfo(BaseModel):

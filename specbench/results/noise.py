@@ -22,6 +22,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from specbench.errors import SpecbenchError
 from specbench.results import metric_catalog as catalog
 
 #: The file a suite's calibration is kept in, beside its runs (``results/<suite>/noise.json``).
@@ -59,8 +60,8 @@ class NoiseCalibration(BaseModel):
                 + (f": {floors}" if floors else ""))
 
 
-class NoiseError(ValueError):
-    pass
+class NoiseError(SpecbenchError, ValueError):
+    """A calibration that cannot be read or does not apply (another hardware class or suite)."""
 
 
 def load_noise(path: Path) -> NoiseCalibration:

@@ -29,6 +29,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from specbench.errors import SpecbenchError
 from specbench.results.manifest import RunManifest
 from specbench.results.migrations import SchemaError
 from specbench.results.records import SCHEMA_VERSION, CellRecord, RequestRecord
@@ -71,8 +72,8 @@ def reports_dir_for(run_dir: Path) -> Path:
     return root.parent / "reports" if root.name == "results" else root / "reports"
 
 
-class StoreError(ValueError):
-    pass
+class StoreError(SpecbenchError, ValueError):
+    """A run directory or stored file that cannot be read."""
 
 
 def new_run_id(now: dt.datetime | None = None) -> str:

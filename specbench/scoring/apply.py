@@ -12,8 +12,13 @@ directory and rebuilt when it is deleted.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+from specbench.config.plan import Cell
+from specbench.config.suite import ScoringSpec
+from specbench.results import rundir
+from specbench.results.manifest import RunManifest
 from specbench.results.records import RequestRecord
 from specbench.scoring.gsm8k import reference_answer, score_gsm8k
 
@@ -73,3 +78,34 @@ def score_requests(
 
 
 METRICS_BY_KIND = {"gsm8k": ("strict", "flexible"), "humaneval": ("pass@1",)}
+
+
+def score_run(
+    run_dir: Path,
+    manifest: RunManifest,
+    cells: Sequence[Cell],
+    requests: Sequence[RequestRecord],
+    allow_code_exec: bool | None,
+    torn: list[str] | None = None,
+) -> tuple[dict[ScoreKey, dict[str, Any]], list[str]]:
+    """Every scorable request of the run scored (:func:`score_requests`), the new scores appended to the
+    ``scores.jsonl`` cache; ``allow_code_exec`` None: the stored suite's ``scoring.allow_code_exec``."""
+    prompts = rundir.read_prompts(run_dir, torn)
+    if not prompts:
+        return {}, []
+    suite = manifest.suite
+    scoring = suite.scoring if suite is not None else ScoringSpec()
+    allow = scoring.allow_code_exec if allow_code_exec is None else allow_code_exec
+    cached = rundir.read_scores(run_dir, torn)
+    scores, notes = score_requests(
+        requests,
+        {c.cell_id: c.dataset for c in cells},
+        {d.name: d.kind for d in suite.datasets} if suite is not None else {},
+        {(p.dataset, p.prompt_id): p.reference for p in prompts},
+        allow_code_exec=allow,
+        workers=scoring.workers,
+        timeout_s=scoring.timeout_s,
+        cached=cached,
+    )
+    rundir.append_scores(run_dir, {k: v for k, v in scores.items() if k not in cached})
+    return scores, notes

@@ -12,16 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from specbench.analysis.equivalence import equivalence_summaries, greedy_equivalence, sampled_equivalence
 from specbench.analysis.pit import pit_parts, process_logprobs
 from specbench.config.plan import Cell
-from specbench.execution.teacher_forcing import (
-    EQUIVALENCE,
-    equivalence_summaries,
-    greedy_equivalence,
-    sampled_equivalence,
-    score_items_for,
-    score_rows,
-)
+from specbench.execution.teacher_forcing import EQUIVALENCE, score_items_for, score_rows
 from specbench.results.records import RequestRecord
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,5 +1,5 @@
 """Faults on real vLLM CPU: a killed engine fails only its cells; --resume records
-every request exactly once."""
+every request exactly once, as the stored suite says (the YAML is edited before the resume)."""
 
 import os
 import re
@@ -76,6 +76,8 @@ def test_a_killed_engine_fails_only_its_cell_and_a_killed_run_resumes_every_requ
             os.killpg(proc.pid, signal.SIGKILL)
     before = cli_runs.n_records(run_dir)
     assert 0 < before < 24
+    # Edited after the stop: a resumed run acts on the suite stored in its manifest, not on this.
+    suite.write_text(SUITE.replace("limit: 6", "limit: 2").replace("max_tokens: 160", "max_tokens: 8"))
     resumed = cli_runs.start(suite, out, "--resume", str(run_dir))
     output, _ = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, output

@@ -96,7 +96,7 @@ def test_compare_two_seeds_reports_no_significant_change(two_seeds):
     assert outs[0].keys() == outs[1].keys() and any(outs[0][k] != outs[1][k] for k in outs[0])
     sig = [(g.group_id, c.metric, c.base, c.new) for g, c in comp.changes(significant_only=True)]
     assert sig == [], sig
-    res = runner.invoke(app, ["compare", str(two_seeds[0]), str(two_seeds[1])])
+    res = runner.invoke(app, ["compare", str(two_seeds[1]), "--baseline", str(two_seeds[0])])
     assert res.exit_code == 0 and "0 significant changes" in res.output, res.output
 
 

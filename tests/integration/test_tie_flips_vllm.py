@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import pytest
 
+from specbench.analysis.equivalence import greedy_equivalence
 from specbench.analysis.lossless import DEFAULT_TIE_TOLERANCE, TIE_TOLERANCE_BY_DTYPE
-from specbench.execution.teacher_forcing import greedy_equivalence
 
 SUITE = """
 name: tie-flips

@@ -97,8 +97,9 @@ def test_the_one_tau_function_reaches_every_place_tau_is_shown(monkeypatch: pyte
     from specbench.analysis import sequential
     from specbench.analysis.metrics import summarize
     from specbench.analysis.serving_metrics import summarize_cell
-    from specbench.config.plan import Cell
+    from specbench.config.plan import Cell, Plan
     from specbench.config.stop_rule import StopRule
+    from specbench.results.manifest import RunManifest
     from specbench.zoo import evaluate
 
     cm = Cell(cell_id="t/eagle3/d/T0/b1/r0", engine_key="t--eagle3", target="t", method="eagle3",
@@ -111,7 +112,7 @@ def test_the_one_tau_function_reaches_every_place_tau_is_shown(monkeypatch: pyte
         pooled = pooled + s
     cells = [CellRecord(run_id="r", cell_id=cm.cell_id, engine_key="e", status="ok", counters=pooled,
                         wall_time_s=2.0)]
-    manifest = {"plan": {"cells": [cm.model_dump(mode="json")]}}
+    manifest = RunManifest.model_construct(plan=Plan.model_construct(cells=[cm], engines=[]))
 
     def shown() -> dict[str, float]:
         summary = summarize("r", "s", [cm], cells, reqs)

@@ -232,13 +232,31 @@ def test_gate_and_compare_with_a_run_directory_write_the_step_summary(tmp_path: 
     res = CliRunner().invoke(app, ["gate", str(new), "--baseline", str(base), "--rules", str(rules)],
                              env={"GITHUB_STEP_SUMMARY": str(out)})
     assert res.exit_code == 1 and f"FAIL tau on {GROUP}" in res.output, res.output
-    res = CliRunner().invoke(app, ["compare", str(base), str(new)], env={"GITHUB_STEP_SUMMARY": str(out)})
+    res = CliRunner().invoke(app, ["compare", str(new), "--baseline", str(base)], env={"GITHUB_STEP_SUMMARY": str(out)})
     assert res.exit_code == 0, res.output
     text = out.read_text()
     assert text.index("## specbench gate: FAIL") < text.index(GROUP) and "compare" in text.lower()
     before = out.read_text()
-    CliRunner().invoke(app, ["compare", str(base), str(new), "--no-step-summary"], env={"GITHUB_STEP_SUMMARY": str(out)})
+    CliRunner().invoke(app, ["compare", str(new), "--baseline", str(base), "--no-step-summary"],
+                       env={"GITHUB_STEP_SUMMARY": str(out)})
     assert out.read_text() == before
+
+
+def test_compare_takes_the_baseline_as_gate_does_and_the_old_form_still_works(tmp_path: Path) -> None:
+    """``compare NEW --baseline BASE`` (as ``gate``); ``compare BASE NEW`` gives the same, with a deprecation note."""
+    base, new = make_run(tmp_path / "runs", 0), make_run(tmp_path / "runs", 1, tau_scale=0.9)
+    runner = CliRunner()
+    new_form = runner.invoke(app, ["compare", str(new), "--baseline", str(base), "--no-step-summary"])
+    old_form = runner.invoke(app, ["compare", str(base), str(new), "--no-step-summary"])
+    swapped = runner.invoke(app, ["compare", str(base), "--baseline", str(new), "--no-step-summary"])
+    assert new_form.exit_code == old_form.exit_code == swapped.exit_code == 0, (new_form.output, old_form.output)
+    assert GROUP in new_form.stdout and new_form.stdout == old_form.stdout != swapped.stdout
+    assert new_form.stderr == "" and swapped.stderr == ""
+    assert "`compare BASE NEW` is deprecated" in old_form.stderr
+    assert f"specbench compare {new} --baseline {base}" in old_form.stderr.replace("\n", "")
+    for args in (["compare", str(new)], ["compare", str(base), str(new), "--baseline", str(base)]):
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2 and "give the new run and --baseline BASE" in res.stderr, res.output
 
 
 def test_checkpoints_name_the_speculator_and_what_the_engine_loaded(tmp_path: Path, db: str) -> None:

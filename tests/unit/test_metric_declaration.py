@@ -62,7 +62,7 @@ def test_a_metric_declared_once_reaches_report_gate_history_and_frames(
     from specbench.regression.gate import evaluate_gate, load_rules
     from specbench.regression.history import History
     from specbench.report.markdown import render_markdown
-    from specbench.results.manifest import load_manifest_dict
+    from specbench.results.manifest import RunManifest
 
     base, gid = _run("20260501T120000Z-a", 20)
     g = base.group(gid)
@@ -71,7 +71,7 @@ def test_a_metric_declared_once_reaches_report_gate_history_and_frames(
     assert value == pytest.approx(167 / 8 + 2 * 16 / 8)  # 20, 21, 22, 20, 21, 22, 20, 21 tokens; 16 drafts
     # the report's results table: the declared header, the value with the declared digits
     manifest = json.loads((FIXTURES / "manifest_minimal.json").read_text())
-    lines = render_markdown(base, manifest).splitlines()
+    lines = render_markdown(base, RunManifest.load(manifest)).splitlines()
     table = next(line for line in lines if "Made-up tokens" in line)
     row = next(line for line in lines if line.startswith("| eagle3"))
     col = [c.strip() for c in table.split("|")].index("Made-up tokens")
@@ -85,7 +85,7 @@ def test_a_metric_declared_once_reaches_report_gate_history_and_frames(
     assert {(c.passed, c.rule) for c in checks} == {(True, f"{NAME}: max drop 50%")} and len(checks) == 2
     # the history database
     with History(f"sqlite:///{tmp_path / 'h.sqlite'}") as hist:
-        hist.add(load_manifest_dict({**manifest, "run_id": base.run_id}), base)
+        hist.add(RunManifest.load({**manifest, "run_id": base.run_id}), base)
         series = hist.series(hist.runs())
     assert [p.estimate.value for p in series[(gid, NAME)]] == [pytest.approx(value)]
     # specbench.load()'s groups frame

@@ -280,8 +280,8 @@ def test_other_jsonl_files_go_through_the_one_reader(tmp_path):
     """Datasets (strict, gzip) and equivalence.jsonl (torn tail said, repaired on append) use rundir.iter_jsonl."""
     import gzip
 
+    from specbench.analysis import equivalence as equivalence_run
     from specbench.datasets import DatasetError, read_jsonl
-    from specbench.execution import teacher_forcing as equivalence_run
 
     data = tmp_path / "d.jsonl.gz"
     with gzip.open(data, "wt") as fh:

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from specbench.analysis.equivalence import equivalence_summaries, greedy_equivalence
 from specbench.analysis.lossless import TIE_TOLERANCE_BY_DTYPE, canonical_dtype, tie_tolerance_for
 from specbench.config.plan import Cell
 from specbench.config.suite import EquivalenceSpec
-from specbench.execution.teacher_forcing import equivalence_summaries, greedy_equivalence
 from specbench.results import rundir
 from specbench.results.manifest import EngineDescription, EngineEntry
 from specbench.results.records import RequestRecord

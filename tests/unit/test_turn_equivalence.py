@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
+from specbench.analysis.equivalence import equivalence_summaries
 from specbench.analysis.pipeline import summarize_run
 from specbench.config.plan import Cell
-from specbench.execution.teacher_forcing import equivalence_summaries
 from specbench.report.markdown import render_markdown
 from specbench.results.manifest import RunManifest
 from specbench.results.records import CellRecord, RequestRecord
