@@ -48,11 +48,13 @@ def _bad_input(lines: list[str]) -> None:
 @app.command()
 def validate(suites: Annotated[list[Path], typer.Argument(help="suite YAML files")]) -> None:
     """Validate suite files (exit 2 with file:line messages when one is bad)."""
-    errors = api.validate(suites)
+    errors, read = api.validate(suites)
     if errors:
         _bad_input(errors)
     for s in suites:
         console.print(f"[green]ok[/green] {s}")
+        for line in read.get(str(s), []):
+            console.print("  dataset " + line, markup=False, highlight=False, soft_wrap=True)
 
 
 def methods_table() -> Table:
@@ -166,7 +168,11 @@ def run(
     except SuiteError as exc:
         _bad_input(exc.messages)
     if dry_run:
-        for line in api.dataset_plan(suite_obj):
+        try:
+            data_lines = api.dataset_plan(suite_obj)
+        except SuiteError as exc:
+            _bad_input(exc.messages)
+        for line in data_lines:
             console.print("dataset " + line, highlight=False, soft_wrap=True)
         for line in api.equivalence_plan(suite_obj):
             console.print("equivalence " + line, highlight=False, soft_wrap=True)
