@@ -21,6 +21,8 @@ from specbench.scoring.gsm8k import reference_answer, score_gsm8k
 ScoreKey = tuple[str, str, int]  # cell_id, prompt_id, sample_index
 NOT_ALLOWED = "HumanEval not scored: code execution is off (pass --allow-code-exec to run it in the sandbox)"
 EXECUTED = "HumanEval executed in the sandbox"
+#: The score a scorer's accuracy is read from (of the scores it gives each request).
+HEADLINE_SCORE = {Scorer.ANSWER: "strict", Scorer.EXECUTION: "pass@1"}
 
 
 def score_key(r: RequestRecord) -> ScoreKey:
@@ -78,6 +80,3 @@ def score_requests(
 def execution_note(notes: Sequence[str]) -> str | None:
     """Of :func:`score_requests`' notes, the one about executed (or not executed) completions."""
     return next((n for n in notes if n == NOT_ALLOWED or n.startswith(EXECUTED)), None)
-
-
-METRICS_BY_SCORER = {Scorer.ANSWER: ("strict", "flexible"), Scorer.EXECUTION: ("pass@1",)}
