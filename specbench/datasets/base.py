@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -164,7 +164,7 @@ def formatted(template: str, **fields: Any) -> str:
     except KeyError as exc:
         raise RowError(f"prompt_template names {{{exc.args[0]}}}, which the row lacks "
                        f"(it has {', '.join(sorted(fields)) or 'no fields'})") from None
-    except (IndexError, ValueError) as exc:
+    except (IndexError, ValueError, AttributeError, TypeError) as exc:
         raise RowError(f"prompt_template cannot be filled: {exc}") from None
 
 
@@ -238,14 +238,22 @@ class KindModule:
 
     def prompts(self, spec: DatasetSpec, base_dir: Path, chat: bool) -> list[PreparedPrompt]:
         """The prompts a run sends (the first bad row is a :class:`DatasetError` naming its line)."""
-        rows = select(spec, self.rows(spec, base_dir), lambda r: r.data.get("category"))
         out = []
-        for i, row in enumerate(rows):
-            try:
-                out.append(self.prompt(spec, row, spec.offset + i, chat))
-            except RowError as exc:
-                raise DatasetError(f"{row.where}: {exc}") from None
+        for row, p in self.each_prompt(spec, self.rows(spec, base_dir), chat):
+            if isinstance(p, RowError):
+                raise DatasetError(f"{row.where}: {p}")
+            out.append(p)
         return out
+
+    def each_prompt(self, spec: DatasetSpec, rows: list[Row],
+                    chat: bool) -> Iterator[tuple[Row, PreparedPrompt | RowError]]:
+        """Each row a run uses (``categories``, ``per_category``, ``offset``, ``limit``) with its prompt,
+        or why it has none."""
+        for i, row in enumerate(select(spec, rows, lambda r: r.data.get("category"))):
+            try:
+                yield row, self.prompt(spec, row, spec.offset + i, chat)
+            except RowError as exc:
+                yield row, exc
 
     def length_contexts(self, rows: list[dict[str, Any]]) -> list[Any]:
         """The contexts prompts of given lengths are cut from (kinds that build lengths)."""
@@ -294,14 +302,12 @@ class KindModule:
             if not contexts:
                 out.add(f"dataset {spec.name!r}: no contexts to build lengths from")
             return len(contexts)
-        rows = select(spec, rows, lambda r: r.data.get("category"))
         built = 0
-        for i, row in enumerate(rows):
-            try:
-                self.prompt(spec, row, spec.offset + i, chat=True)
+        for row, p in self.each_prompt(spec, rows, chat=True):
+            if isinstance(p, RowError):
+                out.add(f"{row.where}: {p}")
+            else:
                 built += 1
-            except RowError as exc:
-                out.add(f"{row.where}: {exc}")
         if not built and not out.problems:
             out.add(f"dataset {spec.name!r} yields no prompts")
         return built
