@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from specbench.config.dataset_kinds import KINDS, DatasetKind, kind_named, names_where
 from specbench.config.methods import ENGINE_PATCHES, METHODS, closest
@@ -154,8 +155,9 @@ class DatasetSpec(Strict):
     @field_validator("kind")
     @classmethod
     def _known_kind(cls, v: str) -> str:
-        if v not in KINDS:
-            raise ValueError(_unknown("dataset kind", v, list(KINDS)) + f" (valid: {', '.join(KINDS)})")
+        if v not in KINDS:  # a custom error: its message is shown as it is (no "Value error, ")
+            raise PydanticCustomError("dataset_kind", _unknown("dataset kind", v, list(KINDS))
+                                      + f" (valid: {', '.join(KINDS)})")
         return v
 
 
@@ -390,8 +392,6 @@ def _pydantic_messages(path: str, root: yaml.Node | None, err: ValidationError) 
             key = str(loc[-1])
             hint = closest(key, list(parent_model.model_fields)) if parent_model else None
             text = f"unknown key {key!r}" + (f"; did you mean {hint!r}?" if hint else "")
-        elif e["type"] == "value_error":
-            text = text.removeprefix("Value error, ")
         elif e["type"] == "missing":
             text = f"missing required key {str(loc[-1])!r}"
             loc = loc[:-1]

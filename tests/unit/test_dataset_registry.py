@@ -76,3 +76,15 @@ def test_scoring_and_the_stop_rule_follow_the_declared_scorer(monkeypatch):
     assert measurable(rule, speculative=True, has_baseline=True, dataset_kind="my_math") is None
     assert "in-process" in str(measurable(rule, speculative=True, has_baseline=True, dataset_kind="my_chat"))
     assert GSM8K.scorer is Scorer.ANSWER and KINDS["humaneval"].scorer is Scorer.EXECUTION
+
+
+def test_an_unknown_kind_is_named_with_the_closest_and_the_valid_ones(tmp_path: Path):
+    from specbench.config.suite import SuiteError, load_suite
+
+    p = tmp_path / "s.yaml"
+    p.write_text("name: s\ntargets:\n  - name: t\n    model: tiny\n    methods: [{method: baseline}]\n"
+                 "datasets:\n  - name: d\n    kind: gsm9k\n")
+    with pytest.raises(SuiteError) as info:
+        load_suite(p)
+    assert info.value.messages == [f"{p}:8: datasets[0].kind: unknown dataset kind 'gsm9k'; did you mean 'gsm8k'? "
+                                   f"(valid: {', '.join(KINDS)})"]
