@@ -63,14 +63,13 @@ import numpy as np
 
 from specbench import stats
 from specbench.analysis import metrics, sequential
+from specbench.config.dataset_kinds import KINDS, kind_named
 from specbench.config.plan import Cell
 from specbench.config.stop_rule import METRICS, Metric
 from specbench.results import counters, rundir
 from specbench.results.manifest import RunManifest
 from specbench.results.records import RequestRecord
-from specbench.scoring.apply import METRICS_BY_KIND, score_requests
-
-ACCURACY_METRIC = {"gsm8k": "strict", "humaneval": "pass@1"}
+from specbench.scoring.apply import HEADLINE_SCORE, score_requests
 
 
 @dataclass
@@ -108,7 +107,7 @@ def _scores(run_dir: Path, manifest: RunManifest, cells: list[Cell], reqs: list[
     cached = rundir.read_scores(run_dir)
     prompts = rundir.read_prompts(run_dir)
     datasets = manifest.suite.datasets if manifest.suite else []
-    if not any(d.kind in METRICS_BY_KIND for d in datasets):
+    if not any(kind_named(d.kind).scorer is not None for d in datasets):
         return cached
     scores, _ = score_requests(
         reqs,
@@ -156,7 +155,8 @@ def cases_of_run(run_dir: Path, group_filter: re.Pattern[str] | None, proxy_accu
         base = baselines.get(c.baseline_group_key)
         if c.method_kind != "baseline" and base and by_group.get(base):
             out.append(Case(run, gid, "speedup", sequential.prompt_units("speedup", recs, by_group[base])))
-        score_metric = ACCURACY_METRIC.get(kinds.get(c.dataset, ""))
+        kind = KINDS.get(kinds.get(c.dataset, ""))
+        score_metric = HEADLINE_SCORE.get(kind.scorer) if kind is not None and kind.scorer is not None else None
         if score_metric and any(k[0] == r.cell_id for r in recs[:1] for k in scores):
             u = sequential.prompt_units("accuracy", recs, scores=scores, score_metric=score_metric)
             out.append(Case(run, gid, "accuracy", u, label=score_metric))

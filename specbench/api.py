@@ -22,6 +22,7 @@ from specbench.analysis.timing import Timeline
 from specbench.analysis.timing_estimate import recorded_engine_spans
 from specbench.config.plan import Plan, with_ks
 from specbench.config.suite import Suite, SuiteError, load_suite
+from specbench.datasets import DatasetError as DatasetError  # a dataset that cannot be read: bad input
 from specbench.engines.kept import KeptEngines as KeptEngines  # api.run(keep=KeptEngines())
 from specbench.engines.vllm_patches import PATCHES as ENGINE_PATCHES
 from specbench.errors import SpecbenchError
@@ -54,10 +55,10 @@ __all__ = [
     # the tiny zoo; what a suite can name
     "assets", "methods", "dataset_kinds",
     # types, and what a front end shows a run with
-    "RunPlan", "Suite", "RunSummary", "GateReport", "KeptEngines", "Timeline", "NoiseCalibration", "RunProgress",
+    "RunPlan", "Suite", "RunSummary", "Validation", "GateReport", "KeptEngines", "Timeline", "NoiseCalibration", "RunProgress",
     "StopRequested", "STOP_SIGNALS",
     # errors: every one a SpecbenchError (bad input, exit 2 in the CLI)
-    "SpecbenchError", "SuiteError", "InputError", "RunRefused", "NoiseError", "DataChanged",
+    "SpecbenchError", "SuiteError", "InputError", "RunRefused", "NoiseError", "DataChanged", "DatasetError",
 ]
 
 
@@ -73,15 +74,31 @@ def dataset_kinds() -> dict[str, str]:
     return dict(datasets.DESCRIPTIONS)
 
 
-def validate(paths: list[Path]) -> list[str]:
-    """All error lines of all suites (empty when every suite is valid)."""
+class Validation(NamedTuple):
+    errors: list[str]  # every error line of every suite and its data (empty: all valid)
+    read: dict[str, list[str]]  # suite path → what was read of each dataset ('name: …'; a hub source: its form only)
+
+
+def validate(paths: list[Path]) -> Validation:
+    """Check every suite and read every local dataset file it names, as a run reads it, without
+    engines or a tokenizer (:func:`specbench.datasets.check`): bad lines are ``file:line`` errors."""
     errors: list[str] = []
+    read: dict[str, list[str]] = {}
     for p in paths:
         try:
-            load_suite(p)
+            suite = load_suite(p)
         except SuiteError as exc:
             errors.extend(exc.messages)
-    return errors
+            continue
+        checks = _check_data(suite)
+        errors += [line for c in checks for line in c.shown()]
+        read[str(p)] = [f"{c.dataset}: {c.read}" for c in checks if c.read]
+    return Validation(errors, read)
+
+
+def _check_data(suite: Suite) -> list[datasets.DataCheck]:
+    base = Path(suite.source_path).parent if suite.source_path else Path.cwd()
+    return [datasets.check(d, base) for d in suite.datasets]
 
 
 def plan(suite: Suite | Path | str, ks: list[int] | None = None) -> RunPlan:
@@ -105,8 +122,14 @@ def dry_run(suite: Suite | RunPlan, platform: str | None = None, assets_factory:
 
 
 def dataset_plan(suite: Suite) -> list[str]:
-    """What is sent for datasets whose prompts are built or cut (input lengths, SPEED-Bench), in words (for --dry-run)."""
-    return [line for d in suite.datasets if (line := datasets.plan_line(d)) is not None]
+    """What is sent for datasets whose prompts are built or cut (input lengths, SPEED-Bench), and what
+    was read of each dataset, in words (for --dry-run); bad data raises :class:`SuiteError` (``file:line``)."""
+    checks = _check_data(suite)
+    errors = [line for c in checks for line in c.shown()]
+    if errors:
+        raise SuiteError(errors)
+    built = [line for d in suite.datasets if (line := datasets.plan_line(d)) is not None]
+    return built + [f"{c.dataset}: {c.read}" for c in checks if c.read]
 
 
 def equivalence_plan(suite: Suite) -> list[str]:

@@ -58,11 +58,13 @@ def _bad_input(lines: list[str]) -> NoReturn:
 @app.command()
 def validate(suites: Annotated[list[Path], typer.Argument(help="suite YAML files")]) -> None:
     """Validate suite files (exit 2 with file:line messages when one is bad)."""
-    errors = api.validate(suites)
+    errors, read = api.validate(suites)
     if errors:
         _bad_input(errors)
     for s in suites:
         console.print(f"[green]ok[/green] {s}")
+        for line in read.get(str(s), []):
+            console.print("  dataset " + line, markup=False, highlight=False, soft_wrap=True)
 
 
 def methods_table() -> Table:
@@ -172,7 +174,7 @@ def run(
     # The suite is read and expanded once, here (a resumed run: its stored suite and plan, not the YAML).
     planned = api.resume_plan(resume) if resume is not None else api.plan(suite, ks)
     if dry_run:
-        for line in api.dataset_plan(planned.suite):
+        for line in api.dataset_plan(planned.suite):  # a SuiteError (bad rows, file:line) exits 2
             console.print("dataset " + line, highlight=False, soft_wrap=True)
         for line in api.equivalence_plan(planned.suite):
             console.print("equivalence " + line, highlight=False, soft_wrap=True)

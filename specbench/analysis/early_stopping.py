@@ -15,13 +15,15 @@ import math
 from collections.abc import Mapping, Sequence
 
 from specbench.analysis import sequential as sq
+from specbench.config.dataset_kinds import KINDS, Scorer, names_where
 from specbench.config.stop_rule import StopRecord, StopRule
 from specbench.results.records import RequestRecord
 from specbench.results.requests import PreparedPrompt
 from specbench.scoring.gsm8k import reference_answer, score_gsm8k
 from specbench.stats import Estimate
 
-ACCURACY_SCORERS = ("gsm8k",)  # datasets scored in-process (HumanEval needs the sandbox)
+#: Kinds whose accuracy a stop rule can follow: scored in-process (HumanEval's execution needs the sandbox).
+ACCURACY_SCORERS = tuple(names_where(lambda k: k.scorer is Scorer.ANSWER))
 
 
 def measurable(rule: StopRule, *, speculative: bool, has_baseline: bool, dataset_kind: str | None) -> str | None:
@@ -30,7 +32,8 @@ def measurable(rule: StopRule, *, speculative: bool, has_baseline: bool, dataset
         return "no τ without speculation"
     if rule.metric == "speedup" and (not speculative or not has_baseline):
         return "speedup needs a speculative cell and its baseline's records"
-    if rule.metric == "accuracy" and dataset_kind not in ACCURACY_SCORERS:
+    kind = KINDS.get(dataset_kind or "")
+    if rule.metric == "accuracy" and (kind is None or kind.scorer is not Scorer.ANSWER):
         return f"accuracy is scored in-process for {', '.join(ACCURACY_SCORERS)} only"
     return None
 

@@ -22,6 +22,7 @@ from specbench.analysis.between_run import with_speed_noise
 from specbench.analysis.method_comparison import headline, k_sweeps
 from specbench.analysis.serving_metrics import group_records, speedups_vs_load, summarize_cell
 from specbench.analysis.workload_slices import Categories, category_matrix, workload_slices
+from specbench.config.dataset_kinds import Scorer, kind_named
 from specbench.config.plan import Cell
 from specbench.config.suite import reference_method
 from specbench.results import metric_catalog
@@ -30,6 +31,7 @@ from specbench.results.noise import NoiseCalibration
 from specbench.results.parts import Equivalence, ServingCellRow, ServingSpeedupRow, SummaryExtra
 from specbench.results.records import CellRecord, RequestRecord
 from specbench.results.summary import GroupSummary, RunSummary
+from specbench.scoring.apply import execution_note
 from specbench.stats import Estimate
 
 Scores = Mapping[tuple[str, str, int], dict]  # (cell id, prompt id, sample index) → metric → score
@@ -66,12 +68,13 @@ def summarize_run(
     if suite is None:
         raise ValueError(f"run {manifest.run_id}: its manifest holds no suite (written before suites were stored)")
     references = [r.model_dump(mode="json") for r in suite.references]
-    humaneval_note = next((n for n in scoring_notes if "HumanEval" in n), None)
+    executed = execution_note(scoring_notes)
     groups = metrics.summarize_groups(
         cells, cell_records, requests, references, dict(scores or {}),
         prompt_references=prompt_references,
         equivalence=equivalence,
-        scoring_notes={d.name: humaneval_note for d in suite.datasets if d.kind == "humaneval" and humaneval_note},
+        scoring_notes={d.name: executed for d in suite.datasets
+                       if executed and kind_named(d.kind).scorer is Scorer.EXECUTION},
     )
     latest = metrics.latest_cell_records(cell_records)
     unique = metrics.unique_requests(requests)

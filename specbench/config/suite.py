@@ -15,24 +15,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
+from specbench.config.dataset_kinds import KINDS, DatasetKind, kind_named, names_where
 from specbench.config.methods import ENGINE_PATCHES, METHODS, closest
 from specbench.config.stop_rule import StopRule
 from specbench.errors import SpecbenchError
 
-DATASET_KINDS = ("gsm8k", "humaneval", "spec_bench", "speed_bench", "jsonl", "chat_jsonl")
-#: SPEED-Bench configs → nominal input tokens (None: no fixed length); specbench.datasets.speed_bench reads them.
-SPEED_BENCH_CONFIGS: dict[str, int | None] = {
-    "qualitative": None,
-    "throughput_1k": 1000,
-    "throughput_2k": 2000,
-    "throughput_8k": 8000,
-    "throughput_16k": 16000,
-    "throughput_32k": 32000,
-}
-#: Dataset kinds that can build prompts of given token lengths (input_tokens), and from which categories.
-LENGTH_KINDS: dict[str, tuple[str, ...]] = {"spec_bench": ("summarization", "rag"), "humaneval": ()}
 MIN_INPUT_TOKENS = 32
 ENGINES = ("vllm-offline", "vllm-server", "reference")
 
@@ -123,7 +113,7 @@ class TargetSpec(Strict):
 
 class DatasetSpec(Strict):
     name: str
-    kind: Literal["gsm8k", "humaneval", "spec_bench", "speed_bench", "jsonl", "chat_jsonl"]
+    kind: str = Field(description="one of specbench.config.dataset_kinds.KINDS (`specbench list datasets`)")
     path: str | None = Field(None, description="local file (jsonl; .gz allowed; parquet for speed_bench); overrides source")
     source: Literal["package", "hub"] = Field(
         "package",
@@ -162,6 +152,14 @@ class DatasetSpec(Strict):
         None, description="chat_jsonl: 'live' generates every assistant turn from the model's own earlier replies; "
         "'recorded' generates each assistant turn afresh from the recorded history before it",
     )
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, v: str) -> str:
+        if v not in KINDS:  # a custom error: its message is shown as it is (no "Value error, ")
+            raise PydanticCustomError("dataset_kind", _unknown("dataset kind", v, list(KINDS))
+                                      + f" (valid: {', '.join(KINDS)})")
+        return v
 
 
 class SamplingSpec(Strict):
@@ -464,20 +462,38 @@ def _looks_local(value: str) -> bool:
     return value.startswith((".", "/", "~")) or value.startswith("file:")
 
 
-#: Dataset kinds whose rows can hold several user turns (``turns:`` applies to them).
-MULTI_TURN_KINDS = ("spec_bench", "chat_jsonl")
-
-
-def _check_conversation_keys(d: DatasetSpec, loc: tuple[Any, ...], problems: list[tuple[tuple[Any, ...], str]]) -> None:
+def _check_conversation_keys(d: DatasetSpec, kind: DatasetKind, loc: tuple[Any, ...],
+                             problems: list[tuple[tuple[Any, ...], str]]) -> None:
     """``turns:``, ``replay:`` and ``category_field`` only where the dataset kind has them."""
-    if d.turns is not None and d.kind not in MULTI_TURN_KINDS:
+    if d.turns is not None and not kind.multi_turn:
         problems.append(((*loc, "turns"), f"a {d.kind} dataset has no conversation turns "
-                         f"('turns' applies to {', '.join(MULTI_TURN_KINDS)})"))
-    if d.replay is not None and d.kind != "chat_jsonl":
-        problems.append(((*loc, "replay"), f"'replay' applies to chat_jsonl datasets, not {d.kind}"))
-    if d.category_field is not None and d.kind != "jsonl":
-        problems.append(((*loc, "category_field"), f"'category_field' applies to jsonl datasets ({d.kind} "
+                         f"('turns' applies to {', '.join(names_where(lambda k: k.multi_turn))})"))
+    if d.replay is not None and not kind.replays:
+        problems.append(((*loc, "replay"), f"'replay' applies to {' and '.join(names_where(lambda k: k.replays))} "
+                         f"datasets, not {d.kind}"))
+    if d.category_field is not None and not kind.category_field:
+        problems.append(((*loc, "category_field"), f"'category_field' applies to "
+                         f"{' and '.join(names_where(lambda k: k.category_field))} datasets ({d.kind} "
                          "prompts carry their own category)"))
+
+
+def _check_source(d: DatasetSpec, kind: DatasetKind, loc_d: tuple[Any, ...], problems: list) -> None:
+    """The kind has rows where the dataset looks for them: a path, its packaged copy or its hub dataset."""
+    if kind.needs_path:
+        if d.path is None:
+            problems.append(((*loc_d, "kind"), f"a {d.kind} dataset needs a local 'path'"))
+        return
+    if d.path is not None:
+        return
+    if d.source == "hub" and kind.hub_id is None and d.hub_id is None:
+        problems.append(((*loc_d, "source"), f"{kind.title} has no canonical hub dataset: give hub_id, a path, "
+                         "or use the packaged copy (source: package)"))
+    if d.source == "package" and kind.packaged_split is not None and d.split != kind.packaged_split:
+        problems.append(((*loc_d, "split"), f"the packaged {kind.title} copy is the {kind.packaged_split} split; "
+                         f"for {d.split!r} use source: hub or a path"))
+    if d.source == "package" and not kind.packaged:
+        problems.append(((*loc_d, "kind"), kind.not_shipped or f"no {kind.title} copy ships with specbench: "
+                         "give source: hub or a path"))
 
 
 def check_semantics(suite: Suite, base_dir: Path) -> list[tuple[tuple[Any, ...], str]]:
@@ -534,15 +550,9 @@ def check_semantics(suite: Suite, base_dir: Path) -> list[tuple[tuple[Any, ...],
         loc_d: tuple[Any, ...] = ("datasets", di)
         if d.path is not None and not resolve_path(d.path, base_dir).exists():
             problems.append(((*loc_d, "path"), f"dataset file {d.path!r} does not exist"))
-        if d.kind in ("jsonl", "chat_jsonl") and d.path is None:
-            problems.append(((*loc_d, "kind"), f"a {d.kind} dataset needs a local 'path'"))
-        _check_conversation_keys(d, loc_d, problems)
-        if d.kind == "spec_bench" and d.path is None and d.source == "hub" and d.hub_id is None:
-            problems.append(((*loc_d, "source"), "Spec-Bench has no canonical hub dataset: give hub_id, a path, "
-                             "or use the packaged copy (source: package)"))
-        if d.kind == "gsm8k" and d.path is None and d.source == "package" and d.split != "test":
-            problems.append(((*loc_d, "split"), f"the packaged GSM8k copy is the test split; for {d.split!r} "
-                             "use source: hub or a path"))
+        kind = kind_named(d.kind)
+        _check_source(d, kind, loc_d, problems)
+        _check_conversation_keys(d, kind, loc_d, problems)
         if d.hub_id is not None and (d.source != "hub" or d.path is not None):
             problems.append(((*loc_d, "hub_id"), "hub_id is read with source: hub (and no path)"))
         if d.path is not None and "source" in d.model_fields_set:
@@ -676,32 +686,32 @@ def _check_lengths(suite: Suite, problems: list) -> None:
     """SPEED-Bench configs and input lengths: known, buildable, and within every target's context."""
     for di, d in enumerate(suite.datasets):
         loc_d: tuple[Any, ...] = ("datasets", di)
-        if d.kind == "speed_bench":
+        kind = kind_named(d.kind)
+        if kind.configs is not None:
             if d.config is None:
-                problems.append(((*loc_d, "kind"), "a speed_bench dataset needs a config: "
-                                 + " | ".join(SPEED_BENCH_CONFIGS)))
-            elif d.config not in SPEED_BENCH_CONFIGS:
-                problems.append(((*loc_d, "config"), _unknown("SPEED-Bench config", d.config, list(SPEED_BENCH_CONFIGS))
-                                 + "; valid: " + ", ".join(SPEED_BENCH_CONFIGS)))
-            if d.path is None and d.source == "package":
-                problems.append(((*loc_d, "kind"), "SPEED-Bench is not shipped with specbench (NVIDIA evaluation "
-                                 "licence): give source: hub (nvidia/SPEED-Bench) or a path to the prepared file"))
+                problems.append(((*loc_d, "kind"), f"a {d.kind} dataset needs a config: " + " | ".join(kind.configs)))
+            elif d.config not in kind.configs:
+                problems.append(((*loc_d, "config"), _unknown(f"{kind.title} config", d.config, list(kind.configs))
+                                 + "; valid: " + ", ".join(kind.configs)))
         elif d.config is not None:
-            problems.append(((*loc_d, "config"), "config selects a SPEED-Bench split; it needs kind: speed_bench"))
+            with_configs = [k for k in KINDS.values() if k.configs is not None]
+            problems.append(((*loc_d, "config"), f"config selects a {' or '.join(k.title for k in with_configs)} "
+                             f"split; it needs kind: {' or '.join(k.name for k in with_configs)}"))
         if d.input_tokens is not None:
-            _check_input_tokens(suite, d, loc_d, problems)
-        nominal = SPEED_BENCH_CONFIGS.get(d.config or "") if d.kind == "speed_bench" else None
+            _check_input_tokens(suite, d, kind, loc_d, problems)
+        nominal = kind.configs.get(d.config or "") if kind.configs is not None else None
         if nominal is not None:
-            _check_fits(suite, nominal, (*loc_d, "config"), f"SPEED-Bench {d.config} (~{nominal} input tokens)",
+            _check_fits(suite, nominal, (*loc_d, "config"), f"{kind.title} {d.config} (~{nominal} input tokens)",
                         problems)
 
 
-def _check_input_tokens(suite: Suite, d: DatasetSpec, loc_d: tuple[Any, ...], problems: list) -> None:
+def _check_input_tokens(suite: Suite, d: DatasetSpec, kind: DatasetKind, loc_d: tuple[Any, ...],
+                        problems: list) -> None:
     loc = (*loc_d, "input_tokens")
-    if d.kind not in LENGTH_KINDS:
+    if kind.length_categories is None:
         problems.append((loc, f"a {d.kind} dataset cannot build prompts of given lengths; input_tokens needs kind: "
-                         + " or ".join(LENGTH_KINDS) + " (Spec-Bench's summarization and RAG contexts, HumanEval's "
-                         "code); longer inputs: kind: speed_bench with a throughput config"))
+                         + " or ".join(names_where(lambda k: k.builds_lengths)) + " (Spec-Bench's summarization and "
+                         "RAG contexts, HumanEval's code); longer inputs: a SPEED-Bench throughput config"))
         return
     if not d.input_tokens:
         problems.append((loc, "input_tokens must list at least one length"))
@@ -709,7 +719,7 @@ def _check_input_tokens(suite: Suite, d: DatasetSpec, loc_d: tuple[Any, ...], pr
         problems.append(((*loc_d, "prompt_template"), "with input_tokens the user message is built to its exact "
                          "length (context, then the question); a prompt_template would change it (system_prompt "
                          "is fine: it is part of the chat template's fixed overhead)"))
-    allowed = LENGTH_KINDS[d.kind]
+    allowed = kind.length_categories
     if d.categories is not None and allowed and not set(d.categories) <= set(allowed):
         problems.append(((*loc_d, "categories"), "with input_tokens the contexts come from "
                          + " and ".join(allowed) + f"; other categories have none: {sorted(set(d.categories) - set(allowed))}"))

@@ -130,6 +130,15 @@ def iter_jsonl(path: Path, torn: list[str] | None = None, *, tail_may_tear: bool
     skipped and, when ``torn`` is given, said there as ``"<file>:<line>: …"``
     (with ``tail_may_tear=False``, for files nobody appends to, it is corrupt too).
     """
+    for _, obj in iter_numbered_jsonl(path, torn, tail_may_tear=tail_may_tear):
+        yield obj
+
+
+def iter_numbered_jsonl(path: Path, torn: list[str] | None = None, *, tail_may_tear: bool = True,
+                        bad: list[str] | None = None) -> Iterator[tuple[int, Any]]:
+    """:func:`iter_jsonl` with each object's 1-based line number. With ``bad``, a corrupt line is
+    said there (``"<file>:<line>: not JSON: …"``) and skipped instead of raising: a checker
+    (``specbench validate``) reports every bad line of a file, not only the first."""
     path = Path(path)
     if not path.exists():
         return
@@ -139,15 +148,17 @@ def iter_jsonl(path: Path, torn: list[str] | None = None, *, tail_may_tear: bool
         if not line.strip():
             continue
         try:
-            yield json.loads(line)
-        except json.JSONDecodeError:
+            yield i + 1, json.loads(line)
+        except json.JSONDecodeError as exc:
             if tail_may_tear and i == len(lines) - 1 and not line.endswith("\n"):
                 # torn last line of an interrupted run
                 if torn is not None:
                     torn.append(f"{path.name}:{i + 1}: torn last line ({len(line.encode())} bytes, an "
                                 "interrupted write) ignored")
                 return
-            raise StoreError(f"{path}:{i + 1}: corrupt record (invalid JSON)") from None
+            if bad is None:
+                raise StoreError(f"{path}:{i + 1}: corrupt record (invalid JSON)") from None
+            bad.append(f"{path}:{i + 1}: not JSON: {exc.msg.removesuffix(' at')} at column {exc.colno}")
 
 
 def migrate(obj: dict[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from specbench.config.dataset_kinds import KINDS, Scorer
 from specbench.config.plan import Cell
 from specbench.config.suite import ScoringSpec
 from specbench.results import rundir
@@ -24,6 +25,9 @@ from specbench.scoring.gsm8k import reference_answer, score_gsm8k
 
 ScoreKey = tuple[str, str, int]  # cell_id, prompt_id, sample_index
 NOT_ALLOWED = "HumanEval not scored: code execution is off (pass --allow-code-exec to run it in the sandbox)"
+EXECUTED = "HumanEval executed in the sandbox"
+#: The score a scorer's accuracy is read from (of the scores it gives each request).
+HEADLINE_SCORE = {Scorer.ANSWER: "strict", Scorer.EXECUTION: "pass@1"}
 
 
 def score_key(r: RequestRecord) -> ScoreKey:
@@ -55,13 +59,14 @@ def score_requests(
             out[key] = dict(cached[key])
             continue
         ds = dataset_of_cell.get(r.cell_id)
-        kind = kind_of_dataset.get(ds or "")
-        if kind == "gsm8k":
+        kind = KINDS.get(kind_of_dataset.get(ds or "", ""))
+        scorer = kind.scorer if kind is not None else None
+        if scorer is Scorer.ANSWER:
             ref = references.get((ds or "", r.prompt_id))
             if ref:
                 s = score_gsm8k(r.output_text, reference_answer(ref))
                 out[key] = {"strict": s["strict"], "flexible": s["flexible"], "extracted": s["extracted"]}
-        elif kind == "humaneval":
+        elif scorer is Scorer.EXECUTION:
             to_execute.append(r)
     if to_execute:
         if not allow_code_exec:
@@ -73,11 +78,13 @@ def score_requests(
             for r, res in zip(to_execute, results, strict=True):
                 out[score_key(r)] = {"pass@1": res.passed, "status": res.status, "isolation": res.isolation}
             isolations = sorted({str(res.isolation) for res in results})
-            notes.append(f"HumanEval executed in the sandbox (isolation: {', '.join(isolations)})")
+            notes.append(f"{EXECUTED} (isolation: {', '.join(isolations)})")
     return out, notes
 
 
-METRICS_BY_KIND = {"gsm8k": ("strict", "flexible"), "humaneval": ("pass@1",)}
+def execution_note(notes: Sequence[str]) -> str | None:
+    """Of :func:`score_requests`' notes, the one about executed (or not executed) completions."""
+    return next((n for n in notes if n == NOT_ALLOWED or n.startswith(EXECUTED)), None)
 
 
 def score_run(

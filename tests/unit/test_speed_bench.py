@@ -32,17 +32,6 @@ def _write(path: Path, rows: list[dict]) -> Path:
     return path
 
 
-@pytest.fixture
-def no_hub(monkeypatch):
-    """Any attempt to reach the hub fails the test."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-
-    def refuse(*a, **k):
-        raise AssertionError("the hub was asked")
-
-    monkeypatch.setattr(speed_bench, "load_hub", refuse)
-
-
 def test_a_local_file_is_read_with_its_categories_and_turns_and_no_hub(tmp_path: Path, no_hub):
     f = _write(tmp_path / "qualitative.jsonl", QUALITATIVE)
     spec = DatasetSpec(name="sb", kind="speed_bench", config="qualitative", path=str(f))

@@ -77,7 +77,7 @@ def test_every_dataset_kind_gives_each_prompt_a_category(tmp_path: Path) -> None
     ps = prepare(DatasetSpec(name="j", kind="jsonl", path=str(f), category_field="domain"), tmp_path)
     assert [p.meta["category"] for p in ps] == ["legal", "med"]
     f.write_text('{"prompt": "a", "domain": "has space"}\n')
-    with pytest.raises(DatasetError, match="row 0"):
+    with pytest.raises(DatasetError, match=r"x.jsonl:1: .domain. must be a category name"):
         prepare(DatasetSpec(name="j", kind="jsonl", path=str(f), category_field="domain"), tmp_path)
 
 
