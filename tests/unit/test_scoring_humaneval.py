@@ -60,7 +60,8 @@ def test_truncate_takes_earliest_stop_and_custom_stops():
 def test_build_program(problems):
     p = problems["HumanEval/0"]
     prog = build_program(p, "    return True\n")
-    assert prog == p["prompt"] + "    return True\n" + "\n" + p["test"] + "\n" + "check(has_close_elements)"
+    assert prog.rstrip().endswith(
+        f"specbench_judge({p['prompt']!r}, {'    return True' + chr(10)!r}, {p['test']!r}, 'has_close_elements')")
     compile(prog, "<prog>", "exec")
     for p in problems.values():
         compile(build_program(p, p["canonical_solution"]), p["task_id"], "exec")
@@ -148,8 +149,8 @@ def test_score_humaneval_builds_programs_that_must_finish(monkeypatch, problems)
     assert seen["kwargs"]["must_finish"] is True
     assert "junk" not in seen["sources"][0]
     for src, (tid, _) in zip(seen["sources"], items, strict=True):
-        assert src.rstrip().endswith(f"check({problems[tid]['entry_point']})")
-        assert "print(" not in src.rsplit("def check", 1)[-1]
+        assert src.rstrip().endswith(f"{problems[tid]['entry_point']!r})")
+        assert "print(" not in src.rsplit("specbench_judge(", 1)[-1]
 
 
 def test_score_humaneval_runs_each_distinct_program_once(monkeypatch, problems):
