@@ -241,7 +241,7 @@ def _interrupted(stop: StopRequested, suite: Path) -> None:
 def closing_tables(summary) -> list[Table]:
     """The answer first (each method against the reference, per target), then one compact table of every
     group per target (see :mod:`specbench.report.terminal`)."""
-    from specbench.report.terminal import HEADER, HEADLINE_HEADER, HEADLINE_NOTE, closing_rows, headline_rows
+    from specbench.report.terminal import HEADER, HEADLINE_HEADER, closing_rows, headline_note, headline_rows
     from specbench.results.fmt import speed_intervals_note
 
     def table(header: tuple[str, ...], title: str, caption: str | None = None) -> Table:
@@ -254,7 +254,7 @@ def closing_tables(summary) -> list[Table]:
     tables = []
     for target, rows in headline_rows(summary).items():
         t = table(HEADLINE_HEADER, f"target {target}: each method against the reference",
-                  f"{HEADLINE_NOTE}; {speed_intervals_note(summary, short=True)}")
+                  f"{headline_note(summary, target)}; {speed_intervals_note(summary, short=True)}")
         for i, row in enumerate(rows):
             t.add_row(*row, end_section=i + 1 < len(rows) and bool(rows[i + 1][0]))
         tables.append(t)
