@@ -19,6 +19,7 @@ from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from specbench import api
 from specbench.config.methods import METHODS
@@ -26,6 +27,7 @@ from specbench.config.suite import SuiteError
 from specbench.datasets import DatasetError
 from specbench.execution.driver import RunProgress
 from specbench.execution.interrupt import SIGNALS, StopRequested
+from specbench.report.terminal import shown
 
 app = typer.Typer(
     help="specbench: benchmark speculative decoding on vLLM.",
@@ -33,15 +35,35 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-console = Console()
-err = Console(stderr=True)
+
+
+class PlainConsole(Console):
+    """A console that shows what it is given as it is (issue 35): no markup, no ``:emoji:`` codes, no
+    highlighting, and every string it renders -- lines, table cells, titles, rules -- passed through
+    :func:`~specbench.report.terminal.shown` (control characters and undecodable bytes escaped). Only a
+    :class:`~rich.text.Text` that specbench builds (:func:`styled`) carries style."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(markup=False, emoji=False, highlight=False, **kwargs)
+
+    def render_str(self, text: str, **kwargs) -> Text:
+        return super().render_str(shown(text), **kwargs)
+
+
+def styled(label: str, style: str, rest: str) -> Text:
+    """'error <rest>' with only specbench's own label styled; ``rest`` (user text) shown as it is."""
+    return Text.assemble((label, style), " " + shown(rest))
+
+
+console = PlainConsole()
+err = PlainConsole(stderr=True)
 
 EXIT_BAD_INPUT = 2
 
 
 def _bad_input(lines: list[str]) -> None:
     for line in lines:
-        err.print(f"[red]error[/red] {line}", highlight=False, soft_wrap=True)
+        err.print(styled("error", "red", line), soft_wrap=True)
     raise typer.Exit(EXIT_BAD_INPUT)
 
 
@@ -52,7 +74,7 @@ def validate(suites: Annotated[list[Path], typer.Argument(help="suite YAML files
     if errors:
         _bad_input(errors)
     for s in suites:
-        console.print(f"[green]ok[/green] {s}")
+        console.print(styled("ok", "green", str(s)), soft_wrap=True)
 
 
 def methods_table() -> Table:
@@ -64,7 +86,7 @@ def methods_table() -> Table:
     for m in METHODS.values():
         facts = (f"vLLM {m.vllm_method or '–'} · {'needs a speculator' if m.needs_speculator else 'no speculator'}"
                  f" · max K {m.max_k or '–'} · {', '.join(m.platforms) or 'all platforms'}")
-        t.add_row(m.name, f"{m.description}\n[dim]{facts}[/dim]")
+        t.add_row(m.name, Text.assemble(m.description + "\n", (facts, "dim")))
     return t
 
 
@@ -109,16 +131,16 @@ class _RichProgress:
     def __call__(self, ev: RunProgress) -> None:
         event, cell, msg = ev.kind, ev.cell, ev.message
         if event == "engine_start":
-            self.p.update(self.task, description=f"starting {msg}")
+            self.p.update(self.task, description=shown(f"starting {msg}"))
         elif event == "cell_start":
-            self.p.update(self.task, description=cell.cell_id if cell is not None else "")
+            self.p.update(self.task, description=shown(cell.cell_id) if cell is not None else "")
         elif event in ("cell_ok", "cell_failed", "cell_skipped"):
             self.p.advance(self.task)
             if event != "cell_ok":
                 label = "failed" if event == "cell_failed" else "skipped"
                 first = _headline(msg)
                 where = cell.cell_id if cell is not None else "?"
-                self.p.console.print(f"[yellow]{label}[/yellow] {where}: {first}", highlight=False)
+                self.p.console.print(styled(label, "yellow", f"{where}: {first}"), soft_wrap=True)
 
 
 @app.command()
@@ -192,7 +214,7 @@ def run(
     total = len(expand(suite_obj).cells)  # with --num-speculative-tokens applied
     try:
         with Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+            TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
         ) as p:
             try:
                 run_dir = api.run(
@@ -207,11 +229,11 @@ def run(
                 _bad_input([str(exc)])
     except StopRequested as stop:  # the progress display has stopped: this is the last line
         _interrupted(stop, suite)
-    console.print(f"results: {run_dir}")
+    console.print(f"results: {run_dir}", soft_wrap=True)
     _print_summary(run_dir)
     if report:
         for kind, path in api.report(run_dir, timeline=timeline).items():
-            console.print(f"{kind} report: {path}")
+            console.print(f"{kind} report: {path}", soft_wrap=True)
     _print_time(run_dir)
 
 
@@ -234,7 +256,7 @@ def _interrupted(stop: StopRequested, suite: Path) -> None:
         n = stop.requests if stop.requests is not None else 0
         resume = shlex.join(["specbench", "run", str(suite), "--resume", str(stop.run_dir)])
         line = f"interrupted by {stop.signame} after {n} request{'s' if n != 1 else ''}; resume with: {resume}"
-    err.print(line, highlight=False, soft_wrap=True, markup=False)
+    err.print(line, soft_wrap=True)
     raise typer.Exit(stop.exit_code)
 
 
@@ -269,13 +291,13 @@ def closing_tables(summary) -> list[Table]:
 def _print_summary(run_dir: Path) -> None:
     """The closing tables: the headline, then every group (≤ 100 columns, never wrapped; piped output is 100 wide)."""
     s = api.load_summary(run_dir)
-    out = console if console.is_terminal else Console(width=100)
+    out = console if console.is_terminal else PlainConsole(width=100)
     for t in closing_tables(s):
         out.print(t, highlight=False)
     bad = [c for c in s.checks if not c.ok]
     if bad:
         for c in bad:
-            err.print(f"[red]check failed[/red] {c.group_id}: {c.check}")
+            err.print(styled("check failed", "red", f"{c.group_id}: {c.check}"), soft_wrap=True)
 
 
 @app.command()
@@ -298,7 +320,7 @@ def analyze(
     if torn:
         from specbench.report.markdown import torn_lines_note
 
-        err.print(f"[yellow]note[/yellow] {run_dir}: {torn_lines_note(torn)}", highlight=False, soft_wrap=True)
+        err.print(styled("note", "yellow", f"{run_dir}: {torn_lines_note(torn)}"), soft_wrap=True)
 
 
 @app.command()
@@ -328,7 +350,7 @@ def report_cmd(
     except api.rundir.StoreError as exc:
         _bad_input([str(exc)])
     for kind, path in paths.items():
-        console.print(f"{kind} report: {path}")
+        console.print(f"{kind} report: {path}", soft_wrap=True)
 
 
 def _step_summary(markdown: str, enabled: bool) -> None:
@@ -363,7 +385,7 @@ def compare(
         text = api.compare(base_run, new_run, speed_noise_floor_pct=speed_noise_floor_pct)
     except api.InputError as exc:
         _bad_input([str(exc)])
-    typer.echo(text)  # raw Markdown: no wrapping
+    typer.echo(shown(text))  # raw Markdown: no wrapping
     _step_summary(text, step_summary)
 
 
@@ -386,7 +408,7 @@ def gate(
         result = api.gate(new_run, baseline, rules=rules, db=db, noise=noise)
     except api.InputError as exc:
         _bad_input([str(exc)])
-    typer.echo(result.markdown)  # raw Markdown: no wrapping
+    typer.echo(shown(result.markdown))  # raw Markdown: no wrapping
     _step_summary(result.markdown, step_summary)
     raise typer.Exit(result.exit_code)
 
@@ -406,7 +428,7 @@ def history_add(
         for r in api.history_add(run_dirs, db):
             console.print(f"{'added' if r.added else 'already stored'} {r.run_id}"
                           + (f" ({r.n_groups} groups, {r.n_metrics} metrics)" if r.added else ""),
-                          highlight=False)
+                          soft_wrap=True)
     except api.InputError as exc:
         _bad_input([str(exc)])
 
@@ -420,6 +442,8 @@ def history_list(suite: Annotated[str | None, typer.Option(help="only this suite
     except api.InputError as exc:
         _bad_input([str(exc)])
     t = Table("run", "suite", "date", "commit", "hardware class")
+    for col in t.columns:  # a long run id or suite name folds onto more lines, never cut with an ellipsis
+        col.overflow = "fold"
     for r in runs:
         t.add_row(r.run_id, r.suite, r.created_at, r.git_commit or "–", r.hardware_class)
     console.print(t)
@@ -437,7 +461,7 @@ def trend(
     except api.InputError as exc:
         _bad_input([str(exc)])
     for name, paths in pages.items():
-        console.print(f"{name}: {paths['html']} {paths['markdown']}", highlight=False)
+        console.print(f"{name}: {paths['html']} {paths['markdown']}", soft_wrap=True)
 
 
 @app.command()
@@ -448,9 +472,9 @@ def assets(
 ) -> None:
     """Build (or find in the cache) the tiny local target and speculators."""
     a = api.assets(cache_dir, train=train, quick=quick)
-    console.print(f"target: {a.target}")
+    console.print(f"target: {a.target}", soft_wrap=True)
     for k, v in a.speculators.items():
-        console.print(f"{k}: {v}")
+        console.print(f"{k}: {v}", soft_wrap=True)
 
 
 def main() -> None:  # pragma: no cover

@@ -25,6 +25,33 @@ from specbench.results.parts import HeadlineRow
 from specbench.results.slices import split_group_id
 from specbench.results.summary import GroupSummary, RunSummary
 
+# Bidirectional-text controls: they reorder what a terminal shows around them (CVE-2021-42574).
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def shown(text: str) -> str:
+    """``text`` as a terminal should show it: as typed, with what a terminal would act on instead of
+    showing escaped. Control characters other than newline and tab (ESC of an ANSI sequence, CR, BEL, C1
+    controls) and bidirectional controls become backslash escapes (``\\x1b``, ``\\r``, ``\\u202e``);
+    a byte that was not valid UTF-8 in a file name (a surrogate escape, as ``os.fsdecode`` gives it) is
+    shown as ``\\xNN``. Everything else, markup-like brackets and ``:emoji:`` codes included, is left alone:
+    the consoles that print it interpret neither (see :mod:`specbench.cli`)."""
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        o = ord(ch)
+        if ch in "\n\t" or (o >= 0xA0 and not 0xD800 <= o <= 0xDFFF and ch not in _BIDI):
+            out.append(ch)
+        elif 0xDC80 <= o <= 0xDCFF:  # surrogateescape: the undecodable byte o - 0xDC00
+            out.append(f"\\x{o - 0xDC00:02x}")
+        elif 0x20 <= o < 0x7F:
+            out.append(ch)
+        else:
+            out.append(ch.encode("unicode_escape").decode("ascii"))
+    return "".join(out)
+
+
 HEADER = ("dataset", "method", "T·load", "τ [95% CI]", "speedup [95% CI]", "verdict")
 #: Width every column may take; the widest row is under 100 characters with the separators.
 MAX_WIDTHS = (16, 18, 10, 18, 18, 12)
