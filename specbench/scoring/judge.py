@@ -103,8 +103,10 @@ def specbench_judge(prompt: str, completion: str, test: str, entry_point: str) -
 
 
 def judged_program(prompt: str, completion: str, test: str, entry_point: str) -> str:
-    """The program that scores ``completion``: the judge's source, then its call with the texts as literals."""
+    """The program that scores ``completion``: the judge's source, the texts as literals (each on lines of its
+    own, so that a traceback quotes the call, not the completion), then the call."""
     return (
         inspect.getsource(specbench_judge)
-        + f"\n\nspecbench_judge({prompt!r}, {completion!r}, {test!r}, {entry_point!r})\n"
+        + f"\n\nPROMPT = {prompt!r}\nCOMPLETION = {completion!r}\nTEST = {test!r}\nENTRY_POINT = {entry_point!r}\n"
+        + "specbench_judge(PROMPT, COMPLETION, TEST, ENTRY_POINT)\n"
     )
