@@ -210,3 +210,10 @@ def test_assets_prints_paths_as_typed(tmp_path: Path, monkeypatch):
 def test_lists_keep_their_own_style_only(what: str):
     result = _invoke("list", what)
     assert result.exit_code == 0 and "[dim]" not in result.output, result.output
+
+
+def test_usage_errors_show_the_word_as_typed():
+    """Typer's own usage errors (a command that does not exist) quote it as typed, ANSI escaped."""
+    result = CliRunner().invoke(app, ["nosuch:100:[bold]\x1b[31m"])
+    assert result.exit_code == 2
+    assert "No such command 'nosuch:100:[bold]\\x1b[31m'" in _clean(result.output), result.output
