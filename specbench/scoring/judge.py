@@ -35,7 +35,6 @@ def specbench_judge(prompt: str, completion: str, test: str, entry_point: str) -
 
     Self-contained (its source is the scored program): every name it uses is imported or defined here.
     """
-    import ast
     import builtins
     import marshal
     import sys
@@ -49,16 +48,20 @@ def specbench_judge(prompt: str, completion: str, test: str, entry_point: str) -
     # What the judge reads and imports, copied before the completion can touch any of it.
     judge_source = prompt + "\n" + test
     names = set()
-    for node in ast.walk(ast.parse(judge_source)):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module)
+    for line in judge_source.splitlines():  # import statements, read by line (``ast`` takes 20 ms to import)
+        words = line.split()
+        if len(words) >= 2 and words[0] == "import":
+            names.update(part.split()[0] for part in " ".join(words[1:]).split(",") if part.split())
+        elif len(words) >= 4 and words[0] == "from" and words[2] == "import" and not words[1].startswith("."):
+            names.add(words[1])
     real_import = builtins.__import__
     modules = {}
     for name in sorted(names):
         for prefix in (name.partition(".")[0], name):
-            real_import(prefix)
+            try:
+                real_import(prefix)
+            except ImportError:  # not a module (a docstring's line): the tests' own import will say so
+                continue
             copy = module_type(prefix)
             copy.__dict__.update(sys.modules[prefix].__dict__)
             modules[prefix] = copy
