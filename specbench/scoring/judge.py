@@ -77,19 +77,26 @@ def specbench_judge(prompt: str, completion: str, test: str, entry_point: str) -
     exec(compile(judge_source, "<tests>", "exec"), judge_globals)
     check = judge_globals["check"]
 
+    def one_of(kind, kinds):  # by identity: ``kind in kinds`` would ask the metaclass's __eq__
+        for k in kinds:
+            if kind is k:
+                return True
+        return False
+
     def plain(value, depth=0):
-        """``value`` rebuilt from its serialised form; TypeError unless every part is of an exact built-in type."""
+        """``value`` rebuilt from its serialised form; TypeError unless every part is of an exact built-in type.
+        (``marshal`` itself refuses subclasses of the built-in types: a second, independent check.)"""
         kind = exact_type(value)
         if depth > 64:
             raise TypeError("result nested deeper than 64 levels")
-        if kind in sequences:
+        if one_of(kind, sequences):
             for part in iterate(value):
                 plain(part, depth + 1)
         elif kind is dict:
             for key, part in items(value):
                 plain(key, depth + 1)
                 plain(part, depth + 1)
-        elif kind not in scalars:
+        elif not one_of(kind, scalars):
             raise TypeError("result is not a plain built-in value (int, float, str, list, dict, ...)")
         return loads(dumps(value)) if depth == 0 else value
 
