@@ -162,7 +162,8 @@ def test_score_humaneval_runs_each_distinct_program_once(monkeypatch, problems):
 
     def fake_run_programs(sources, workers, **kwargs):
         ran.extend(sources)
-        return [ExecResult("return True" in s, "passed" if "return True" in s else "failed", 0, "", "", 0.1, "fake")
+        right = "\nCOMPLETION = '    return True\\n'\n"  # the completion, as the judged program holds it
+        return [ExecResult(right in s, "passed" if right in s else "failed", 0, "", "", 0.1, "fake")
                 for s in sources]
 
     import specbench.scoring.sandbox as sandbox
