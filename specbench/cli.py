@@ -19,10 +19,12 @@ from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 from typer.core import TyperGroup
 
 from specbench import api
 from specbench.errors import SpecbenchError
+from specbench.report.terminal import shown
 
 
 class _Commands(TyperGroup):
@@ -43,15 +45,35 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-console = Console()
-err = Console(stderr=True)
+
+
+class PlainConsole(Console):
+    """A console that shows what it is given as it is (issue 35): no markup, no ``:emoji:`` codes, no
+    highlighting, and every string it renders -- lines, table cells, titles, rules -- passed through
+    :func:`~specbench.report.terminal.shown` (control characters and undecodable bytes escaped). Only a
+    :class:`~rich.text.Text` that specbench builds (:func:`styled`) carries style."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(markup=False, emoji=False, highlight=False, **kwargs)
+
+    def render_str(self, text: str, **kwargs) -> Text:
+        return super().render_str(shown(text), **kwargs)
+
+
+def styled(label: str, style: str, rest: str) -> Text:
+    """'error <rest>' with only specbench's own label styled; ``rest`` (user text) shown as it is."""
+    return Text.assemble((label, style), " " + shown(rest))
+
+
+console = PlainConsole()
+err = PlainConsole(stderr=True)
 
 EXIT_BAD_INPUT = SpecbenchError.exit_code
 
 
 def _bad_input(lines: list[str]) -> NoReturn:
     for line in lines:
-        err.print(f"[red]error[/red] {line}", highlight=False, soft_wrap=True)
+        err.print(styled("error", "red", line), soft_wrap=True)
     raise typer.Exit(EXIT_BAD_INPUT)
 
 
@@ -62,9 +84,9 @@ def validate(suites: Annotated[list[Path], typer.Argument(help="suite YAML files
     if errors:
         _bad_input(errors)
     for s in suites:
-        console.print(f"[green]ok[/green] {s}")
+        console.print(styled("ok", "green", str(s)), soft_wrap=True)
         for line in read.get(str(s), []):
-            console.print("  dataset " + line, markup=False, highlight=False, soft_wrap=True)
+            console.print("  dataset " + line, soft_wrap=True)
 
 
 def methods_table() -> Table:
@@ -76,7 +98,7 @@ def methods_table() -> Table:
     for m in api.methods():
         facts = (f"vLLM {m.vllm_method or '–'} · {'needs a speculator' if m.needs_speculator else 'no speculator'}"
                  f" · max K {m.max_k or '–'} · {', '.join(m.platforms) or 'all platforms'}")
-        t.add_row(m.name, f"{m.description}\n[dim]{facts}[/dim]")
+        t.add_row(m.name, Text.assemble(m.description + "\n", (facts, "dim")))
     return t
 
 
@@ -119,16 +141,16 @@ class _RichProgress:
     def __call__(self, ev: api.RunProgress) -> None:
         event, cell, msg = ev.kind, ev.cell, ev.message
         if event == "engine_start":
-            self.p.update(self.task, description=f"starting {msg}")
+            self.p.update(self.task, description=shown(f"starting {msg}"))
         elif event == "cell_start":
-            self.p.update(self.task, description=cell.cell_id if cell is not None else "")
+            self.p.update(self.task, description=shown(cell.cell_id) if cell is not None else "")
         elif event in ("cell_ok", "cell_failed", "cell_skipped"):
             self.p.advance(self.task)
             if event != "cell_ok":
                 label = "failed" if event == "cell_failed" else "skipped"
                 first = _headline(msg)
                 where = cell.cell_id if cell is not None else "?"
-                self.p.console.print(f"[yellow]{label}[/yellow] {where}: {first}", highlight=False)
+                self.p.console.print(styled(label, "yellow", f"{where}: {first}"), soft_wrap=True)
 
 
 @app.command()
@@ -196,7 +218,7 @@ def run(
     timeline = api.Timeline()  # where the time goes (issue 16): the manifest's time_breakdown, the closing line
     try:
         with Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+            TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
         ) as p:
             run_dir = api.run(
                 planned, out=out, limit=limit, progress=_RichProgress(p, planned.n_cells), platform=platform,
@@ -205,12 +227,12 @@ def run(
             )
     except api.StopRequested as stop:  # the progress display has stopped: this is the last line
         _interrupted(stop, suite)
-    console.print(f"results: {run_dir}")
+    console.print(f"results: {run_dir}", soft_wrap=True)
     summary = api.load_summary(run_dir)  # read once: the closing tables and the reports
     _print_summary(run_dir, summary)
     if report:
         for kind, path in api.report(run_dir, timeline=timeline, summary=summary).items():
-            console.print(f"{kind} report: {path}")
+            console.print(f"{kind} report: {path}", soft_wrap=True)
     _print_time(run_dir)
 
 
@@ -233,14 +255,14 @@ def _interrupted(stop: api.StopRequested, suite: Path) -> None:
         n = stop.requests if stop.requests is not None else 0
         resume = shlex.join(["specbench", "run", str(suite), "--resume", str(stop.run_dir)])
         line = f"interrupted by {stop.signame} after {n} request{'s' if n != 1 else ''}; resume with: {resume}"
-    err.print(line, highlight=False, soft_wrap=True, markup=False)
+    err.print(line, soft_wrap=True)
     raise typer.Exit(stop.exit_code)
 
 
 def closing_tables(summary) -> list[Table]:
     """The answer first (each method against the reference, per target), then one compact table of every
     group per target (see :mod:`specbench.report.terminal`)."""
-    from specbench.report.terminal import HEADER, HEADLINE_HEADER, HEADLINE_NOTE, closing_rows, headline_rows
+    from specbench.report.terminal import HEADER, HEADLINE_HEADER, closing_rows, headline_note, headline_rows
     from specbench.results.fmt import speed_intervals_note
 
     def table(header: tuple[str, ...], title: str, caption: str | None = None) -> Table:
@@ -253,7 +275,7 @@ def closing_tables(summary) -> list[Table]:
     tables = []
     for target, rows in headline_rows(summary).items():
         t = table(HEADLINE_HEADER, f"target {target}: each method against the reference",
-                  f"{HEADLINE_NOTE}; {speed_intervals_note(summary, short=True)}")
+                  f"{headline_note(summary, target)}; {speed_intervals_note(summary, short=True)}")
         for i, row in enumerate(rows):
             t.add_row(*row, end_section=i + 1 < len(rows) and bool(rows[i + 1][0]))
         tables.append(t)
@@ -268,13 +290,13 @@ def closing_tables(summary) -> list[Table]:
 def _print_summary(run_dir: Path, summary: api.RunSummary | None = None) -> None:
     """The closing tables: the headline, then every group (≤ 100 columns, never wrapped; piped output is 100 wide)."""
     s = summary if summary is not None else api.load_summary(run_dir)
-    out = console if console.is_terminal else Console(width=100)
+    out = console if console.is_terminal else PlainConsole(width=100)
     for t in closing_tables(s):
         out.print(t, highlight=False)
     bad = [c for c in s.checks if not c.ok]
     if bad:
         for c in bad:
-            err.print(f"[red]check failed[/red] {c.group_id}: {c.check}")
+            err.print(styled("check failed", "red", f"{c.group_id}: {c.check}"), soft_wrap=True)
 
 
 @app.command()
@@ -294,7 +316,7 @@ def analyze(
     if torn:
         from specbench.report.markdown import torn_lines_note
 
-        err.print(f"[yellow]note[/yellow] {run_dir}: {torn_lines_note(torn)}", highlight=False, soft_wrap=True)
+        err.print(styled("note", "yellow", f"{run_dir}: {torn_lines_note(torn)}"), soft_wrap=True)
 
 
 @app.command()
@@ -318,7 +340,7 @@ def report_cmd(
     """Write the markdown and HTML reports of a run."""
     paths = api.report(run_dir, out)
     for kind, path in paths.items():
-        console.print(f"{kind} report: {path}")
+        console.print(f"{kind} report: {path}", soft_wrap=True)
 
 
 def _step_summary(markdown: str, enabled: bool) -> None:
@@ -357,12 +379,12 @@ def compare(
     elif baseline is None and len(runs) == 2:
         base_run, new_run = runs
         err.print(f"note: `compare BASE NEW` is deprecated; use `specbench compare {new_run} --baseline {base_run}`",
-                  highlight=False, soft_wrap=True, markup=False)
+                  soft_wrap=True)
     else:
         _bad_input([f"compare: give the new run and --baseline BASE (got {len(runs)} run(s)"
                     f"{' and --baseline' if baseline is not None else ''})"])
     text = api.compare(base_run, new_run, speed_noise_floor_pct=speed_noise_floor_pct)
-    typer.echo(text)  # raw Markdown: no wrapping
+    typer.echo(shown(text))  # raw Markdown: no wrapping
     _step_summary(text, step_summary)
 
 
@@ -382,7 +404,7 @@ def gate(
 ) -> None:
     """CI regression gate. Exit 0 pass, 1 regression, 2 bad input/config, 3 nothing measured / run errors."""
     result = api.gate(new_run, baseline, rules=rules, db=db, noise=noise)
-    typer.echo(result.markdown)  # raw Markdown: no wrapping
+    typer.echo(shown(result.markdown))  # raw Markdown: no wrapping
     _step_summary(result.markdown, step_summary)
     raise typer.Exit(result.exit_code)
 
@@ -400,7 +422,8 @@ def history_add(
     """Store runs' metrics and context (analyzing a run without summary.json); a stored run is left unchanged."""
     for r in api.history_add(run_dirs, db):
         console.print(f"{'added' if r.added else 'already stored'} {r.run_id}"
-                      + (f" ({r.n_groups} groups, {r.n_metrics} metrics)" if r.added else ""), highlight=False)
+                      + (f" ({r.n_groups} groups, {r.n_metrics} metrics)" if r.added else ""),
+                      soft_wrap=True)
 
 
 @history_app.command("list")
@@ -409,6 +432,8 @@ def history_list(suite: Annotated[str | None, typer.Option(help="only this suite
     """The stored runs, oldest first."""
     runs = api.history_runs(suite, db)
     t = Table("run", "suite", "date", "commit", "hardware class")
+    for col in t.columns:  # a long run id or suite name folds onto more lines, never cut with an ellipsis
+        col.overflow = "fold"
     for r in runs:
         t.add_row(r.run_id, r.suite, r.created_at, r.git_commit or "–", r.hardware_class)
     console.print(t)
@@ -423,7 +448,7 @@ def trend(
     """Every metric of every group over the stored runs: Markdown and HTML with figures, per suite."""
     pages = api.trend(out, suite, db)
     for name, paths in pages.items():
-        console.print(f"{name}: {paths['html']} {paths['markdown']}", highlight=False)
+        console.print(f"{name}: {paths['html']} {paths['markdown']}", soft_wrap=True)
 
 
 @app.command()
@@ -434,9 +459,9 @@ def assets(
 ) -> None:
     """Build (or find in the cache) the tiny local target and speculators."""
     a = api.assets(cache_dir, train=train, quick=quick)
-    console.print(f"target: {a.target}")
+    console.print(f"target: {a.target}", soft_wrap=True)
     for k, v in a.speculators.items():
-        console.print(f"{k}: {v}")
+        console.print(f"{k}: {v}", soft_wrap=True)
 
 
 def main() -> None:  # pragma: no cover

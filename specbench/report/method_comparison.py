@@ -14,6 +14,7 @@ from typing import Any
 
 from specbench.config.plan import load_label
 from specbench.report.document import Block, Para, Refs, Section, Table
+from specbench.report.terminal import TAU_ONLY_NOTE, headline_verdict
 from specbench.results.fmt import (
     dataset_label,
     fmt_est,
@@ -67,7 +68,9 @@ def headline_section(summary: RunSummary, refs: Refs) -> Section | None:
         "best K at that load (highest per-stream tok/s; highest τ where the engine records no timings). Ratios are paired by prompt over the prompts both "
         "measured, with 95% bootstrap intervals over those prompts: speedup ratio = per-stream output tok/s "
         "of the method over the reference's; τ ratio = pooled τ over pooled τ. Verdict: faster / slower when "
-        "the speedup ratio's interval excludes 1, else not distinguishable. " + speed_intervals_note(summary))]
+        "the speedup ratio's interval excludes 1, else not distinguishable"
+        + (f"; {TAU_ONLY_NOTE}" if any(r.tau_only for r in summary.headline) else "")
+        + ". " + speed_intervals_note(summary))]
     for key in sorted(tables):
         rows = tables[key]
         r0 = rows[0]
@@ -78,7 +81,7 @@ def headline_section(summary: RunSummary, refs: Refs) -> Section | None:
             ["Method", "K", "n prompts", "Speedup ratio", "τ ratio", "Verdict", "Speedup vs baseline (method / ref.)",
              "Published"],
             [[r.method, str(r.method_k if r.method_k is not None else "–"), str(r.n_prompts),
-              fmt_speedup(r.speedup_ratio), fmt_metric("tau_ratio", r.tau_ratio, unit="×"), r.verdict,
+              fmt_speedup(r.speedup_ratio), fmt_metric("tau_ratio", r.tau_ratio, unit="×"), headline_verdict(r),
               f"{fmt_speedup(r.method_speedup)} / {fmt_speedup(r.reference_speedup)}", _claims(r, refs)]
              for r in sorted(rows, key=lambda r: r.method)],
         ))

@@ -3,12 +3,13 @@
 First the answer the report opens with (:func:`headline_rows`): per target, one
 table of each method against the reference (EAGLE-3 unless ``compare_to`` says
 otherwise) at every dataset, temperature and load: the method at its best K,
-the speedup and τ ratios with their intervals, the verdict.
+the speedup and τ ratios with their intervals, the verdict ('τ only' where
+no speed was measured: the reference simulator's rows).
 
 Then one table per target (its name as the title), six short columns that fit
 100 characters: dataset, method (with K), T and load, τ with its interval,
-speedup with its interval, verdict. The
-verdict is the group's equivalence verdict when it has one, else its status
+speedup with its interval, verdict ('τ only' in the speedup column of a group that measured τ and no speed: the
+reference simulator's). The verdict is the group's equivalence verdict when it has one, else its status
 when it did not run; the full story is in the reports. Below the tables, one
 line says where the run's wall time went (:func:`time_line`).
 """
@@ -23,6 +24,33 @@ from specbench.results.fmt import dataset_label, fmt_est, fmt_speedup
 from specbench.results.parts import HeadlineRow
 from specbench.results.slices import split_group_id
 from specbench.results.summary import GroupSummary, RunSummary
+
+# Bidirectional-text controls: they reorder what a terminal shows around them (CVE-2021-42574).
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def shown(text: str) -> str:
+    """``text`` as a terminal should show it: as typed, with what a terminal would act on instead of
+    showing escaped. Control characters other than newline and tab (ESC of an ANSI sequence, CR, BEL, C1
+    controls) and bidirectional controls become backslash escapes (``\\x1b``, ``\\r``, ``\\u202e``);
+    a byte that was not valid UTF-8 in a file name (a surrogate escape, as ``os.fsdecode`` gives it) is
+    shown as ``\\xNN``. Everything else, markup-like brackets and ``:emoji:`` codes included, is left alone:
+    the consoles that print it interpret neither (see :mod:`specbench.cli`)."""
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        o = ord(ch)
+        if ch in "\n\t" or (o >= 0xA0 and not 0xD800 <= o <= 0xDFFF and ch not in _BIDI):
+            out.append(ch)
+        elif 0xDC80 <= o <= 0xDCFF:  # surrogateescape: the undecodable byte o - 0xDC00
+            out.append(f"\\x{o - 0xDC00:02x}")
+        elif 0x20 <= o < 0x7F:
+            out.append(ch)
+        else:
+            out.append(ch.encode("unicode_escape").decode("ascii"))
+    return "".join(out)
+
 
 HEADER = ("dataset", "method", "T·load", "τ [95% CI]", "speedup [95% CI]", "verdict")
 #: Width every column may take; the widest row is under 100 characters with the separators.
@@ -52,7 +80,7 @@ def closing_rows(summary: RunSummary) -> dict[str, list[tuple[str, ...]]]:
         cells = (
             dataset_label(g.dataset, g.group_id), method, f"{g.temperature:g}·{load}",
             g.tau.fmt() if g.tau and g.tau.value is not None else "–",
-            g.speedup.fmt() if g.speedup and g.speedup.value is not None else "–",
+            g.speedup.fmt() if g.speedup and g.speedup.value is not None else TAU_ONLY if _untimed(g) else "–",
             verdict(g),
         )
         rows.setdefault(g.target, []).append(tuple(_clip(c, w) for c, w in zip(cells, MAX_WIDTHS, strict=True)))
@@ -61,9 +89,30 @@ def closing_rows(summary: RunSummary) -> dict[str, list[tuple[str, ...]]]:
 
 HEADLINE_HEADER = ("dataset T·load", "against", "method", "speedup ratio", "τ ratio", "verdict")
 HEADLINE_WIDTHS = (22, 10, 14, 18, 18, 7)
-SHORT_VERDICT = {"faster": "faster", "slower": "slower", "not distinguishable": "n.d.", "no data": "–"}
+#: The verdict of a row that compares τ only (:attr:`HeadlineRow.tau_only`): no speed was measured.
+TAU_ONLY = "τ only"
+SHORT_VERDICT = {"faster": "faster", "slower": "slower", "not distinguishable": "n.d.", "no data": "–",
+                 TAU_ONLY: TAU_ONLY}
 HEADLINE_NOTE = ("ratios paired by prompt, 95% intervals; each arm at its best K at that load; "
                  "n.d.: not distinguishable (the speedup interval holds 1)")
+TAU_ONLY_NOTE = "τ only: an engine that measures τ, not speed (the reference simulator)"
+
+
+def headline_verdict(r: HeadlineRow) -> str:
+    """The verdict a headline row shows: 'τ only' for a row without timings, else the stored verdict."""
+    return TAU_ONLY if r.tau_only else r.verdict
+
+
+def headline_note(summary: RunSummary, target: str) -> str:
+    """The headline table's note for ``target``: how to read it, and what 'τ only' means when a row is one."""
+    tau_only = any(r.tau_only for r in summary.headline if r.target == target)
+    return HEADLINE_NOTE + (f"; {TAU_ONLY_NOTE}" if tau_only else "")
+
+
+def _untimed(g: GroupSummary) -> bool:
+    """A group with τ and no timings (the reference simulator's): its speedup is not missing, never measured."""
+    timed = g.output_tps is not None and g.output_tps.value is not None
+    return not timed and g.tau is not None and g.tau.value is not None
 
 
 def headline_where(r: HeadlineRow) -> str:
@@ -96,7 +145,7 @@ def headline_rows(summary: RunSummary) -> dict[str, list[tuple[str, ...]]]:
         cells = (
             headline_where(r) if first else "", with_k(r.reference, r.reference_k) if first else "",
             with_k(r.method, r.method_k), fmt_speedup(r.speedup_ratio), fmt_est(r.tau_ratio, 2, unit="×"),
-            SHORT_VERDICT.get(r.verdict, r.verdict),
+            SHORT_VERDICT.get(headline_verdict(r), r.verdict),
         )
         rows.setdefault(r.target, []).append(tuple(_clip(c, w) for c, w in zip(cells, HEADLINE_WIDTHS, strict=True)))
     return rows

@@ -112,6 +112,12 @@ class HeadlineRow(_Model):
     verdict: Verdict
     published: list[PublishedClaim] = Field(default_factory=list)
 
+    @property
+    def tau_only(self) -> bool:
+        """A τ-only row: τ was compared but no prompt was timed in both arms (the reference simulator,
+        ``engine: reference``, measures τ and never speed), so its "no data" verdict is not a failure."""
+        return self.speedup_ratio.value is None and self.speedup_ratio.n == 0 and self.tau_ratio.value is not None
+
 
 # ---------------------------------------------------------------------------
 # serving: one cell's latency and throughput, speedup at one load

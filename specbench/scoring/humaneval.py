@@ -10,7 +10,10 @@ A program *passes* when it exits 0 **and** ran to its end, past
 ``sys.exit(0)``/``os._exit(0)`` before the tests does not pass. Whether it ran
 to its end is decided outside it (``run_program(must_finish=True)``): nothing
 it can read -- its source, command line, environment, files or descriptors --
-holds a marker it could print instead.
+holds a marker it could print instead. What the tests compare is out of its reach too
+(:mod:`specbench.scoring.judge`): each result must be of an exact built-in type and is rebuilt from its
+serialised form, and the tests run with their own copies of the builtins and of the modules they import,
+so an object equal to everything, an int subclass or a rebound ``abs`` does not pass.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from specbench.scoring.accuracy import pass_at_k
+from specbench.scoring.judge import judged_program
 
 __all__ = [
     "CODEX_STOP_SEQUENCES",
@@ -74,8 +78,9 @@ def truncate_completion(text: str, stop_sequences: Sequence[str] = CODEX_STOP_SE
 
 
 def build_program(problem: Mapping[str, Any], completion: str) -> str:
-    """prompt + completion + tests + ``check(entry_point)``: the program that scores a completion."""
-    return problem["prompt"] + completion + "\n" + problem["test"] + "\n" + f"check({problem['entry_point']})"
+    """The program that scores a completion: ``check(entry_point)`` of the problem's tests, run by the judge
+    (:mod:`specbench.scoring.judge`) on the module prompt + completion, out of the completion's reach."""
+    return judged_program(problem["prompt"], completion, problem["test"], problem["entry_point"])
 
 
 @dataclass

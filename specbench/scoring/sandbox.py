@@ -58,9 +58,12 @@ program starts*; the driver runs the program (``runpy``) and, only once it has
 returned, writes the token to a second pipe (write end only on the program's
 side). The launcher counts the run as finished when exactly that token came
 back, and is itself not dumpable (its memory is closed to the program). What
-remains in reach is the interpreter's own stack (``sys._getframe``, ``gc``):
-code that introspects it could also subvert ``check()`` itself (an object equal
-to everything), which no marker scheme prevents -- outside this threat model.
+a HumanEval program's tests compare is kept from the completion by the judge
+(:mod:`specbench.scoring.judge`: exact built-in result types, rebuilt from
+their serialised form, the tests' own builtins and modules). What remains in
+reach is the interpreter's own stack (``sys._getframe``, ``gc``): code that
+introspects it could subvert the judge itself, which no marker scheme
+prevents -- outside this threat model.
 
 This module is standard-library only: it is also the launcher script.
 """

@@ -237,6 +237,18 @@ def test_dspark_confidence_head_spends_less_verification(smoke_run):
         assert on.verification.wasted_per_emitted.ci_low is not None  # the claim's number, with its interval
 
 
+def test_reference_engine_rows_are_tau_only(smoke_run):
+    """The reference simulator measures τ, never speed: its headline rows say so ('τ only'), the vLLM ones
+    keep their speed verdicts (issue 35)."""
+    from specbench.report.terminal import TAU_ONLY, headline_rows
+
+    _, s = smoke_run
+    ref_rows = [r for r in s.headline if r.target == REF]
+    assert ref_rows and all(r.tau_only for r in ref_rows), [r.method for r in ref_rows if not r.tau_only]
+    assert not any(r.tau_only for r in s.headline if r.target == VLLM)
+    assert [row[-1] for row in headline_rows(s)[REF]] == [TAU_ONLY] * len(ref_rows)
+
+
 def test_report_opens_with_the_headline(smoke_run, tmp_path):
     run_dir, _ = smoke_run
     md = api.report(run_dir, tmp_path)["markdown"].read_text()

@@ -51,6 +51,7 @@ CASES: dict[str, tuple[float, set[str]]] = {
     "fd_exhaustion": (10.0, {"failed"}),
     "privilege_escalation": (10.0, {"failed"}),
     "forge_marker": (10.0, {"failed"}),
+    "always_equal": (10.0, {"failed"}),
 }
 NETWORK_CASES = {"socket_loopback", "socket_external"}
 
@@ -241,6 +242,8 @@ def test_hostile_completion_is_contained(name, isolation, problems, monkeypatch)
         if name == "forge_marker":  # it did hunt and claim, and still did not pass
             assert "FORGED" in res.stdout_tail and res.returncode == 0, res
             assert "did not run to its end" in res.detail, res
+        if name == "always_equal":  # it ran to its end; the judge refused the result
+            assert "not a plain built-in value" in res.stderr_tail, res
         if name == "privilege_escalation" and res.sandbox_uid is not None:
             assert "uid=0" not in output
 

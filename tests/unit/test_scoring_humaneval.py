@@ -60,7 +60,8 @@ def test_truncate_takes_earliest_stop_and_custom_stops():
 def test_build_program(problems):
     p = problems["HumanEval/0"]
     prog = build_program(p, "    return True\n")
-    assert prog == p["prompt"] + "    return True\n" + "\n" + p["test"] + "\n" + "check(has_close_elements)"
+    assert f"\nPROMPT = {p['prompt']!r}\nCOMPLETION = {'    return True' + chr(10)!r}\nTEST = {p['test']!r}\n" in prog
+    assert prog.endswith("\nENTRY_POINT = 'has_close_elements'\nspecbench_judge(PROMPT, COMPLETION, TEST, ENTRY_POINT)\n")
     compile(prog, "<prog>", "exec")
     for p in problems.values():
         compile(build_program(p, p["canonical_solution"]), p["task_id"], "exec")
@@ -148,8 +149,8 @@ def test_score_humaneval_builds_programs_that_must_finish(monkeypatch, problems)
     assert seen["kwargs"]["must_finish"] is True
     assert "junk" not in seen["sources"][0]
     for src, (tid, _) in zip(seen["sources"], items, strict=True):
-        assert src.rstrip().endswith(f"check({problems[tid]['entry_point']})")
-        assert "print(" not in src.rsplit("def check", 1)[-1]
+        assert f"ENTRY_POINT = {problems[tid]['entry_point']!r}\n" in src
+        assert src.rstrip().endswith("specbench_judge(PROMPT, COMPLETION, TEST, ENTRY_POINT)")
 
 
 def test_score_humaneval_runs_each_distinct_program_once(monkeypatch, problems):
@@ -161,7 +162,8 @@ def test_score_humaneval_runs_each_distinct_program_once(monkeypatch, problems):
 
     def fake_run_programs(sources, workers, **kwargs):
         ran.extend(sources)
-        return [ExecResult("return True" in s, "passed" if "return True" in s else "failed", 0, "", "", 0.1, "fake")
+        right = "\nCOMPLETION = '    return True\\n'\n"  # the completion, as the judged program holds it
+        return [ExecResult(right in s, "passed" if right in s else "failed", 0, "", "", 0.1, "fake")
                 for s in sources]
 
     import specbench.scoring.sandbox as sandbox
