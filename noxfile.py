@@ -36,3 +36,10 @@ def demo(session: nox.Session) -> None:
     """The main job: the CPU smoke suite on real vLLM."""
     session.run("bash", "scripts/install.sh", external=True)
     session.run(VENV_BIN + "specbench", "run", "suites/cpu-smoke.yaml", *session.posargs, external=True)
+
+
+@nox.session(venv_backend="none")
+def docs(session: nox.Session) -> None:
+    """The docs site (docs/ → site/), built strict as tests/unit/test_docs.py builds it."""
+    session.run("bash", "scripts/install.sh", "--test", external=True)
+    session.run(VENV_BIN + "mkdocs", "build", "--strict", *session.posargs, external=True)

@@ -6,7 +6,7 @@
 #   bash scripts/gpu-smoke.sh                  # install (idempotent) + run; the report lands in reports/
 #   bash scripts/gpu-smoke.sh --limit 4        # extra arguments go to `specbench run`
 #
-# Facts this encodes (README "Installing on other machines"):
+# Facts this encodes (docs/getting-started.md, "Installing on other machines"):
 # - `pip install -e '.[gpu]'` pulls the official `vllm` wheel (CUDA torch, Triton for model runner V2).
 # - speculators 0.9.0 is installed --no-deps (its pins fight vLLM's); of what it imports, vLLM brings
 #   transformers, safetensors, tokenizers and huggingface_hub, specbench pydantic-settings; loguru is added.

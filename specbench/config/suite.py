@@ -308,11 +308,11 @@ class Suite(Strict):
     repeats: int = Field(1, ge=1)
     rounds: int = Field(
         1, ge=1, description="speed rounds: each cell's prompts in this many rounds, the target's engines resident "
-        "and alternating round by round in a seeded order (README: Speed rounds); 1: each engine's cells in one go")
+        "and alternating round by round in a seeded order (docs/speed.md: Speed rounds); 1: each engine's cells in one go")
     warmup: bool = True
     executor: ExecutorSpec = Field(default_factory=lambda: ExecutorSpec())
     stop: StopRule | None = Field(
-        None, description="every cell stops once its metric's confidence sequence is this tight (README: Early stopping)"
+        None, description="every cell stops once its metric's confidence sequence is this tight (docs/suites.md: Early stopping)"
     )
     references: list[ReferenceValue] = Field(default_factory=list)
     equivalence: EquivalenceSpec = Field(default_factory=EquivalenceSpec)
@@ -325,7 +325,7 @@ class Suite(Strict):
     speed_noise: str | None = Field(
         None,
         description="an A/A calibration file (specbench calibrate), relative to the suite: runs on the hardware "
-        "class it was made on include its between-run noise in their speed intervals (README: Speed between runs)",
+        "class it was made on include its between-run noise in their speed intervals (docs/speed.md: Speed between runs)",
     )
 
     # Set by load_suite (not part of the YAML).

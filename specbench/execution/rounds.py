@@ -42,7 +42,7 @@ from specbench.execution.worker import Emit, FollowUp, _Job, now_iso
 from specbench.results.records import CellRecord, RequestRecord
 from specbench.results.requests import CellOutcome
 
-ENGINE_OVERHEAD_GIB = 1.0  # a vLLM CPU engine beside its KV cache (measured: see the README's Speed rounds)
+ENGINE_OVERHEAD_GIB = 1.0  # a vLLM CPU engine beside its KV cache (measured: docs/measurements.md, Speed rounds)
 
 
 def engine_gib(job: EngineJob) -> float:

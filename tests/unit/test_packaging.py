@@ -10,7 +10,7 @@ import tomllib
 
 from specbench import datasets
 from specbench.config.suite import DatasetSpec, SuiteError, load_suite
-from specbench.settings import Settings, settings
+from specbench.settings import settings
 
 REPO = Path(__file__).resolve().parents[2]
 # The workspace's data folder beside the repository, which users never have (spelled in parts so that
@@ -87,12 +87,6 @@ def test_settings_read_the_environment_when_called(monkeypatch, tmp_path: Path):
     monkeypatch.setenv("SPECBENCH_PLATFORM", "tpu")
     with pytest.raises(ValueError):
         settings()
-
-
-def test_every_setting_is_documented_in_the_readme():
-    readme = (REPO / "README.md").read_text()
-    for name in Settings.model_fields:
-        assert f"SPECBENCH_{name.upper()}" in readme, name
 
 
 def test_python_version_is_stated_once_and_the_package_data_is_declared():
