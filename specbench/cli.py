@@ -11,6 +11,7 @@ import os
 import shlex
 import signal
 import sys
+import warnings
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -23,7 +24,7 @@ from rich.text import Text
 from typer.core import TyperGroup
 
 from specbench import api
-from specbench.errors import SpecbenchError
+from specbench.errors import SpecbenchError, SpecbenchWarning
 from specbench.report.terminal import shown
 
 
@@ -32,10 +33,24 @@ class _Commands(TyperGroup):
     printed, one line per problem, and exits 2 (the one place that maps it)."""
 
     def invoke(self, ctx: Any) -> Any:  # typer's own click Context
-        try:
-            return super().invoke(ctx)
-        except SpecbenchError as exc:
-            _bad_input(exc.messages)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            try:
+                return super().invoke(ctx)
+            except SpecbenchError as exc:
+                _bad_input(exc.messages)
+
+
+_python_showwarning = warnings.showwarning
+
+
+def _show_warning(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+    """specbench's own warnings as 'warning <text>' (the text as typed: a file:line stays intact, control
+    characters escaped); any other warning in Python's format."""
+    if issubclass(category, SpecbenchWarning):
+        err.print(styled("warning", "yellow", str(message)), soft_wrap=True)
+    else:
+        _python_showwarning(message, category, *args, **kwargs)
 
 
 app = typer.Typer(

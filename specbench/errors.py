@@ -24,3 +24,8 @@ class SpecbenchError(Exception):
         else:
             super().__init__(*args)
             self.messages = [str(self)] if args else []
+
+
+class SpecbenchWarning(UserWarning):
+    """Something a user should know that is not an error (a suite that loads with a doubtful value, …):
+    the CLI shows its text as typed, labelled, instead of Python's warning format."""

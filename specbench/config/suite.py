@@ -21,7 +21,7 @@ from pydantic_core import PydanticCustomError
 from specbench.config.dataset_kinds import KINDS, DatasetKind, kind_named, names_where
 from specbench.config.methods import ENGINE_PATCHES, METHODS, closest
 from specbench.config.stop_rule import StopRule
-from specbench.errors import SpecbenchError
+from specbench.errors import SpecbenchError, SpecbenchWarning
 
 MIN_INPUT_TOKENS = 32
 ENGINES = ("vllm-offline", "vllm-server", "reference")
@@ -215,7 +215,7 @@ TauDefinitionName = Literal["vllm_tau", "vllm_tau_per_request", "tokens_per_step
                            "unknown"]
 
 
-class SuiteWarning(UserWarning):
+class SuiteWarning(SpecbenchWarning):
     """A suite that loads, with something its author should know (shown, never an error)."""
 
 

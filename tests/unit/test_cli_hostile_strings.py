@@ -213,3 +213,19 @@ def test_usage_errors_show_the_word_as_typed():
     result = CliRunner().invoke(app, ["nosuch:100:[bold]\x1b[31m"])
     assert result.exit_code == 2
     assert "No such command 'nosuch:100:[bold]\\x1b[31m'" in _clean(result.output), result.output
+
+
+def test_suite_warnings_keep_their_file_and_line(tmp_path: Path):
+    """A suite that loads with a warning (a τ reference without its definition): the warning is shown
+    labelled, its file name and line as typed, not in Python's warning format."""
+    text = (SUITES / "gsm8k.yaml").read_text()
+    first = "    definition: tokens_per_step   # DeepSpec's eval: Σ (accepted + 1, cut at EOS) / verification steps\n"
+    assert first in text
+    p = _path(tmp_path, "[bold]:100:\x1b[31m", ".yaml")
+    p.write_text(text.replace(first, "", 1))
+    line = text[: text.index(first)].count("\n") - 4  # the reference's first line ("- target: …")
+    result = _invoke("validate", p)
+    assert result.exit_code == 0, result.output
+    out = _clean(result.output)
+    assert f"warning {shown(str(p))}:{line}: references[0]: no definition" in out, out
+    assert "SuiteWarning" not in out
