@@ -498,7 +498,7 @@ def _vllm_pools(args: argparse.Namespace) -> tuple[dict[str, list[np.ndarray]], 
     )
     spec = DatasetSpec(name="humaneval", kind="humaneval", limit=args.vllm_prompts)
     prompts = datasets.prepare(spec, tmp, chat=False)
-    by_prompt = {(spec.name, p.prompt_id): p.model_dump() for p in prompts}
+    by_prompt = {(spec.name, p.prompt_id): p for p in prompts}
     by_engine: dict[tuple[str, str | None], dict[str, tuple[float, float]]] = {}
     scale = args.vllm_temperature  # every condition's temperature is relative to T=1.0
     conditions = {k: v for k, v in VLLM_CONDITIONS.items() if not args.smoke or k in SMOKE_CONDITIONS}

@@ -39,7 +39,9 @@ def teacher_forcing_detail(run_dir: Path) -> str | None:
     if span is None or span.engine is None:
         return None
     year = dt.datetime.fromtimestamp(span.start, dt.timezone.utc).year
-    ready = [t for t in ready_times(run_dir / "engines" / f"{span.engine}.log", year) if span.start <= t <= span.end]
+    log = run_dir / "engines" / f"{span.engine}.log"
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    ready = [t for t in ready_times(text, year) if span.start <= t <= span.end]
     if not ready:
         return None
     return (f"teacher forcing {fmt_duration(span.seconds)} (estimated): closing the last engine and starting its own "
@@ -78,7 +80,7 @@ def show(run_dir: Path, bd: TimeBreakdown, as_json: bool) -> None:
     print("per engine (estimated from the files):")
     print("\n".join(engine_lines(run_dir)))
     print()
-    section = time_section({"time_breakdown": bd})
+    section = time_section(rundir.read_manifest(run_dir).model_copy(update={"time_breakdown": bd}))
     assert section is not None
     print("\n".join(_md_blocks([section])))
 
