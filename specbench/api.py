@@ -44,12 +44,15 @@ from specbench.settings import settings
 if TYPE_CHECKING:
     from specbench.config.methods import MethodInfo
     from specbench.regression.history import AddResult, RunInfo
+    from specbench.results.schedule import ScheduleFile
     from specbench.zoo.assets import TinyAssets
 
 __all__ = [
     # a run: plan it once (or take a stopped run's stored plan), run it, rebuild and render its summary
     "validate", "load_suite", "with_ks", "plan", "resume_plan", "dry_run", "dataset_plan", "equivalence_plan",
     "run", "analyze", "load_summary", "report", "record_time_breakdown", "results_root",
+    # K per batch size for vLLM's dynamic speculative decoding, predicted from a run
+    "schedule",
     # across runs
     "compare", "gate", "calibrate", "history_add", "history_runs", "trend",
     # the tiny zoo; what a suite can name
@@ -418,6 +421,18 @@ def report(run_dir: Path, out_dir: Path | None = None, *, timeline: Timeline | N
                       timeline.breakdown(notes=manifest.time_breakdown.notes if manifest.time_breakdown else None))
     rundir.write_manifest(run_dir, manifest)
     return paths
+
+
+def schedule(run_dir: Path, out: Path | None = None) -> tuple[ScheduleFile, Path]:
+    """Write a run's schedule file (default ``RUN_DIR/schedule.json``): per method and workload, the K
+    sweep predicted from its largest K, the step-time model and ``num_speculative_tokens_per_batch_size``
+    with its evidence (:mod:`specbench.analysis.k_schedule`); returns it and where it went."""
+    from specbench.analysis.k_schedule import schedule_run
+    from specbench.results.schedule import schedule_path, write_schedule
+
+    run_dir = Path(run_dir)
+    made = schedule_run(load_summary(run_dir), rundir.read_requests(run_dir))
+    return made, write_schedule(out if out is not None else schedule_path(run_dir), made)
 
 
 # ---------------------------------------------------------------------------

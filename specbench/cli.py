@@ -404,6 +404,21 @@ def compare(
 
 
 @app.command()
+def schedule(
+    run_dir: Annotated[Path, typer.Argument(help="a run directory")],
+    out: Annotated[Path | None, typer.Option(help="where to write the schedule (JSON; default RUN_DIR/schedule.json)")]
+    = None,
+) -> None:
+    """K per batch size for vLLM's dynamic speculative decoding (num_speculative_tokens_per_batch_size),
+    predicted from the run: writes the schedule file and prints its tables."""
+    from specbench.report.schedule import render
+
+    made, path = api.schedule(run_dir, out)
+    typer.echo(shown(render(made)))  # raw Markdown: no wrapping
+    console.print(f"schedule: {path}", soft_wrap=True)
+
+
+@app.command()
 def gate(
     new_run: Annotated[Path, typer.Argument(help="the run to judge")],
     baseline: Annotated[str, typer.Option(

@@ -80,6 +80,17 @@ def check_executor_overhead(out: str) -> None:
     assert ratio > 0
 
 
+def check_k_schedule(out: str) -> None:
+    # τ at K=1 predicted from K=3 beside the measured K=1 of the shared run's sweep, per method
+    rows = [r for r in _table_rows(out, "tiny ") if len(r) == 11]
+    assert {r[1] for r in rows} >= {"eagle3", "p-eagle", "dflash"}, out
+    for r in rows:
+        assert r[5] == "K=3" and r[6] != "–" and r[7] != "–", r
+        assert abs(float(r[6].split()[0]) - float(r[7].split()[0]) - float(r[8])) < 2e-3, r  # error = pred − meas
+    assert re.search(r"^autoregressive: \d+ comparisons, mean \|error\| [\d.]+", out, re.M), out
+    assert re.search(r"^autoregressive drafters outside the tolerance: \d+$", out, re.M), out
+
+
 def check_parallel_vs_eagle3(out: str) -> None:
     for method in ("dflash", "p-eagle"):
         (row,) = _table_rows(out, method)
@@ -109,6 +120,7 @@ SMOKES = {
     "early_stopping.py": (lambda run: ["--runs", str(run)], check_early_stopping),
     "equivalence_power.py": (lambda run: ["--vllm-run", str(run)], check_equivalence_power),  # no engine
     "executor_overhead.py": (lambda run: [], check_executor_overhead),  # reference engine × (local, ray ×1, ×2)
+    "k_schedule.py": (lambda run: ["--runs", str(run)], check_k_schedule),  # no engine: the shared run's K sweep
     "parallel_vs_eagle3.py": (lambda run: ["--runs", str(run)], check_parallel_vs_eagle3),
     "time_breakdown.py": (lambda run: [str(run)], check_time_breakdown),
     "vllm_cpu_expand_bug.py": (lambda run: [], check_vllm_cpu_expand_bug),  # 1 engine, in-process
