@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from support.paths import FIXTURES, SUITES
 from typer.testing import CliRunner
 
 from specbench import api
@@ -32,8 +33,6 @@ from specbench.results.parts import HeadlineRow
 from specbench.results.summary import RunSummary
 from specbench.stats import Estimate, with_between_run
 
-TESTS = Path(__file__).resolve().parents[1]
-FIXTURES = TESTS / "fixtures"
 RULES = GateRules.model_validate({"rules": {"equivalence": None}})
 
 
@@ -178,7 +177,7 @@ def test_a_suite_names_its_calibration_relative_to_itself(tmp_path: Path) -> Non
     suite on that hardware class uses when no calibration is kept beside the run."""
     from specbench.config.suite import SuiteError, load_suite
 
-    text = (TESTS.parent / "suites" / "cpu-smoke.yaml").read_text().replace("\nrepeats: 1", "\nrepeats: 1\nspeed_noise: n.json")
+    text = (SUITES / "cpu-smoke.yaml").read_text().replace("\nrepeats: 1", "\nrepeats: 1\nspeed_noise: n.json")
     (tmp_path / "s.yaml").write_text(text)
     with pytest.raises(SuiteError) as exc:
         load_suite(tmp_path / "s.yaml")

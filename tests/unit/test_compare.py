@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import math
 import random
-from pathlib import Path
 
 import pytest
+from support.paths import FIXTURES
 
 from specbench.analysis.metrics import summarize
 from specbench.config.plan import Cell
@@ -20,8 +20,6 @@ from specbench.regression.run_diff import (
 from specbench.results.records import CellRecord, RequestRecord, SpecCounters
 from specbench.results.summary import RunSummary
 from specbench.stats import Estimate
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def load(name: str) -> RunSummary:

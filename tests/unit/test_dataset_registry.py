@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from support.paths import PACKAGE
 
 from specbench.analysis.early_stopping import measurable
 from specbench.config.dataset_kinds import GSM8K, KINDS, Scorer
@@ -19,7 +20,6 @@ from specbench.datasets.registry import REGISTRY, module_of
 from specbench.results.records import RequestRecord
 from specbench.scoring import apply
 
-PACKAGE = Path(__file__).resolve().parents[2] / "specbench"
 #: Where a kind may be spelled: its declaration and the kinds' own modules.
 OWNERS = (PACKAGE / "config" / "dataset_kinds.py", PACKAGE / "datasets")
 

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from support.paths import RECORDED, SUITES
 
 from specbench.config.plan import EngineConfig, Plan, expand, sampled_prompt_limit, with_decisions
 from specbench.config.suite import MethodSpec, TargetSpec, load_suite
@@ -23,7 +24,6 @@ from specbench.execution.teacher_forcing import ORDER, SCORER, score_rows
 from specbench.results.manifest import RunManifest
 from specbench.results.requests import ScoreItem, ScoreKey, ScoreResult, ScoreRow
 
-ROOT = Path(__file__).resolve().parents[2]
 PROTOCOL_MEMBERS = ("capabilities", "start", "run_cell", "score", "alive", "kill", "close", "describe")
 
 
@@ -76,7 +76,7 @@ def test_score_rows_keep_the_stored_shape() -> None:
 
 
 def test_the_plan_carries_the_run_decisions_and_the_stored_plan_does_not() -> None:
-    suite = load_suite(ROOT / "suites" / "cpu-smoke.yaml")
+    suite = load_suite(SUITES / "cpu-smoke.yaml")
     plan = expand(suite)
     run = plan.decisions()
     assert [d.name for d in run.datasets] == [d.name for d in suite.datasets]
@@ -99,6 +99,6 @@ def test_the_plan_carries_the_run_decisions_and_the_stored_plan_does_not() -> No
 
 
 def test_the_recorded_manifest_loads_typed() -> None:
-    m = RunManifest.load(json.loads((ROOT / "tests/fixtures/recorded/manifest.json").read_text()))
+    m = RunManifest.load(json.loads((RECORDED / "manifest.json").read_text()))
     assert m.suite is not None and m.plan is not None
     assert m.plan.cells and m.suite.name == m.suite_name

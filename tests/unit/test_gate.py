@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from support.paths import FIXTURES, REPO
 
 from specbench.regression.gate import (
     ExpectedValues,
@@ -21,8 +22,6 @@ from specbench.regression.noise import MetricNoise, NoiseCalibration
 from specbench.results.summary import RunSummary
 from specbench.stats import Estimate
 
-ROOT = Path(__file__).resolve().parents[2]
-FIXTURES = ROOT / "tests" / "fixtures"
 NO_EQUIVALENCE = GateRules.model_validate({"rules": {"equivalence": None}})
 
 
@@ -130,7 +129,7 @@ def test_baseline_as_run_dir_and_bad_baselines(tmp_path: Path) -> None:
 
 def test_rules_loading(tmp_path: Path) -> None:
     assert load_rules(None) == GateRules()
-    example = load_rules(ROOT / "gates.example.yaml")
+    example = load_rules(REPO / "gates.example.yaml")
     assert example.for_group("t/ngram/d/T0/b1").speedup.max_drop_pct == 10
     assert example.for_group("t/eagle3/d/T0/b1").speedup.max_drop_pct == 5
     for text, match in [("rules: {tau: {max_drop_pct: -1}}", "greater than or equal"),

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from support.paths import FIXTURES
 from typer.testing import CliRunner
 
 from specbench.cli import app
@@ -27,7 +28,6 @@ from specbench.results.migrations import (
 from specbench.results.rundir import read_manifest
 from specbench.results.summary import RunSummary
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 GROUP = "llama-3.1-8b/eagle3/gsm8k/T0/b1"
 HW = {"platform": "Linux", "machine": "x86_64", "cpu": "Test CPU", "cpu_count": 2}
 

@@ -7,13 +7,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from support.paths import FIXTURES
 
 from specbench import stats
 from specbench.results import metric_catalog as catalog
 from specbench.results.records import CellRecord, RequestRecord, SpecCounters
 from specbench.stats import Estimate
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 NAME = "made_up_tokens"
 
 

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import io
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 from matplotlib.image import imread
+from support.paths import FIXTURES
 
 from specbench.report.figure import KNOWN_COLORS, PALETTE, method_colors
 from specbench.report.plots import make_figures
 from specbench.results.summary import RunSummary
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def load(name: str) -> RunSummary:

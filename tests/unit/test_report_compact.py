@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
+from support.paths import FIXTURES, GOLDEN, SUITES
 
 from specbench import api
 from specbench.config.plan import expand
@@ -20,9 +21,7 @@ from specbench.results.parts import CounterCheck, HeadlineRow
 from specbench.results.summary import CellStatusLine, GroupSummary, RunSummary
 from specbench.stats import Estimate
 
-TESTS = Path(__file__).resolve().parents[1]
-REPO = TESTS.parent
-SUITES = sorted((REPO / "suites").glob("*.yaml"))
+SUITE_FILES = sorted(SUITES.glob("*.yaml"))
 CHECKS = ("accepted <= draft tokens", "per-position sum = accepted", "1 <= tau <= K+1")
 
 
@@ -83,7 +82,7 @@ def _section(text: str, title: str) -> str:
     return text[start:] if end < 0 else text[start:end]
 
 
-@pytest.mark.parametrize("suite", SUITES, ids=[p.stem for p in SUITES])
+@pytest.mark.parametrize("suite", SUITE_FILES, ids=[p.stem for p in SUITE_FILES])
 def test_every_suite_fits_a_comment_with_the_headline_whole(suite: Path) -> None:
     summary = largest_plausible_run(suite)
     manifest = RunManifest(run_id=summary.run_id, suite_name=summary.suite_name, created_at="2026-12-01T00:00:00Z")
@@ -100,7 +99,7 @@ def test_every_suite_fits_a_comment_with_the_headline_whole(suite: Path) -> None
 
 
 def test_a_small_budget_cuts_the_alarms_first_and_says_how_many_rows_are_left_out() -> None:
-    summary = largest_plausible_run(REPO / "suites" / "cpu-smoke.yaml")
+    summary = largest_plausible_run(SUITES / "cpu-smoke.yaml")
     whole = render_compact(summary)
     text = render_compact(summary, budget=12_000)
     assert len(text) <= 12_000 < len(whole)
@@ -116,8 +115,8 @@ def test_a_small_budget_cuts_the_alarms_first_and_says_how_many_rows_are_left_ou
 def test_compact_summary_golden() -> None:
     """summary_full.json (lossless verdicts, a failed check, cells not run) with two headline rows and a
     failing gate, built by hand."""
-    summary = RunSummary.load(json.loads((TESTS / "fixtures" / "summary_full.json").read_text()))
-    manifest = RunManifest.load(json.loads((TESTS / "fixtures" / "manifest_full.json").read_text()))
+    summary = RunSummary.load(json.loads((FIXTURES / "summary_full.json").read_text()))
+    manifest = RunManifest.load(json.loads((FIXTURES / "manifest_full.json").read_text()))
     g = {x.group_id: x for x in summary.groups}
     ref = g["llama-3.1-8b/eagle3/gsm8k/T0/b1"]
     for gid, speedup, verdict in (("llama-3.1-8b/p-eagle/gsm8k/T0/b1", 1.21, "faster"),
@@ -136,7 +135,7 @@ def test_compact_summary_golden() -> None:
                   message="τ 2.90 → 2.89"),
     ])
     text = render_compact(summary, manifest, full_report="reports/20260501T120000Z-full.md", gate=gate)
-    golden = TESTS / "golden" / "summary_full.md"
+    golden = GOLDEN / "summary_full.md"
     if os.environ.get("SPECBENCH_UPDATE_GOLDEN"):
         golden.write_text(text)
     assert text == golden.read_text(), f"{golden} differs; rerun with SPECBENCH_UPDATE_GOLDEN=1 and review the diff"

@@ -12,16 +12,13 @@ import os
 from pathlib import Path
 
 import pytest
+from support.paths import FIXTURES, GOLDEN
 
 from specbench.report.markdown import render_markdown
 from specbench.results.manifest import EngineEntry, EnginePatchNote, RunManifest
 from specbench.results.parts import Equivalence
 from specbench.results.summary import RunSummary
 from specbench.stats import Estimate
-
-TESTS = Path(__file__).resolve().parents[1]
-FIXTURES = TESTS / "fixtures"
-GOLDEN = TESTS / "golden"
 
 
 def load(name: str) -> tuple[RunSummary, RunManifest]:

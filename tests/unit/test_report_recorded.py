@@ -10,14 +10,14 @@ import os
 import shutil
 from pathlib import Path
 
+from support.paths import GOLDEN, RECORDED
+
 from specbench import api
 from specbench.report.markdown import render_markdown
 from specbench.results import rundir
 from specbench.results.migrations import SUMMARY_SCHEMA_VERSION
 
-TESTS = Path(__file__).resolve().parents[1]
-RECORDED = TESTS / "fixtures" / "recorded"
-GOLDEN = TESTS / "golden" / "report_recorded.md"
+GOLDEN_REPORT = GOLDEN / "report_recorded.md"
 
 
 def test_recorded_run_report_golden(tmp_path: Path) -> None:
@@ -34,5 +34,5 @@ def test_recorded_run_report_golden(tmp_path: Path) -> None:
     assert api.load_summary(run) == summary
     text = render_markdown(summary, rundir.read_manifest(run))
     if os.environ.get("SPECBENCH_UPDATE_GOLDEN"):
-        GOLDEN.write_text(text)
-    assert text == GOLDEN.read_text(), f"{GOLDEN} differs; rerun with SPECBENCH_UPDATE_GOLDEN=1 and review the diff"
+        GOLDEN_REPORT.write_text(text)
+    assert text == GOLDEN_REPORT.read_text(), f"{GOLDEN_REPORT} differs; rerun with SPECBENCH_UPDATE_GOLDEN=1 and review the diff"

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support.paths import SUITES
 
 from specbench.analysis.method_comparison import best_k_wins
 from specbench.analysis.metrics import paired_speedup
@@ -16,8 +17,6 @@ from specbench.execution.jobs import EngineJob
 from specbench.execution.rounds import resident_cap, resident_sets
 from specbench.results.records import RequestRecord
 from specbench.results.summary import GroupSummary
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_rounds_split_the_prompts_in_whole_batches_without_repeating_any() -> None:
@@ -70,7 +69,7 @@ def test_resident_set_is_capped_by_measured_memory() -> None:
 
 
 def test_a_speed_stop_rule_and_rounds_are_a_suite_error(tmp_path: Path) -> None:
-    text = (ROOT / "suites" / "cpu-smoke.yaml").read_text()
+    text = (SUITES / "cpu-smoke.yaml").read_text()
     (tmp_path / "ok.yaml").write_text(text + "\nrounds: 4\nstop: {metric: tau, rel_half_width: 0.05}\n")
     assert load_suite(tmp_path / "ok.yaml").rounds == 4
     (tmp_path / "bad.yaml").write_text(text + "\nrounds: 4\nstop: {metric: speedup, rel_half_width: 0.05}\n")

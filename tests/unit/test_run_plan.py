@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from support.fake_server import FakeServer
+from support.paths import SUITES
 from typer.testing import CliRunner
 
 from specbench import api
@@ -176,7 +177,7 @@ def test_resume_plan_reads_a_manifest_without_a_stored_suite_from_its_file(tmp_p
         api.resume_plan(run_dir)
 
 
-@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[2] / "suites").glob("*.yaml")),
+@pytest.mark.parametrize("path", sorted(SUITES.glob("*.yaml")),
                          ids=lambda p: p.name)
 def test_a_stored_suite_decides_as_its_file_did(path: Path) -> None:
     """What the manifest stores (``suite.model_dump``) gives the same plan and decisions as the file."""

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
+from support.paths import FIXTURES
 
 from specbench.frames import groups_frame
 from specbench.regression.gate import GateRules, Override, RuleSet, ThresholdRule
@@ -23,7 +23,6 @@ from specbench.results.slices import (
 from specbench.results.summary import GroupSummary, RunSummary
 
 GID = "tiny/eagle3/spec_bench/T0/b1"
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def test_slice_ids_in_key_order_and_back() -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.paths import FIXTURES
 
 from specbench.regression.gate import NOT_GATED, GateRules, evaluate_gate
 from specbench.regression.noise import (
@@ -24,7 +25,6 @@ from specbench.regression.run_diff import bonferroni_widen, metric_change
 from specbench.results.summary import RunSummary
 from specbench.stats import Estimate, bootstrap, round_bootstrap
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 RULES = GateRules.model_validate({"rules": {"equivalence": None}})
 
 

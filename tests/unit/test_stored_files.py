@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.paths import FIXTURES, SUITES
 
 import specbench
 from specbench import api
@@ -25,7 +26,6 @@ from specbench.results import rundir
 from specbench.results.manifest import RunManifest
 from specbench.results.migrations import MANIFEST_SCHEMA_VERSION
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 PACKAGE = Path(specbench.__file__).resolve().parent
 RESULTS = PACKAGE / "results"
 
@@ -195,7 +195,7 @@ def test_build_manifest_is_what_a_run_stores(tmp_path: Path) -> None:
     from specbench.config.suite import load_suite
     from specbench.results.manifest import build_manifest
 
-    suite = load_suite(Path(__file__).resolve().parents[2] / "suites" / "cpu-smoke.yaml")
+    suite = load_suite(SUITES / "cpu-smoke.yaml")
     plan = expand(suite)
     m = build_manifest(suite, plan, run_id="r1", platform="cpu", limit=2, command="specbench run x",
                        datasets={d.name: {"source": "package", "sha256": "ab"} for d in suite.datasets},

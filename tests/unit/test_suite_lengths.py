@@ -8,12 +8,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from support.paths import SUITES
 from typer.testing import CliRunner
 
 from specbench.cli import app
 from specbench.config.suite import SuiteError, load_suite
-
-SUITES_DIR = Path(__file__).resolve().parents[2] / "suites"
 
 GOOD = """
 name: lengths
@@ -106,11 +105,11 @@ def test_other_bad_input(tmp_path: Path, edit: tuple[str, str], needle: str):
 
 def test_speed_bench_suite_dry_runs_without_the_hub(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    result = CliRunner().invoke(app, ["run", str(SUITES_DIR / "speed-bench.yaml"), "--dry-run"])
+    result = CliRunner().invoke(app, ["run", str(SUITES / "speed-bench.yaml"), "--dry-run"])
     assert result.exit_code == 0, result.output
-    suite = load_suite(SUITES_DIR / "speed-bench.yaml")
+    suite = load_suite(SUITES / "speed-bench.yaml")
     assert {d.config for d in suite.datasets} == {"qualitative", "throughput_2k", "throughput_8k"}
-    gsm8k = {m.speculator for t in load_suite(SUITES_DIR / "gsm8k.yaml").targets for m in t.methods}
+    gsm8k = {m.speculator for t in load_suite(SUITES / "gsm8k.yaml").targets for m in t.methods}
     for m in suite.targets[0].methods:
         assert m.speculator is None or m.speculator in gsm8k  # the checkpoints of suites/gsm8k.yaml
         assert f"engine qwen3-8b--{m.label} " in result.output

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import get_args
 
 import pytest
+from support.paths import SUITES
 from typer.testing import CliRunner
 
 from specbench.api import dry_run
@@ -20,8 +21,7 @@ from specbench.config.methods import METHODS
 from specbench.config.suite import SuiteError, SuiteWarning, TauDefinitionName, load_suite
 from specbench.results import metric_catalog
 
-SUITES_DIR = Path(__file__).resolve().parents[2] / "suites"
-SUITE_FILES = sorted(SUITES_DIR.glob("*.yaml"))
+SUITE_FILES = sorted(SUITES.glob("*.yaml"))
 GPU_SUITES = ("gsm8k.yaml", "humaneval.yaml")
 
 
@@ -44,7 +44,7 @@ def test_every_suite_validates(path: Path):
 @pytest.mark.parametrize("name", GPU_SUITES)
 def test_gpu_suites_references_name_real_cells(name: str):
     """The schema checks a reference's target and dataset; its method label is checked here."""
-    suite = load_suite(SUITES_DIR / name)
+    suite = load_suite(SUITES / name)
     labels = {t.name: {m.label for m in t.methods} for t in suite.targets}
     for r in suite.references:
         assert r.method in labels[r.target], f"{name}: reference to unknown method {r.target}/{r.method}"
@@ -57,7 +57,7 @@ def test_gpu_suites_references_name_real_cells(name: str):
 @pytest.mark.parametrize("name", GPU_SUITES)
 def test_gpu_suites_use_hub_checkpoints_only(name: str):
     """Published suites run on the users' hub: no tiny assets, no local paths."""
-    suite = load_suite(SUITES_DIR / name)
+    suite = load_suite(SUITES / name)
     for t in suite.targets:
         assert t.model != "tiny" and not t.model.startswith((".", "/", "~"))
         assert t.hardware and "A100" in t.hardware
@@ -72,7 +72,7 @@ def test_gpu_suites_use_hub_checkpoints_only(name: str):
 
 
 def _by_engine(suite_name: str) -> dict[str, dict]:
-    suite = load_suite(SUITES_DIR / suite_name)
+    suite = load_suite(SUITES / suite_name)
     return {e["engine"]: e for e in dry_run(suite, platform="cuda")}
 
 
@@ -98,7 +98,7 @@ def _check_engine(engine: dict, method: str, model: str, k: int, tp: int, extra:
 def test_gpu_suites_dry_run_one_engine_per_k(name: str):
     """Every method at every K it sweeps gets its own engine with that K in its speculative_config
     (P-EAGLE always with parallel drafting and an explicit method); the headline compares with EAGLE-3."""
-    suite = load_suite(SUITES_DIR / name)
+    suite = load_suite(SUITES / name)
     engines = _by_engine(name)
     expected = {f"{t.name}--{m.label_at(k)}": (t, m, k) for t in suite.targets for m in t.methods for k in m.ks}
     assert set(engines) == set(expected)
@@ -117,7 +117,7 @@ def test_gpu_suites_dry_run_one_engine_per_k(name: str):
 
 
 def test_gsm8k_suite_shape():
-    suite = load_suite(SUITES_DIR / "gsm8k.yaml")
+    suite = load_suite(SUITES / "gsm8k.yaml")
     (t,) = suite.targets
     assert t.model == "Qwen/Qwen3-8B"
     assert t.chat_template_kwargs == {"enable_thinking": False}
@@ -129,7 +129,7 @@ def test_gsm8k_suite_shape():
 
 
 def test_humaneval_suite_shape():
-    suite = load_suite(SUITES_DIR / "humaneval.yaml")
+    suite = load_suite(SUITES / "humaneval.yaml")
     (d,) = suite.datasets
     assert d.kind == "humaneval" and d.path is None
     assert d.prompt_template is not None and "{prompt}" in d.prompt_template
@@ -144,8 +144,8 @@ def test_humaneval_suite_shape():
 def test_gemma_dspark_names_its_checkpoint_and_k_source():
     """DSpark on gemma-4-31B-it (2×A100): Red Hat's checkpoint, with the K its config implies
     (block_size 8, sample_from_anchor false → 7) and where that came from written next to it."""
-    text = (SUITES_DIR / "humaneval.yaml").read_text()
-    suite = load_suite(SUITES_DIR / "humaneval.yaml")
+    text = (SUITES / "humaneval.yaml").read_text()
+    suite = load_suite(SUITES / "humaneval.yaml")
     gemma = next(t for t in suite.targets if t.model == "google/gemma-4-31B-it")
     (m,) = [m for m in gemma.methods if m.method == "dspark"]
     assert (m.speculator, m.num_speculative_tokens) == ("RedHatAI/gemma-4-31B-it-speculator.dspark", 7)
@@ -157,7 +157,7 @@ def test_gemma_dspark_names_its_checkpoint_and_k_source():
 def test_gpu_suites_carry_the_dspark_paper_trio_at_its_settings(name: str):
     """DeepSpec's EAGLE-3 / DFlash / DSpark on Qwen3-8B, referenced at T=1 (the paper sampled),
     with a sampled cell per method that the PIT test can judge at its stated power."""
-    suite = load_suite(SUITES_DIR / name)
+    suite = load_suite(SUITES / name)
     dataset = suite.datasets[0].name
     refs = {r.method: r for r in suite.references if r.target == "qwen3-8b" and r.metric == "tau"}
     expected = {"gsm8k": (5.30, 5.33, 6.17), "humaneval": (4.33, 4.64, 5.52)}[dataset]
@@ -326,10 +326,10 @@ def _assert_clean_failure(result, *needles: str):
 
 
 def test_cli_validate_ok():
-    result = _invoke("validate", *(str(SUITES_DIR / n) for n in GPU_SUITES))
+    result = _invoke("validate", *(str(SUITES / n) for n in GPU_SUITES))
     assert result.exit_code == 0, result.output
     for n in GPU_SUITES:
-        assert f"ok {SUITES_DIR / n}" in result.output
+        assert f"ok {SUITES / n}" in result.output
 
 
 def test_cli_validate_unknown_key_exits_2_without_traceback(tmp_path: Path):
@@ -347,7 +347,7 @@ def test_cli_validate_bad_k_exits_2_without_traceback(tmp_path: Path):
 def test_cli_validate_reports_every_bad_file(tmp_path: Path):
     a = _write(tmp_path, GOOD.replace("      - method: dflash", "      - method: dflsh"), "a.yaml")
     b = _write(tmp_path, GOOD.replace("  max_tokens: 64", "  max_tokens: lots"), "b.yaml")
-    result = _invoke("validate", str(a), str(b), str(SUITES_DIR / "gsm8k.yaml"))
+    result = _invoke("validate", str(a), str(b), str(SUITES / "gsm8k.yaml"))
     _assert_clean_failure(result, f"{a}:", "did you mean 'dflash'?", f"{b}:", "max_tokens")
 
 
@@ -370,10 +370,10 @@ def test_cli_run_dry_run_bad_suite_exits_2(tmp_path: Path):
 def test_cli_dry_run_gpu_suites(name: str, monkeypatch):
     """The dry run prints every engine's config without the hub or a GPU."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    result = _invoke("run", str(SUITES_DIR / name), "--dry-run")
+    result = _invoke("run", str(SUITES / name), "--dry-run")
     assert result.exit_code == 0, result.output
     assert "Traceback" not in result.output
-    suite = load_suite(SUITES_DIR / name)
+    suite = load_suite(SUITES / name)
     for t in suite.targets:
         for m in t.methods:
             for k in m.ks:
@@ -566,7 +566,7 @@ def test_dspark_pins_the_v2_model_runner_on_cuda_only():
 
 def test_cli_dry_run_shows_the_paper_trio_references_and_sampled_cells(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    out = _invoke("run", str(SUITES_DIR / "gsm8k.yaml"), "--dry-run", "--platform", "cuda").output
+    out = _invoke("run", str(SUITES / "gsm8k.yaml"), "--dry-run", "--platform", "cuda").output
     assert "equivalence sampled: T=1" in out and ">= 904 tokens per method" in out
     for ref in ("reference tau 5.3 on gsm8k, T=1", "reference tau 5.33 on gsm8k, T=1", "reference tau 6.17 on gsm8k, T=1"):
         assert ref in out
@@ -574,7 +574,7 @@ def test_cli_dry_run_shows_the_paper_trio_references_and_sampled_cells(monkeypat
     engines = len(re.findall(r"engine qwen3-8b--\S+ \(", out))
     assert engines == 18
     assert out.count("T=1 sampled (sampled-equivalence cells): 1 cells, load 1; first 500 prompts") == engines
-    he = _invoke("run", str(SUITES_DIR / "humaneval.yaml"), "--dry-run", "--platform", "cuda").output
+    he = _invoke("run", str(SUITES / "humaneval.yaml"), "--dry-run", "--platform", "cuda").output
     block = he.split("engine gemma-4-31b-it--dspark ")[1].split("── engine")[0]
     assert '"num_speculative_tokens": 7' in block and "RedHatAI/gemma-4-31B-it-speculator.dspark" in block
     assert "env: VLLM_USE_V2_MODEL_RUNNER=1" in block
@@ -587,7 +587,7 @@ def test_gpu_smoke_dry_runs_every_method_inside_vllm_and_the_reference():
     (cached in seconds) so the test never trains."""
     from specbench.zoo.assets import ensure_assets_for
 
-    suite = load_suite(SUITES_DIR / "gpu-smoke.yaml")
+    suite = load_suite(SUITES / "gpu-smoke.yaml")
     engines = {e["engine"]: e for e in dry_run(suite, platform="cuda", assets_factory=lambda: ensure_assets_for("untrained"))}
     kinds = {"eagle3", "p-eagle", "dflash", "dspark"}
     assert {k.split("--")[1] for k in engines if k.startswith("tiny--")} == kinds | {"baseline"}
@@ -609,7 +609,7 @@ def test_gpu_smoke_dry_runs_every_method_inside_vllm_and_the_reference():
 
 
 def test_gpu_smoke_script_installs_the_gpu_build_and_runs_the_suite():
-    text = (SUITES_DIR.parent / "scripts" / "gpu-smoke.sh").read_text()
+    text = (SUITES.parent / "scripts" / "gpu-smoke.sh").read_text()
     assert "'.[gpu]'" in text.replace('"', "'")
     assert "speculators==0.9.0" in text and "HAS_TRITON" in text
     assert "specbench\" run suites/gpu-smoke.yaml --platform cuda" in text

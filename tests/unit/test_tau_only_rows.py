@@ -4,9 +4,9 @@ headline rows read "τ only", not "no data", in the terminal's tables, the compa
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from rich.console import Console
+from support.paths import FIXTURES
 
 from specbench.cli import closing_tables
 from specbench.report.compact import render_compact
@@ -19,7 +19,6 @@ from specbench.results.parts import HeadlineRow
 from specbench.results.summary import RunSummary
 from specbench.stats import Estimate
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 REF_TARGET = "tiny-ref"
 
 

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 from rich.console import Console
+from support.paths import FIXTURES
 
 from specbench.cli import closing_tables
 from specbench.report.terminal import closing_rows, verdict
 from specbench.results.summary import RunSummary
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def _summary(name: str) -> RunSummary:

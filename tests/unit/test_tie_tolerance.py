@@ -8,9 +8,9 @@ the dtype. Pure: no engine.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
+from support.paths import RECORDED
 
 from specbench.analysis.equivalence import equivalence_summaries, greedy_equivalence
 from specbench.analysis.lossless import TIE_TOLERANCE_BY_DTYPE, canonical_dtype, tie_tolerance_for
@@ -86,7 +86,7 @@ def test_the_suite_can_override_the_tolerance(tmp_path):
 
 
 def test_engine_dtypes_prefer_what_the_engine_reported():
-    recorded = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"
+    recorded = RECORDED
     manifest = rundir.read_manifest(recorded)
     assert manifest.plan is not None
     a, b = (e.key for e in manifest.plan.engines[:2])

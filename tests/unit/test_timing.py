@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from support.paths import RECORDED
 
 from specbench.analysis.timing import Span, Timeline, breakdown, fmt_duration
 from specbench.report.terminal import time_line
@@ -199,7 +200,6 @@ def fake_run(tmp_path, t0: float = 1_780_000_000.0):  # type: ignore[no-untyped-
     """A run: created t0, prompts at +5; engine A up at +20, cells +30..+40, +40..+50; engine B up at +70,
     cell +80..+90; teacher forcing's engine up at +100, equivalence.jsonl at +120; summary at +130, reports +133."""
     import os
-    from pathlib import Path
 
     from specbench.results import rundir
     from specbench.results.records import CellRecord
@@ -207,7 +207,7 @@ def fake_run(tmp_path, t0: float = 1_780_000_000.0):  # type: ignore[no-untyped-
     run = tmp_path / "run"
     (run / "engines").mkdir(parents=True)
     cells = [("A", "tiny/a/d/T0/b1/r0", 30, 40), ("A", "tiny/a/d/T0.5/b1/r0", 40, 50), ("B", "tiny/b/d/T0/b1/r0", 80, 90)]
-    recorded = rundir.read_manifest(Path(__file__).resolve().parents[1] / "fixtures" / "recorded").plan
+    recorded = rundir.read_manifest(RECORDED).plan
     assert recorded is not None and recorded.engines[0].target.name == "tiny"
     plan = {"suite_name": "s",
             "engines": [recorded.engines[0].model_copy(update={"key": k}).model_dump(mode="json") for k in ("A", "B")],
@@ -267,7 +267,6 @@ def test_api_records_the_breakdown_and_the_reports_show_it(tmp_path) -> None:  #
     api.report adds the reports; the Markdown and HTML reports have the section."""
     import json
     import shutil
-    from pathlib import Path
 
     from specbench import api
     from specbench.analysis.timing import parse_time
@@ -276,7 +275,7 @@ def test_api_records_the_breakdown_and_the_reports_show_it(tmp_path) -> None:  #
     from specbench.results.manifest import RunManifest
     from specbench.results.summary import RunSummary
 
-    recorded = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"
+    recorded = RECORDED
     run = tmp_path / "results" / "recorded" / "run"
     shutil.copytree(recorded, run)
     created = parse_time(json.loads((run / "manifest.json").read_text())["created_at"])

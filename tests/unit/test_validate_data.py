@@ -12,11 +12,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from support.paths import REPO
 from typer.testing import CliRunner
 
 from specbench.cli import app
 
-REPO = Path(__file__).resolve().parents[2]
 SUITE = """\
 name: data
 targets:
