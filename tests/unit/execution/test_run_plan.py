@@ -1,7 +1,7 @@
 """A run reads its suite once, into a plan; ``--resume`` takes the stored suite and refuses changed data (issue 33).
 
 Whole ``specbench run`` commands, in this process, against an attached vLLM-like server (the
-streaming fake of ``test_loadgen``): planning, the manifest, the runner, the analysis and the
+streaming fake of ``tests/support/fake_server.py``): planning, the manifest, the runner, the analysis and the
 reports run for real, in seconds, with no engine to start.
 """
 

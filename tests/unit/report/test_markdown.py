@@ -1,7 +1,7 @@
 """Markdown report: golden files from hand-built fixtures, plus targeted checks.
 
 Regenerate the golden files after an intended change with
-``SPECBENCH_UPDATE_GOLDEN=1 pytest tests/unit/test_report_markdown.py`` and
+``SPECBENCH_UPDATE_GOLDEN=1 pytest tests/unit/report/test_markdown.py`` and
 review the diff.
 """
 
