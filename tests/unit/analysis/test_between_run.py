@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from support.factories import stored_summary
 from support.paths import FIXTURES, SUITES
 from typer.testing import CliRunner
 
@@ -47,7 +48,7 @@ def est(v: float, lo: float, hi: float, n: int = 8) -> Estimate:
 
 
 def fixture_summary() -> RunSummary:
-    s = RunSummary.load(json.loads((FIXTURES / "summary_full.json").read_text()))
+    s = stored_summary()
     row = HeadlineRow(target="t", dataset="gsm8k", temperature=0.0, batch_size=1, method="dflash",
                       method_kind="dflash", method_group="t/dflash/gsm8k/T0/b1", method_k=3, reference="eagle3",
                       reference_group="t/eagle3/gsm8k/T0/b1", reference_k=3, n_prompts=8,

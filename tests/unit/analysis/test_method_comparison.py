@@ -4,30 +4,24 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from support.factories import cell, cell_record, counters, request
 
 from specbench.analysis import method_comparison as comparison
 from specbench.analysis import metrics, step_time
 from specbench.config.plan import Cell
 from specbench.regression.gate import GateRules, evaluate_gate
-from specbench.results.records import CellRecord, RequestRecord, SpecCounters
+from specbench.results.records import CellRecord, RequestRecord
 
 PROMPTS = [f"p{i}" for i in range(8)]
 
 
-def _cell(method: str, kind: str, k: int | None, family: str | None = None, batch: int = 1) -> Cell:
-    gid = f"t/{method}/d/T0/b{batch}"
-    return Cell(cell_id=f"{gid}/r0", engine_key=f"t--{method}", target="t", method=method, method_kind=kind, k=k,
-                dataset="d", temperature=0.0, batch_size=batch, repeat=0, family=family)
-
-
 def _req(cell: Cell, pid: str, *, tokens: int, drafts: int, accepted: int, step_s: float, ttft: float = 0.01):
-    spec = None if cell.method_kind == "baseline" else SpecCounters(
-        num_drafts=drafts, num_draft_tokens=drafts * (cell.k or 1), num_accepted_tokens=accepted,
-        accepted_per_pos=[accepted] + [0] * ((cell.k or 1) - 1))
+    k = cell.k or 1
+    spec = None if cell.method_kind == "baseline" else counters(accepted, drafts, k=k,
+                                                                per_position=[accepted] + [0] * (k - 1))
     steps_n = drafts if spec is not None else tokens - 1
-    return RequestRecord(run_id="r", cell_id=cell.cell_id, engine_key=cell.engine_key, prompt_id=pid, prompt_tokens=5,
-                         output_token_ids=list(range(tokens)), output_text="x", ttft_s=ttft,
-                         latency_s=ttft + steps_n * step_s, spec=spec)
+    return request(cell, pid, tokens=tokens, output_text="x", ttft_s=ttft, latency_s=ttft + steps_n * step_s,
+                   spec=spec)
 
 
 def _arm(cell: Cell, rng: np.random.Generator, *, base_step: float, per_k: float, acc_rate: float,
@@ -42,27 +36,30 @@ def _arm(cell: Cell, rng: np.random.Generator, *, base_step: float, per_k: float
         accepted = int(drafts * acc_rate * rng.uniform(0.8, 1.2))
         step = (base_step + per_k * (cell.k or 0)) * rng.uniform(0.95, 1.05)
         reqs.append(_req(cell, pid, tokens=tokens, drafts=drafts, accepted=accepted, step_s=step))
-    counters = metrics.sum_counters(r.spec for r in reqs)
-    return reqs, CellRecord(run_id="r", cell_id=cell.cell_id, engine_key=cell.engine_key, status="ok",
-                            counters=counters, num_requests=len(reqs), wall_time_s=1.0)
+    return reqs, cell_record(cell, counters=metrics.sum_counters(r.spec for r in reqs), num_requests=len(reqs),
+                             wall_time_s=1.0)
 
 
 @pytest.fixture(scope="module")
 def run():
     rng = np.random.default_rng(0)
     arms = {
-        "baseline": (_cell("baseline", "baseline", None), dict(base_step=0.010, per_k=0, acc_rate=0)),
-        "eagle3-k1": (_cell("eagle3-k1", "eagle3", 1, "eagle3"), dict(base_step=0.012, per_k=0.004, acc_rate=0.6)),
-        "eagle3-k3": (_cell("eagle3-k3", "eagle3", 3, "eagle3"), dict(base_step=0.012, per_k=0.004, acc_rate=1.5)),
-        "dflash-k1": (_cell("dflash-k1", "dflash", 1, "dflash"), dict(base_step=0.013, per_k=0.0, acc_rate=0.5)),
-        "dflash-k3": (_cell("dflash-k3", "dflash", 3, "dflash"), dict(base_step=0.013, per_k=0.0, acc_rate=1.2)),
+        "baseline": (cell("baseline"), dict(base_step=0.010, per_k=0, acc_rate=0)),
+        "eagle3-k1": (cell("eagle3-k1", "eagle3", 1, family="eagle3"),
+                      dict(base_step=0.012, per_k=0.004, acc_rate=0.6)),
+        "eagle3-k3": (cell("eagle3-k3", "eagle3", 3, family="eagle3"),
+                      dict(base_step=0.012, per_k=0.004, acc_rate=1.5)),
+        "dflash-k1": (cell("dflash-k1", "dflash", 1, family="dflash"),
+                      dict(base_step=0.013, per_k=0.0, acc_rate=0.5)),
+        "dflash-k3": (cell("dflash-k3", "dflash", 3, family="dflash"),
+                      dict(base_step=0.013, per_k=0.0, acc_rate=1.2)),
     }
     cells, crs, reqs = [], [], []
-    for name, (cell, kw) in arms.items():
+    for name, (c, kw) in arms.items():
         # dflash-k3 measured one prompt the reference never did: pairing must leave it out
         prompts = PROMPTS + ["extra"] if name == "dflash-k3" else PROMPTS
-        rs, cr = _arm(cell, rng, prompts=prompts, **kw)
-        cells.append(cell)
+        rs, cr = _arm(c, rng, prompts=prompts, **kw)
+        cells.append(c)
         crs.append(cr)
         reqs += rs
     summary = metrics.summarize("r", "s", cells, crs, reqs)

@@ -7,17 +7,16 @@ import math
 import numpy as np
 import pytest
 from pydantic import ValidationError
+from support.factories import counters, request
 
 from specbench.analysis import sequential as sq
-from specbench.results.records import RequestRecord, SpecCounters
+from specbench.results.records import RequestRecord
 
 
 def _rec(cell: str, pid: str, toks: int, lat: float, ttft: float = 0.01, acc: int = 0, drafts: int = 0,
          error: str | None = None) -> RequestRecord:
-    spec = SpecCounters(num_drafts=drafts, num_draft_tokens=3 * drafts, num_accepted_tokens=acc) if drafts else None
-    return RequestRecord(run_id="r", cell_id=cell, engine_key=cell, prompt_id=pid, prompt_tokens=5,
-                         output_token_ids=list(range(toks)), output_text="", latency_s=lat, ttft_s=ttft, spec=spec,
-                         error=error)
+    return request(cell, pid, tokens=toks, engine_key=cell, latency_s=lat, ttft_s=ttft,
+                   spec=counters(acc, drafts) if drafts else None, error=error)
 
 
 # ---------------------------------------------------------------- known answers

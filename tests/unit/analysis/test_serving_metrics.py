@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from support.factories import cell, cell_record
 
 from specbench.analysis.serving_metrics import (
     SLO,
@@ -113,23 +114,8 @@ def test_speedup_point_and_interval() -> None:
     assert speedup(base, [rec("x", error="http: 500")], "tpot").value is None
 
 
-def _cell(method: str, bs: int, repeat: int = 0) -> Cell:
-    return Cell(
-        cell_id=f"t/{method}/d/T0/b{bs}/r{repeat}",
-        engine_key=f"t--{method}",
-        target="t",
-        method=method,
-        method_kind=method,
-        k=None,
-        dataset="d",
-        temperature=0.0,
-        batch_size=bs,
-        repeat=repeat,
-    )
-
-
 def test_speedup_vs_concurrency_table() -> None:
-    cells = [_cell(m, bs, r) for m in ("baseline", "eagle3") for bs in (1, 4) for r in (0, 1)]
+    cells = [cell(m, batch_size=bs, repeat=r) for m in ("baseline", "eagle3") for bs in (1, 4) for r in (0, 1)]
     records = []
     for c in cells:
         slow = 2.0 if c.method == "baseline" else 1.0
@@ -168,19 +154,7 @@ def test_speedup_skips_concurrency_without_baseline() -> None:
 
 
 def _rate_cell(method: str, rate: float, repeat: int = 0, cap: int = 0) -> Cell:
-    return Cell(
-        cell_id=f"t/{method}/d/T0/rate{rate:g}/r{repeat}",
-        engine_key=f"t--{method}",
-        target="t",
-        method=method,
-        method_kind=method,
-        k=None if method == "baseline" else 3,
-        dataset="d",
-        temperature=0.0,
-        batch_size=cap,
-        repeat=repeat,
-        request_rate=rate,
-    )
+    return cell(method, k=None if method == "baseline" else 3, batch_size=cap, repeat=repeat, request_rate=rate)
 
 
 def _records_for(cells: list[Cell], slow: dict[tuple[str, object], float]) -> list[RequestRecord]:
@@ -194,7 +168,8 @@ def _records_for(cells: list[Cell], slow: dict[tuple[str, object], float]) -> li
 
 def test_rate_and_concurrency_loads_are_grouped_apart() -> None:
     # Concurrency 4 and rate 4 req/s are different loads even though the numbers agree.
-    cells = [_cell(m, 4) for m in ("baseline", "eagle3")] + [_rate_cell(m, 4.0) for m in ("baseline", "eagle3")]
+    cells = [cell(m, batch_size=4) for m in ("baseline", "eagle3")]
+    cells += [_rate_cell(m, 4.0) for m in ("baseline", "eagle3")]
     records = []
     for c in cells:
         f = {"baseline": 3.0 if c.request_rate is not None else 2.0, "eagle3": 1.0}[c.method]
@@ -243,16 +218,14 @@ def test_rate_rows_reach_the_summary_and_the_report(tmp_path) -> None:
     from specbench.report.document import Table
     from specbench.report.markdown import build_report, render_markdown
     from specbench.results.parts import ServingCellRow, ServingSpeedupRow
-    from specbench.results.records import CellRecord
     from specbench.results.summary import RunSummary
 
     cells = [_rate_cell(m, r, cap=4) for m in ("baseline", "eagle3") for r in (1.0, 8.0)]
-    cells += [_cell(m, 2) for m in ("baseline", "eagle3")]
+    cells += [cell(m, batch_size=2) for m in ("baseline", "eagle3")]
     slow = {("baseline", 1.0): 2.0, ("eagle3", 1.0): 1.0, ("baseline", 8.0): 3.0, ("eagle3", 8.0): 2.0,
             ("baseline", 2): 1.0, ("eagle3", 2): 1.0}
     records = _records_for(cells, slow)
-    cell_recs = [CellRecord(run_id="r", cell_id=c.cell_id, engine_key=c.engine_key, status="ok", wall_time_s=2.0)
-                 for c in cells]
+    cell_recs = [cell_record(c, wall_time_s=2.0) for c in cells]
     rows = serving_rows({"t"}, cells, unique_requests(records), latest_cell_records(cell_recs))
     cell_rows = {r.cell_id: r for r in rows if isinstance(r, ServingCellRow)}
     r8 = cell_rows["t/eagle3/d/T0/rate8/r0"]

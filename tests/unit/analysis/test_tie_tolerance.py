@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from support.factories import cell, request
 from support.paths import RECORDED
 
 from specbench.analysis.equivalence import equivalence_summaries, greedy_equivalence
@@ -21,18 +22,11 @@ from specbench.results.manifest import EngineDescription, EngineEntry
 from specbench.results.records import RequestRecord
 
 
-def _cell(method: str, kind: str) -> Cell:
-    gid = f"t/{method}/d/T0/b1"
-    return Cell(cell_id=f"{gid}/r0", engine_key=f"t--{method}", target="t", method=method, method_kind=kind,
-                k=None if kind == "baseline" else 3, dataset="d", temperature=0.0, batch_size=1, repeat=0)
-
-
 def _rec(cell: Cell, pid: str, ids: list[int], lps=None) -> RequestRecord:
-    return RequestRecord(run_id="x", cell_id=cell.cell_id, engine_key=cell.engine_key, prompt_id=pid,
-                         sample_index=0, repeat=0, prompt_tokens=3, output_token_ids=ids, output_text="", logprobs=lps)
+    return request(cell, pid, tokens=ids, run_id="x", prompt_tokens=3, logprobs=lps)
 
 
-BASE, METHOD = _cell("baseline", "baseline"), _cell("m", "draft_model")
+BASE, METHOD = cell("baseline"), cell("m", "draft_model", 3)
 # Position 1: tokens 3 and 4 are 0.06 nats apart (a bf16 near-tie); position 0: token 2 is 2.9 nats down.
 LPS = [{1: -0.1, 2: -3.0}, {3: -0.66, 4: -0.72, 9: -4.0}, {5: -0.2, 6: -2.0}]
 

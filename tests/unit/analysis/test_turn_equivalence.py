@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+from support.factories import cell
 
 from specbench.analysis.equivalence import equivalence_summaries
 from specbench.analysis.pipeline import summarize_run
@@ -20,11 +21,6 @@ from specbench.results.requests import turn_prompt_id
 from specbench.results.rundir import EQUIVALENCE
 
 CONVERSATIONS, TOKENS = 12, 300  # per request: 12 × 300 = 3600 tokens per turn, enough to show equivalence
-
-
-def _cell(method: str, kind: str, k: int | None = None) -> Cell:
-    return Cell(cell_id=f"t/{method}/d/T1/b1/r0", engine_key=f"t--{method}", target="t", method=method,
-                method_kind=kind, k=k, dataset="d", temperature=1.0, batch_size=1, repeat=0)
 
 
 def _rows_and_records(cells: list[Cell], rng: np.random.Generator) -> tuple[list[dict], list[RequestRecord]]:
@@ -48,7 +44,7 @@ def _rows_and_records(cells: list[Cell], rng: np.random.Generator) -> tuple[list
 
 
 def test_sampled_test_per_turn_adds_up_and_flags_turn_two_only(tmp_path: Path) -> None:
-    cells = [_cell("baseline", "baseline"), _cell("eagle3", "eagle3", 3)]
+    cells = [cell("baseline", temperature=1.0), cell("eagle3", k=3, temperature=1.0)]
     rows, recs = _rows_and_records(cells, np.random.default_rng(0))
     (tmp_path / EQUIVALENCE).write_text("".join(json.dumps(r) + "\n" for r in rows))
     equivalence = equivalence_summaries(tmp_path, cells, recs)

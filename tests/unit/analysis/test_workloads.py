@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from support.factories import cell, cell_record, counters, request
 
 from specbench.analysis.metrics import complete_conversations, pair_turns, paired_speedup, summarize_groups
 from specbench.analysis.workload_slices import MIN_PROMPTS_FOR_INTERVAL, category_matrix, workload_slices
@@ -34,31 +35,24 @@ CATS = {"a0": "coding", "a1": "coding", "a2": "coding", "a3": "coding", "a4": "c
         "b0": "math", "b1": "math"}
 
 
-def _cell(method: str, kind: str, k: int | None = None) -> Cell:
-    return Cell(cell_id=f"t/{method}/d/T0/b1/r0", engine_key=f"t--{method}", target="t", method=method,
-                method_kind=kind, k=k, dataset="d", temperature=0.0, batch_size=1, repeat=0)
-
-
 def _spec(acc: int, drafts: int) -> SpecCounters:
-    return SpecCounters(num_drafts=drafts, num_draft_tokens=3 * drafts, num_accepted_tokens=acc,
-                        accepted_per_pos=[min(acc, drafts), max(0, acc - drafts), 0])
+    return counters(acc, drafts, per_position=[min(acc, drafts), max(0, acc - drafts), 0])
 
 
 def _req(cell: str, pid: str, toks: list[int], lat: float, spec: SpecCounters | None = None, **kw: object
          ) -> RequestRecord:
-    return RequestRecord(run_id="r", cell_id=cell, engine_key="e", prompt_id=pid, prompt_tokens=4,
-                         output_token_ids=toks, output_text=" ".join(map(str, toks)), latency_s=lat, ttft_s=lat / 10,
-                         spec=spec, **kw)  # type: ignore[arg-type]
+    return request(cell, pid, tokens=toks, prompt_tokens=4, output_text=" ".join(map(str, toks)), latency_s=lat,
+                   ttft_s=lat / 10, spec=spec, **kw)
 
 
 def _run() -> tuple[list[Cell], list[CellRecord], list[RequestRecord]]:
-    cells = [_cell("baseline", "baseline"), _cell("eagle3", "eagle3", 3), _cell("dflash", "dflash", 3)]
+    cells = [cell("baseline"), cell("eagle3", k=3), cell("dflash", k=3)]
     reqs: list[RequestRecord] = []
     for i, pid in enumerate(CATS):
         reqs.append(_req(cells[0].cell_id, pid, [1, 2, 3, 4, 5, 6], 1.0 + i / 10))
         reqs.append(_req(cells[1].cell_id, pid, [1, 2, 3, 4, 5, 6], 0.5 + i / 20, _spec(2 + i % 3, 3)))
         reqs.append(_req(cells[2].cell_id, pid, [1, 2, 3, 4, 5, 6] if i != 7 else [1, 2], 0.6, _spec(1 + i % 2, 4)))
-    recs = [CellRecord(run_id="r", cell_id=c.cell_id, engine_key="e", status="ok", wall_time_s=5.0,
+    recs = [cell_record(c, engine_key="e", wall_time_s=5.0,
                        counters=None if c.k is None else sum((r.spec for r in reqs if r.cell_id == c.cell_id
                                                               and r.spec), SpecCounters(accepted_per_pos=[0, 0, 0])))
             for c in cells]
@@ -189,7 +183,7 @@ class _EchoEngine:
 
 
 def test_turn_two_holds_the_engines_own_turn_one_reply_and_conversations_are_written_whole() -> None:
-    c = _cell("eagle3", "eagle3", 3)
+    c = cell("eagle3", k=3)
     prompts = [PreparedPrompt(prompt_id="a", messages=[{"role": "user", "content": "q1"}], later_turns=["q2", "q3"]),
                PreparedPrompt(prompt_id="b", messages=[{"role": "user", "content": "only"}], later_turns=[]),
                PreparedPrompt(prompt_id="done", messages=[{"role": "user", "content": "x"}], later_turns=["y"])]
@@ -231,7 +225,7 @@ def test_matrix_turns_and_heatmap_render_and_gate_categories_are_checked(tmp_pat
 def test_requests_frame_carries_category_and_turn() -> None:
     from specbench.frames import requests_frame
 
-    c = _cell("eagle3", "eagle3", 3)
+    c = cell("eagle3", k=3)
     manifest = RunManifest(run_id="r", suite_name="s", plan=Plan(suite_name="s", engines=[], cells=[c]))
     recs = [_conv(c.cell_id, "a0", 1, 2, [1]), _conv(c.cell_id, "a0", 2, 2, [2]), _req(c.cell_id, "b0", [3], 1.0)]
     df = requests_frame(manifest, recs, {("d", "a0"): "coding", ("d", "b0"): "math"})
@@ -243,7 +237,7 @@ def test_teacher_forcing_scores_a_later_turn_on_its_own_history() -> None:
     from specbench.execution.teacher_forcing import score_items_for
     from specbench.results.requests import PreparedPrompt
 
-    c = _cell("eagle3", "eagle3", 3).model_copy(update={"temperature": 1.0})
+    c = cell("eagle3", k=3).model_copy(update={"temperature": 1.0})
     two = _conv(c.cell_id, "a0", 2, 2, [7])
     prompts = {("d", "a0"): PreparedPrompt(prompt_id="a0", messages=[{"role": "user", "content": "q1"}],
                                            later_turns=["q2"])}

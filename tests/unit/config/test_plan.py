@@ -3,6 +3,7 @@ import shlex
 import sys
 
 import pytest
+from support.factories import request
 
 from specbench.config.methods import METHODS
 from specbench.config.plan import expand
@@ -188,9 +189,8 @@ def test_old_manifest_cells_without_request_rate_still_validate():
 
 
 def _rec(cell, pid, latency, n=10):
-    return RequestRecord(run_id="r", cell_id=cell.cell_id, engine_key=cell.engine_key, prompt_id=pid,
-                         prompt_tokens=5, output_token_ids=list(range(n)), output_text="x",
-                         latency_s=latency, ttft_s=latency / n, itl_s=[latency * (n - 1) / n / (n - 1)] * (n - 1))
+    return request(cell, pid, tokens=n, output_text="x", latency_s=latency, ttft_s=latency / n,
+                   itl_s=[latency * (n - 1) / n / (n - 1)] * (n - 1))
 
 
 def test_speedup_pairs_with_the_baseline_at_the_same_rate(tmp_path):

@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from support.factories import request
 from support.paths import PACKAGE
 
 from specbench.analysis.early_stopping import measurable
@@ -56,8 +57,7 @@ def test_the_scan_sees_a_planted_name_comparison():
 
 
 def _record(cell: str, prompt: str, text: str) -> RequestRecord:
-    return RequestRecord(run_id="r", cell_id=cell, engine_key="e", prompt_id=prompt, prompt_tokens=3,
-                         output_token_ids=[1, 2], output_text=text)
+    return request(cell, prompt, tokens=[1, 2], prompt_tokens=3, output_text=text)
 
 
 def test_scoring_and_the_stop_rule_follow_the_declared_scorer(monkeypatch):

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.factories import cell
 from support.fake_server import FakeServer
 
 from specbench.config.plan import Cell, EngineConfig
@@ -140,7 +141,7 @@ def test_completion_stream_counts_tokens_not_chunks() -> None:
     assert sum(itl) == pytest.approx(lat - ttft)
     assert res.finish_reason == "length" and res.prompt_tokens == 5
     assert res.text.startswith("t100t101")
-    rec = to_record(res, run_id="r", cell=_cell(), engine_key="e", k=K)
+    rec = to_record(res, run_id="r", cell=CELL, engine_key="e", k=K)
     assert (
         rec.spec is not None
         and rec.spec.num_drafts == 7 // 3
@@ -313,19 +314,8 @@ def _config(spec: bool = True) -> EngineConfig:
     )
 
 
-def _cell(bs: int = 2, cell_id: str = "t/m/d/T0/b2/r0") -> Cell:
-    return Cell(
-        cell_id=cell_id,
-        engine_key="t--m",
-        target="t",
-        method="m",
-        method_kind="draft_model",
-        k=K,
-        dataset="d",
-        temperature=0.0,
-        batch_size=bs,
-        repeat=0,
-    )
+#: The attached engine's cell: a draft model at K, two requests in flight.
+CELL = cell("m", "draft_model", K, batch_size=2)
 
 
 def test_engine_attach_mode_counters_and_records(server: FakeServer, tmp_path: Path) -> None:
@@ -337,7 +327,7 @@ def test_engine_attach_mode_counters_and_records(server: FakeServer, tmp_path: P
     prompts = [PreparedPrompt(prompt_id=f"p{i}", text=f"hello {i}") for i in range(5)]
     req = CellRequest(
         run_id="r",
-        cell=_cell(bs=2),
+        cell=CELL,
         prompts=prompts,
         sampling=SamplingRequest(temperature=0.0, max_tokens=8),
         skip={("p0", 0)},
@@ -361,7 +351,7 @@ def test_engine_attach_all_failed_fails_the_cell(server: FakeServer, tmp_path: P
     eng.start()
     req = CellRequest(
         run_id="r",
-        cell=_cell(),
+        cell=CELL,
         prompts=[PreparedPrompt(prompt_id="x", text="http500")],
         sampling=SamplingRequest(temperature=0.0, max_tokens=4),
     )
@@ -400,7 +390,7 @@ def test_engine_runs_conversations_each_holding_a_stream(server: FakeServer, tmp
                for c in ("a", "b", "c")]
     prompts.append(PreparedPrompt(prompt_id="bad", messages=[{"role": "user", "content": "http500"}],
                                   later_turns=["never"]))
-    req = CellRequest(run_id="r", cell=_cell(bs=2), prompts=prompts,
+    req = CellRequest(run_id="r", cell=CELL, prompts=prompts,
                       sampling=SamplingRequest(temperature=0.0, max_tokens=6))
     recs: list[RequestRecord] = []
     out = run_conversations(eng, req, recs.append)
@@ -432,9 +422,7 @@ def test_engine_runs_conversations_each_holding_a_stream(server: FakeServer, tmp
 
 
 def _rate_cell(rate: float, cap: int = 0, repeat: int = 0) -> Cell:
-    return _cell(bs=cap, cell_id=f"t/m/d/T0/rate{rate:g}/r{repeat}").model_copy(
-        update={"request_rate": rate, "repeat": repeat}
-    )
+    return cell("m", "draft_model", K, batch_size=cap, repeat=repeat, request_rate=rate)
 
 
 def _first(rate: float, seed: int, n: int) -> list[float]:
@@ -457,7 +445,7 @@ def test_profile_for_cell_from_the_run_load() -> None:
     assert p.seed == 5 + 104729  # repeats get their own arrival sequence, reproducibly
     assert LoadProfile.for_cell(_rate_cell(2.0, cap=3, repeat=0), spec, seed=5).seed == 5
     assert LoadProfile.for_cell(_rate_cell(2.0, cap=0), spec).concurrency is None  # no cap
-    closed = LoadProfile.for_cell(_cell(bs=4), spec)
+    closed = LoadProfile.for_cell(CELL.model_copy(update={"batch_size": 4}), spec)
     assert (closed.mode, closed.concurrency, closed.request_rate, closed.duration_s) == ("concurrency", 4, None, 5.0)
     # An engine default profile passes its bounds, timeout and seed on the same way.
     dflt = LoadProfile(num_requests=3, request_timeout_s=7.0, seed=9)
@@ -706,7 +694,7 @@ def test_launch_ctrl_c_mid_cell_then_close(tmp_path: Path) -> None:
     assert pid is not None
     prompts = [PreparedPrompt(prompt_id=f"p{i}", text="x") for i in range(6)]
     req = CellRequest(
-        run_id="r", cell=_cell(bs=2), prompts=prompts, sampling=SamplingRequest(temperature=0, max_tokens=50)
+        run_id="r", cell=CELL, prompts=prompts, sampling=SamplingRequest(temperature=0, max_tokens=50)
     )
     recs: list[RequestRecord] = []
     # Ctrl-C as in a terminal: Python's default handler (an earlier test in this process,
@@ -738,7 +726,7 @@ def test_launch_sigterm_mid_cell_stops_within_moments(tmp_path: Path) -> None:
     assert pid is not None and any(f"pid {pid}" in n for n in procs.LIVE.names())
     prompts = [PreparedPrompt(prompt_id=f"p{i}", text="x") for i in range(8)]
     req = CellRequest(
-        run_id="r", cell=_cell(bs=2), prompts=prompts, sampling=SamplingRequest(temperature=0, max_tokens=15)
+        run_id="r", cell=CELL, prompts=prompts, sampling=SamplingRequest(temperature=0, max_tokens=15)
     )
     recs: list[RequestRecord] = []
     timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGTERM))
@@ -776,7 +764,7 @@ def test_launch_server_death_fails_cell_keeps_records(tmp_path: Path) -> None:
     eng.start()
     prompts = [PreparedPrompt(prompt_id=f"p{i}", text="x") for i in range(8)]
     req = CellRequest(
-        run_id="r", cell=_cell(bs=2), prompts=prompts, sampling=SamplingRequest(temperature=0, max_tokens=10)
+        run_id="r", cell=CELL, prompts=prompts, sampling=SamplingRequest(temperature=0, max_tokens=10)
     )
     recs: list[RequestRecord] = []
     timer: list[threading.Timer] = []

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from support.factories import cell, counters, request
 
 from specbench.analysis.early_stopping import CellStopper, measurable
 from specbench.analysis.sequential import seeded_order
-from specbench.config.plan import Cell, EngineConfig
+from specbench.config.plan import EngineConfig
 from specbench.config.stop_rule import StopRule
 from specbench.config.suite import MethodSpec, TargetSpec
 from specbench.engines.factory import ResolvedEngine, engine_gpus
@@ -23,21 +24,13 @@ from specbench.execution.jobs import (
     parse_event,
 )
 from specbench.execution.worker import warmup_requests
-from specbench.results.records import CellRecord, RequestRecord, SpecCounters
+from specbench.results.records import CellRecord, RequestRecord
 from specbench.results.requests import CellRequest, PreparedPrompt, SamplingRequest
 
 
-def _cell(cell_id: str = "t/eagle3/d/T0/b1/r0", k: int | None = 3, bs: int = 1, temp: float = 0.0) -> Cell:
-    return Cell(cell_id=cell_id, engine_key="t--eagle3", target="t", method="eagle3", method_kind="eagle3", k=k,
-                dataset="d", temperature=temp, batch_size=bs, repeat=0)
-
-
 def _record(pid: str, accepted: int, drafts: int, cell_id: str = "t/eagle3/d/T0/b1/r0") -> RequestRecord:
-    return RequestRecord(run_id="r", cell_id=cell_id, engine_key="t--eagle3", prompt_id=pid, sample_index=0,
-                         repeat=0, output_text="x", prompt_tokens=5, output_token_ids=list(range(10)),
-                         latency_s=1.0, ttft_s=0.1,
-                         spec=SpecCounters(num_drafts=drafts, num_draft_tokens=3 * drafts,
-                                           num_accepted_tokens=accepted, accepted_per_pos=[accepted, 0, 0]))
+    return request(cell_id, pid, engine_key="t--eagle3", output_text="x", latency_s=1.0, ttft_s=0.1,
+                   spec=counters(accepted, drafts, per_position=[accepted, 0, 0]))
 
 
 def test_every_event_survives_its_json_form() -> None:
@@ -71,7 +64,8 @@ def test_engine_gpus_and_the_mp_backend_for_tp_on_ray() -> None:
 def test_warmups_cover_each_load_and_sampling_shape_once() -> None:
     prompts = [PreparedPrompt(prompt_id=f"p{i}", text="x") for i in range(8)]
     greedy = SamplingRequest(temperature=0.0, max_tokens=64, logprobs=5)
-    reqs = [CellRequest(run_id="r", cell=_cell(f"c{bs}", bs=bs), prompts=prompts, sampling=greedy) for bs in (1, 4, 4)]
+    reqs = [CellRequest(run_id="r", cell=cell("eagle3", k=3, cell_id=f"c{bs}", batch_size=bs), prompts=prompts,
+                        sampling=greedy) for bs in (1, 4, 4)]
     warm = warmup_requests(reqs)
     assert [(w.cell.batch_size, len(w.prompts), w.sampling.max_tokens) for w in warm] == [(1, 1, 8), (4, 4, 8)]
 

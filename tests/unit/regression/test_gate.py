@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from support.factories import stored_summary
 from support.paths import FIXTURES, REPO
 
 from specbench.regression.gate import (
@@ -25,23 +26,19 @@ from specbench.stats import Estimate
 NO_EQUIVALENCE = GateRules.model_validate({"rules": {"equivalence": None}})
 
 
-def load(name: str) -> RunSummary:
-    return RunSummary.load(json.loads((FIXTURES / f"summary_{name}.json").read_text()))
-
-
 def failing(result) -> set[tuple[str, str]]:
     return {(c.group_id, c.metric) for c in result.failures}
 
 
 def test_rerun_with_another_seed_passes() -> None:
-    r = evaluate_gate(load("rerun"), load("full"), NO_EQUIVALENCE)
+    r = evaluate_gate(stored_summary("rerun"), stored_summary(), NO_EQUIVALENCE)
     assert r.exit_code == 0 and r.status == "pass" and not r.failures
     assert r.n_comparisons > 10 and r.widen > 1
     assert "PASS (exit 0" in render_gate(r)
 
 
 def test_default_rules_fail_a_divergent_method() -> None:
-    r = evaluate_gate(load("rerun"), load("full"))
+    r = evaluate_gate(stored_summary("rerun"), stored_summary())
     assert r.exit_code == 1
     assert failing(r) == {("llama-3.1-8b/p-eagle/humaneval/T0/b8", "equivalence")}
 
@@ -53,7 +50,7 @@ def noise(pct: float) -> NoiseCalibration:
 
 
 def test_regressions_are_named_with_their_numbers() -> None:
-    r = evaluate_gate(load("regressed"), load("full"), noise=noise(1.0))
+    r = evaluate_gate(stored_summary("regressed"), stored_summary(), noise=noise(1.0))
     assert r.exit_code == 1
     fails = failing(r)
     for gid in ("llama-3.1-8b/eagle3/gsm8k/T0/b1", "llama-3.1-8b/eagle3/gsm8k/T0/b8"):
@@ -67,7 +64,7 @@ def test_regressions_are_named_with_their_numbers() -> None:
 
 
 def test_regression_needs_both_threshold_and_significance() -> None:
-    base = load("minimal")
+    base = stored_summary("minimal")
     for g in base.groups:  # give the minimal run intervals
         if g.tau is not None and g.tau.value is not None:
             g.tau = Estimate(value=2.0, ci_low=1.98, ci_high=2.02, n=500)
@@ -101,13 +98,13 @@ def test_expected_values_baseline(tmp_path: Path) -> None:
     path.write_text(json.dumps(exp))
     baseline = load_baseline(path)
     assert isinstance(baseline, ExpectedValues)
-    r = evaluate_gate(load("full"), baseline, NO_EQUIVALENCE)
+    r = evaluate_gate(stored_summary(), baseline, NO_EQUIVALENCE)
     assert failing(r) == {(gid, "tau")}  # 2.85 vs 3.2: -11%; speedup 1.92 vs exact 1.95: -1.5% ok
     exp["groups"][gid]["tau"]["tolerance_pct"] = 15
     path.write_text(json.dumps(exp))
-    assert evaluate_gate(load("full"), load_baseline(path), NO_EQUIVALENCE).exit_code == 0
+    assert evaluate_gate(stored_summary(), load_baseline(path), NO_EQUIVALENCE).exit_code == 0
     # A run's own expected values pass against it.
-    assert evaluate_gate(load("full"), expected_from_run(load("full")), NO_EQUIVALENCE).exit_code == 0
+    assert evaluate_gate(stored_summary(), expected_from_run(stored_summary()), NO_EQUIVALENCE).exit_code == 0
 
 
 def test_baseline_as_run_dir_and_bad_baselines(tmp_path: Path) -> None:
@@ -152,31 +149,31 @@ def test_rules_loading(tmp_path: Path) -> None:
 
 def test_nothing_measured_and_no_overlap() -> None:
     empty = RunSummary(run_id="e", suite_name="s", groups=[])
-    assert evaluate_gate(empty, load("full")).exit_code == 3
-    all_failed = load("full")
+    assert evaluate_gate(empty, stored_summary()).exit_code == 3
+    all_failed = stored_summary()
     for g in all_failed.groups:
         g.status = "failed"
-    r = evaluate_gate(all_failed, load("full"))
+    r = evaluate_gate(all_failed, stored_summary())
     assert r.exit_code == 3 and r.status == "nothing measured" and "ERROR" in render_gate(r)
-    r = evaluate_gate(load("minimal"), load("full"))
+    r = evaluate_gate(stored_summary("minimal"), stored_summary())
     assert r.exit_code == 2 and "no group of the new run" in render_gate(r)
 
 
 def test_missing_groups_fail_or_warn() -> None:
-    new = load("rerun")
+    new = stored_summary("rerun")
     new.groups = [g for g in new.groups if not (g.method == "eagle3" and g.batch_size == 8)]
-    r = evaluate_gate(new, load("full"), NO_EQUIVALENCE)
+    r = evaluate_gate(new, stored_summary(), NO_EQUIVALENCE)
     assert r.exit_code == 1 and ("llama-3.1-8b/eagle3/gsm8k/T0/b8", "group") in failing(r)
     warn = NO_EQUIVALENCE.model_copy(update={"missing": "warn"})
-    r = evaluate_gate(new, load("full"), warn)
+    r = evaluate_gate(new, stored_summary(), warn)
     assert r.exit_code == 0 and len([w for w in r.warnings if "missing from the new run" in w]) == 2
     assert "missing from the new run" in render_gate(r)
 
 
 def test_group_globs_and_require_equivalent() -> None:
     only_eagle = GateRules.model_validate({"groups": ["*/eagle3/*"]})
-    assert evaluate_gate(load("rerun"), load("full"), only_eagle).exit_code == 0  # p-eagle's divergence not gated
+    assert evaluate_gate(stored_summary("rerun"), stored_summary(), only_eagle).exit_code == 0  # p-eagle's divergence not gated
     strict = GateRules.model_validate({"groups": ["*/p-eagle/gsm8k/*"],
                                        "rules": {"equivalence": {"require": "equivalent"}}})
-    r = evaluate_gate(load("rerun"), load("full"), strict)
+    r = evaluate_gate(stored_summary("rerun"), stored_summary(), strict)
     assert failing(r) == {("llama-3.1-8b/p-eagle/gsm8k/T0/b8", "equivalence")}  # not shown equivalent

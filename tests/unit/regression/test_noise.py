@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import numpy as np
 import pytest
-from support.paths import FIXTURES
+from support.factories import stored_summary
 
 from specbench.regression.gate import NOT_GATED, GateRules, evaluate_gate
 from specbench.regression.noise import (
@@ -28,14 +27,10 @@ from specbench.stats import Estimate, bootstrap, round_bootstrap
 RULES = GateRules.model_validate({"rules": {"equivalence": None}})
 
 
-def base() -> RunSummary:
-    return RunSummary.load(json.loads((FIXTURES / "summary_full.json").read_text()))
-
-
 def drifted(factor_of: dict[str, float] | float, run_id: str) -> RunSummary:
     """The fixture run with each group's speed (speedup, output tok/s) scaled and its own narrow interval kept:
     what a rerun on a busier or quieter machine looks like."""
-    s = base()
+    s = stored_summary()
     s.run_id = run_id
     for g in s.groups:
         f = factor_of if isinstance(factor_of, float) else factor_of.get(g.group_id, 1.0)
@@ -49,7 +44,7 @@ def drifted(factor_of: dict[str, float] | float, run_id: str) -> RunSummary:
 
 def aa_runs(n: int, spread: float, seed: int) -> list[RunSummary]:
     rng = np.random.default_rng(seed)
-    gids = [g.group_id for g in base().groups]
+    gids = [g.group_id for g in stored_summary().groups]
     return [drifted({gid: float(1 + rng.normal(0, spread)) for gid in gids}, f"aa{i}") for i in range(n)]
 
 
@@ -116,7 +111,7 @@ def test_calibration_round_trips_through_its_file(tmp_path: Path) -> None:
 
 
 def test_identical_code_on_a_drifting_machine_is_not_failed_without_a_noise_estimate() -> None:
-    old, new = base(), drifted(0.90, "rerun")  # −10 %: the issue's A/A move, intervals ±1 %
+    old, new = stored_summary(), drifted(0.90, "rerun")  # −10 %: the issue's A/A move, intervals ±1 %
     r = evaluate_gate(new, old, RULES)
     assert r.exit_code == 0 and not r.failures
     assert any(w.startswith(NOT_GATED) for w in r.warnings)
@@ -135,8 +130,8 @@ def test_a_calibration_passes_identical_code_and_catches_a_planted_slowdown() ->
             r = evaluate_gate(b, a, RULES, noise=cal)
             assert r.exit_code == 0, [c.message for c in r.failures]
             assert any(c.metric == "speedup" and "noise floor" in c.message for c in r.checks)
-    eagle = {g.group_id: 0.75 for g in base().groups if g.method == "eagle3"}  # a real 25 % slowdown of one method
-    r = evaluate_gate(drifted(eagle, "slow"), base(), RULES, noise=cal)
+    eagle = {g.group_id: 0.75 for g in stored_summary().groups if g.method == "eagle3"}  # a real 25 % slowdown of one method
+    r = evaluate_gate(drifted(eagle, "slow"), stored_summary(), RULES, noise=cal)
     assert r.exit_code == 1
     assert {c.group_id.split("/")[1] for c in r.failures} == {"eagle3"}
     # The gate says what its floor lets it see: the drop caught in 90 % of reruns at its multiplicity.
@@ -145,13 +140,13 @@ def test_a_calibration_passes_identical_code_and_catches_a_planted_slowdown() ->
     (note,) = [n for n in r.notes if n.startswith("speedup:")]
     drop = detectable_drop_pct(floor, r.widen)
     assert drop is not None and f"a drop of about {drop:.0f} % or more" in note and f"×{r.widen:.2f}" in note
-    assert not evaluate_gate(drifted(0.9, "x"), base(), RULES).notes  # speed not gated: nothing to say
+    assert not evaluate_gate(drifted(0.9, "x"), stored_summary(), RULES).notes  # speed not gated: nothing to say
 
 
 def test_history_window_baselines_need_no_calibration() -> None:
     from specbench.regression.gate import ExpectedMetric, ExpectedValues
 
-    g = next(g for g in base().groups if g.speedup is not None and g.speedup.value is not None)
+    g = next(g for g in stored_summary().groups if g.speedup is not None and g.speedup.value is not None)
     assert g.speedup is not None and g.speedup.value is not None
     v = g.speedup.value
     window = ExpectedValues(groups={g.group_id: {"speedup": ExpectedMetric(value=v, ci_low=0.9 * v, ci_high=1.1 * v)}})

@@ -2,28 +2,22 @@
 
 from __future__ import annotations
 
-import json
 import math
 import random
 
 import pytest
-from support.paths import FIXTURES
+from support.factories import cell, cell_record, counters, request, stored_summary
 
 from specbench.analysis.metrics import summarize
-from specbench.config.plan import Cell
 from specbench.regression.run_diff import (
     bonferroni_widen,
     compare_runs,
     metric_change,
     render_comparison_markdown,
 )
-from specbench.results.records import CellRecord, RequestRecord, SpecCounters
+from specbench.results.records import SpecCounters
 from specbench.results.summary import RunSummary
 from specbench.stats import Estimate
-
-
-def load(name: str) -> RunSummary:
-    return RunSummary.load(json.loads((FIXTURES / f"summary_{name}.json").read_text()))
 
 
 def test_difference_interval_is_mover_of_the_two_intervals() -> None:
@@ -55,26 +49,26 @@ def test_bonferroni_widen() -> None:
 
 
 def test_same_suite_other_seed_shows_no_significant_change() -> None:
-    comp = compare_runs(load("full"), load("rerun"))
+    comp = compare_runs(stored_summary(), stored_summary("rerun"))
     assert comp.n_comparisons > 50 and comp.changes(significant_only=True) == []
-    assert {g.group_id for g in comp.groups} == {g.group_id for g in load("full").groups}
+    assert {g.group_id for g in comp.groups} == {g.group_id for g in stored_summary().groups}
     assert not comp.only_in_base and not comp.only_in_new
 
 
 def test_speed_is_shown_but_not_tested_without_a_noise_floor() -> None:
-    comp = compare_runs(load("full"), load("regressed"))
+    comp = compare_runs(stored_summary(), stored_summary("regressed"))
     speed = [c for _, c in comp.changes() if c.metric in ("speedup", "output_tps")]
     assert speed and all(c.verdict == "not tested" and not c.significant for c in speed)
     assert "not tested" in render_comparison_markdown(comp)
     # with a floor the same drop is tested, and a floor wider than the drop hides it
-    floored = compare_runs(load("full"), load("regressed"), speed_noise_floor_pct=1)
+    floored = compare_runs(stored_summary(), stored_summary("regressed"), speed_noise_floor_pct=1)
     assert any(c.metric == "speedup" and c.verdict == "worse" for _, c in floored.changes(True))
-    wide = compare_runs(load("full"), load("regressed"), speed_noise_floor_pct=80)
+    wide = compare_runs(stored_summary(), stored_summary("regressed"), speed_noise_floor_pct=80)
     assert not any(c.metric == "speedup" and c.significant for _, c in wide.changes())
 
 
 def test_regressions_are_found_and_rendered() -> None:
-    comp = compare_runs(load("full"), load("regressed"), speed_noise_floor_pct=0)
+    comp = compare_runs(stored_summary(), stored_summary("regressed"), speed_noise_floor_pct=0)
     worse = {(g.group_id, c.metric) for g, c in comp.changes(significant_only=True) if c.verdict == "worse"}
     assert ("llama-3.1-8b/eagle3/gsm8k/T0/b1", "tau") in worse
     assert ("llama-3.1-8b/eagle3/gsm8k/T0/b1", "speedup") in worse
@@ -87,7 +81,7 @@ def test_regressions_are_found_and_rendered() -> None:
 
 
 def test_unmatched_groups_and_status_changes() -> None:
-    base, new = load("full"), load("rerun")
+    base, new = stored_summary(), stored_summary("rerun")
     new.groups = [g for g in new.groups if g.method != "p-eagle"]
     new.groups[1].status = "failed"
     comp = compare_runs(base, new)
@@ -100,23 +94,17 @@ def test_unmatched_groups_and_status_changes() -> None:
 # Real intervals: summaries built by metrics.summarize from simulated records
 
 
-def _cell(method: str, kind: str, k: int | None) -> Cell:
-    return Cell(cell_id=f"t/{method}/d/T1/b1/r0", engine_key=f"t--{method}", target="t", method=method,
-                method_kind=kind, k=k, dataset="d", temperature=1.0, batch_size=1, repeat=0)
-
-
 def simulate(seed: int, accept: float = 0.7, n_prompts: int = 60) -> RunSummary:
     """A baseline and an EAGLE-3-like method at T=1; prompts fixed, sampling and timing noise per seed."""
     lengths = random.Random(0)  # the prompts are the suite's: the same in every run
     sizes = [lengths.randint(40, 200) for _ in range(n_prompts)]
     rng = random.Random(seed)
-    cb, cm = _cell("baseline", "baseline", None), _cell("eagle3", "eagle3", 3)
+    cb, cm = cell("baseline", temperature=1.0), cell("eagle3", k=3, temperature=1.0)
     reqs, total = [], SpecCounters()
     for i, toks in enumerate(sizes):
         pid = f"p{i}"
-        reqs.append(RequestRecord(run_id="r", cell_id=cb.cell_id, engine_key="b", prompt_id=pid, prompt_tokens=5,
-                                  output_token_ids=[1] * toks, output_text="",
-                                  latency_s=toks / 100 * rng.lognormvariate(0, 0.05)))
+        reqs.append(request(cb, pid, tokens=[1] * toks, engine_key="b",
+                            latency_s=toks / 100 * rng.lognormvariate(0, 0.05)))
         drafts, pos, made = 0, [0, 0, 0], 0
         while made < toks:
             drafts += 1
@@ -125,14 +113,12 @@ def simulate(seed: int, accept: float = 0.7, n_prompts: int = 60) -> RunSummary:
                 pos[j] += 1
                 j += 1
             made += j + 1
-        spec = SpecCounters(num_drafts=drafts, num_draft_tokens=3 * drafts, num_accepted_tokens=sum(pos),
-                            accepted_per_pos=pos)
+        spec = counters(sum(pos), drafts, per_position=pos)
         total = total + spec
-        reqs.append(RequestRecord(run_id="r", cell_id=cm.cell_id, engine_key="m", prompt_id=pid, prompt_tokens=5,
-                                  output_token_ids=[1] * toks, output_text="", spec=spec,
-                                  latency_s=drafts * 0.018 * rng.lognormvariate(0, 0.05)))
-    cells = [CellRecord(run_id="r", cell_id=cb.cell_id, engine_key="b", status="ok", wall_time_s=10.0),
-             CellRecord(run_id="r", cell_id=cm.cell_id, engine_key="m", status="ok", counters=total, wall_time_s=6.0)]
+        reqs.append(request(cm, pid, tokens=[1] * toks, engine_key="m", spec=spec,
+                            latency_s=drafts * 0.018 * rng.lognormvariate(0, 0.05)))
+    cells = [cell_record(cb, engine_key="b", wall_time_s=10.0),
+             cell_record(cm, engine_key="m", counters=total, wall_time_s=6.0)]
     return summarize(f"sim-{seed}", "sim", [cb, cm], cells, reqs)
 
 

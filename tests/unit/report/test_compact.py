@@ -4,12 +4,12 @@ intended change with SPECBENCH_UPDATE_GOLDEN=1)."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import pytest
-from support.paths import FIXTURES, GOLDEN, SUITES
+from support.factories import stored_manifest, stored_summary
+from support.paths import GOLDEN, SUITES
 
 from specbench import api
 from specbench.config.plan import expand
@@ -115,8 +115,7 @@ def test_a_small_budget_cuts_the_alarms_first_and_says_how_many_rows_are_left_ou
 def test_compact_summary_golden() -> None:
     """summary_full.json (lossless verdicts, a failed check, cells not run) with two headline rows and a
     failing gate, built by hand."""
-    summary = RunSummary.load(json.loads((FIXTURES / "summary_full.json").read_text()))
-    manifest = RunManifest.load(json.loads((FIXTURES / "manifest_full.json").read_text()))
+    summary, manifest = stored_summary(), stored_manifest()
     g = {x.group_id: x for x in summary.groups}
     ref = g["llama-3.1-8b/eagle3/gsm8k/T0/b1"]
     for gid, speedup, verdict in (("llama-3.1-8b/p-eagle/gsm8k/T0/b1", 1.21, "faster"),

@@ -7,11 +7,11 @@ review the diff.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import pytest
+from support.factories import stored_manifest, stored_summary
 from support.paths import FIXTURES, GOLDEN
 
 from specbench.report.markdown import render_markdown
@@ -22,9 +22,7 @@ from specbench.stats import Estimate
 
 
 def load(name: str) -> tuple[RunSummary, RunManifest]:
-    summary = RunSummary.load(json.loads((FIXTURES / f"summary_{name}.json").read_text()))
-    manifest = RunManifest.load(json.loads((FIXTURES / f"manifest_{name}.json").read_text()))
-    return summary, manifest
+    return stored_summary(name), stored_manifest(name)
 
 
 @pytest.mark.parametrize("name", ["full", "minimal"])

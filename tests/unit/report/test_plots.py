@@ -3,25 +3,20 @@
 from __future__ import annotations
 
 import io
-import json
 
 import numpy as np
 import pytest
 from matplotlib.image import imread
-from support.paths import FIXTURES
+from support.factories import stored_summary
 
 from specbench.report.figure import KNOWN_COLORS, PALETTE, method_colors
 from specbench.report.plots import make_figures
 from specbench.results.summary import RunSummary
 
 
-def load(name: str) -> RunSummary:
-    return RunSummary.load(json.loads((FIXTURES / f"summary_{name}.json").read_text()))
-
-
 @pytest.fixture(scope="module")
 def full_figures() -> dict[str, bytes]:
-    return make_figures(load("full"))
+    return make_figures(stored_summary())
 
 
 def pixels(png: bytes) -> np.ndarray:
@@ -55,13 +50,13 @@ def test_method_colour_is_the_same_in_every_figure(full_figures: dict[str, bytes
 
 
 def test_sparse_and_empty_summaries() -> None:
-    assert list(make_figures(load("minimal"))) == ["tau", "per_position"]
+    assert list(make_figures(stored_summary("minimal"))) == ["tau", "per_position"]
     empty = RunSummary(run_id="x", suite_name="x", groups=[])
     assert make_figures(empty) == {}
 
 
 def test_figures_are_deterministic() -> None:
-    s = load("minimal")
+    s = stored_summary("minimal")
     assert make_figures(s) == make_figures(s)
 
 

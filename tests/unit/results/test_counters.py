@@ -6,9 +6,10 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from support.factories import cell, cell_record, request
 
 from specbench.results import counters
-from specbench.results.records import CellRecord, RequestRecord, SpecCounters
+from specbench.results.records import SpecCounters
 
 # -- the parsers: one per source, the same counters from each ------------------------------------
 
@@ -87,31 +88,25 @@ def _sentinel(accepted, drafts):  # noqa: ANN001, ANN202 - numbers or arrays, as
     return accepted * 0 + SENTINEL
 
 
-def _req(cell_id: str, pid: str, spec: SpecCounters | None, latency: float) -> RequestRecord:
-    return RequestRecord(run_id="r", cell_id=cell_id, engine_key="e", prompt_id=pid, prompt_tokens=5,
-                         output_token_ids=[1] * 12, output_text="", latency_s=latency, ttft_s=0.1, spec=spec)
-
-
 def test_the_one_tau_function_reaches_every_place_tau_is_shown(monkeypatch: pytest.MonkeyPatch) -> None:
     from specbench import frames
     from specbench.analysis import sequential
     from specbench.analysis.metrics import summarize
     from specbench.analysis.serving_metrics import summarize_cell
-    from specbench.config.plan import Cell, Plan
+    from specbench.config.plan import Plan
     from specbench.config.stop_rule import StopRule
     from specbench.results.manifest import RunManifest
     from specbench.zoo import evaluate
 
-    cm = Cell(cell_id="t/eagle3/d/T0/b1/r0", engine_key="t--eagle3", target="t", method="eagle3",
-              method_kind="eagle3", k=3, dataset="d", temperature=0.0, batch_size=1, repeat=0)
+    cm = cell("eagle3", k=3)
     specs = [SpecCounters(num_drafts=4, num_draft_tokens=12, num_accepted_tokens=a, accepted_per_pos=[a, 0, 0])
              for a in (1, 2, 3, 4, 2, 3)]
-    reqs = [_req(cm.cell_id, f"p{i}", s, 0.5 + i / 20) for i, s in enumerate(specs)]
+    reqs = [request(cm.cell_id, f"p{i}", tokens=[1] * 12, latency_s=0.5 + i / 20, ttft_s=0.1, spec=s)
+            for i, s in enumerate(specs)]
     pooled = specs[0]
     for s in specs[1:]:
         pooled = pooled + s
-    cells = [CellRecord(run_id="r", cell_id=cm.cell_id, engine_key="e", status="ok", counters=pooled,
-                        wall_time_s=2.0)]
+    cells = [cell_record(cm.cell_id, counters=pooled, wall_time_s=2.0)]
     manifest = RunManifest.model_construct(plan=Plan.model_construct(cells=[cm], engines=[]))
 
     def shown() -> dict[str, float]:

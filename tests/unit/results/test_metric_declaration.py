@@ -7,11 +7,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from support.factories import cell, cell_record, counters, request
 from support.paths import FIXTURES
 
 from specbench import stats
 from specbench.results import metric_catalog as catalog
-from specbench.results.records import CellRecord, RequestRecord, SpecCounters
+from specbench.results.records import RequestRecord, SpecCounters
 from specbench.stats import Estimate
 
 NAME = "made_up_tokens"
@@ -39,19 +40,15 @@ def declared(monkeypatch: pytest.MonkeyPatch) -> catalog.MetricSpec:
 
 def _run(run_id: str, tokens: int):  # noqa: ANN202 - a RunSummary
     from specbench.analysis.metrics import summarize
-    from specbench.config.plan import Cell
 
-    cells = [Cell(cell_id=f"t/{m}/d/T0/b1/r0", engine_key=f"t--{m}", target="t", method=m, method_kind=kind, k=k,
-                  dataset="d", temperature=0.0, batch_size=1, repeat=0)
-             for m, kind, k in (("baseline", "baseline", None), ("eagle3", "eagle3", 3))]
-    spec = SpecCounters(num_drafts=2, num_draft_tokens=6, num_accepted_tokens=3, accepted_per_pos=[2, 1, 0])
-    reqs = [RequestRecord(run_id=run_id, cell_id=c.cell_id, engine_key="e", prompt_id=f"p{i}", prompt_tokens=5,
-                          output_token_ids=[1] * (tokens + i % 3), output_text="", latency_s=1.0 + i / 10,
-                          spec=spec if c.k else None)
+    cells = [cell("baseline"), cell("eagle3", k=3)]
+    spec = counters(3, 2, per_position=[2, 1, 0])
+    reqs = [request(c.cell_id, f"p{i}", tokens=[1] * (tokens + i % 3), run_id=run_id, latency_s=1.0 + i / 10,
+                    spec=spec if c.k else None)
             for c in cells for i in range(8)]
-    records = [CellRecord(run_id=run_id, cell_id=c.cell_id, engine_key="e", status="ok", wall_time_s=9.0,
-                          counters=None if c.k is None else sum((r.spec for r in reqs if r.cell_id == c.cell_id),
-                                                                SpecCounters()))
+    records = [cell_record(c.cell_id, run_id=run_id, wall_time_s=9.0,
+                           counters=None if c.k is None else sum((r.spec for r in reqs if r.cell_id == c.cell_id),
+                                                                 SpecCounters()))
                for c in cells]
     return summarize(run_id, "s", cells, records, reqs), cells[1].group_id
 

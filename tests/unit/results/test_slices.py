@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
+from support.factories import group, run_summary
 from support.paths import FIXTURES
 
 from specbench.frames import groups_frame
@@ -69,10 +71,8 @@ def test_gate_rules_address_a_slice() -> None:
     assert rules.for_group(GID).tau.max_drop_pct == 3  # type: ignore[union-attr]
 
 
-def _group(**kw: object) -> GroupSummary:
-    return GroupSummary.model_validate({"group_id": GID, "target": "tiny", "method": "eagle3", "method_kind": "eagle3",
-                                        "k": 3, "dataset": "spec_bench", "temperature": 0.0, "batch_size": 1,
-                                        "status": "ok", **kw})
+#: A greedy EAGLE-3 group at K=3 (``GID``), with the fields a test gives.
+_group = functools.partial(group, "eagle3", k=3, target="tiny", dataset="spec_bench")
 
 
 def test_stored_summaries_keep_their_shape() -> None:
@@ -94,7 +94,7 @@ def test_stored_summaries_keep_their_shape() -> None:
 
 
 def test_frames_carry_slice_keys_only_when_a_run_has_slices() -> None:
-    run = RunSummary(run_id="r", suite_name="s", groups=[_group()])
+    run = run_summary([_group()])
     assert not set(SLICE_KEYS) & set(groups_frame(run).columns)
     run = RunSummary(run_id="r", suite_name="s", groups=[
         _group(), _group(group_id=GID + "/category=coding,turn=2", slice={"category": "coding", "turn": 2})])
