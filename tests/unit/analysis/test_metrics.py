@@ -1,22 +1,13 @@
 """Metrics on hand-built records with known answers."""
 
+from support.factories import cell, cell_record, group, request
+
 from specbench.analysis.metrics import acceptance, counter_checks, greedy_match, paired_speedup, summarize
-from specbench.config.plan import Cell
-from specbench.results.records import CellRecord, RequestRecord, SpecCounters
+from specbench.results.records import SpecCounters
 
 
-def req(cell, pid, toks, lat, spec=None, sample=0, repeat=0):
-    return RequestRecord(
-        run_id="r", cell_id=cell, engine_key="e", prompt_id=pid, prompt_tokens=5, output_token_ids=toks,
-        output_text="", latency_s=lat, spec=spec, sample_index=sample, repeat=repeat,
-    )
-
-
-def cell(method, kind, k=None):
-    return Cell(
-        cell_id=f"t/{method}/d/T0/b1/r0", engine_key=f"t--{method}", target="t", method=method,
-        method_kind=kind, k=k, dataset="d", temperature=0.0, batch_size=1, repeat=0,
-    )
+def req(cell_id, pid, toks, lat, spec=None, sample=0, repeat=0):
+    return request(cell_id, pid, tokens=toks, latency_s=lat, spec=spec, sample_index=sample, repeat=repeat)
 
 
 def test_tau_self_drafting_is_k_plus_one():
@@ -61,11 +52,11 @@ def test_summarize_groups_baseline_and_checks():
     spec = SpecCounters(num_drafts=4, num_draft_tokens=12, num_accepted_tokens=6, accepted_per_pos=[3, 2, 1])
     reqs = [req(cb.cell_id, "a", [1, 2, 3, 4], 1.0), req(cm.cell_id, "a", [1, 2, 3, 4], 0.5, spec)]
     cells = [
-        CellRecord(run_id="r", cell_id=cb.cell_id, engine_key="e", status="ok", wall_time_s=1.0),
-        CellRecord(run_id="r", cell_id=cm.cell_id, engine_key="e", status="failed", reason="boom"),
+        cell_record(cb.cell_id, wall_time_s=1.0),
+        cell_record(cm.cell_id, status="failed", reason="boom"),
         # a later attempt of the same cell wins (append-only records)
-        CellRecord(run_id="r", cell_id=cm.cell_id, engine_key="e", status="ok", counters=spec, wall_time_s=0.5),
-        CellRecord(run_id="r", cell_id=cs.cell_id, engine_key="e", status="skipped", reason="GPU only"),
+        cell_record(cm.cell_id, counters=spec, wall_time_s=0.5),
+        cell_record(cs.cell_id, status="skipped", reason="GPU only"),
     ]
     s = summarize("r", "s", [cb, cm, cs], cells, reqs)
     g = s.group(cm.group_id)
@@ -83,7 +74,7 @@ def test_counter_checks_catch_inconsistency():
     bad = SpecCounters(num_drafts=2, num_draft_tokens=6, num_accepted_tokens=7, accepted_per_pos=[2, 2, 2])
     s = summarize(
         "r", "s", [cm],
-        [CellRecord(run_id="r", cell_id=cm.cell_id, engine_key="e", status="ok", counters=bad, wall_time_s=1)],
+        [cell_record(cm.cell_id, counters=bad, wall_time_s=1)],
         [req(cm.cell_id, "a", [1], 1.0)],
     )
     failed = {c.check for c in counter_checks(s.groups) if not c.ok}
@@ -122,12 +113,9 @@ def test_unique_requests_prefers_a_successful_retry():
 
 def tau_group(target: str, method: str, v: float, kind: str = "dflash", half: float = 0.1):
     """A greedy K=3 group with τ = v ± half (for cross-check tests)."""
-    from specbench.results.summary import GroupSummary
     from specbench.stats import Estimate
 
-    return GroupSummary(group_id=f"{target}/{method}/d/T0/b1", target=target, method=method, method_kind=kind,
-                        k=3, dataset="d", temperature=0.0, batch_size=1, status="ok",
-                        tau=Estimate(value=v, ci_low=v - half, ci_high=v + half, n=8))
+    return group(method, kind, 3, target=target, tau=Estimate(value=v, ci_low=v - half, ci_high=v + half, n=8))
 
 
 def test_cross_check_pairs_by_checkpoint_and_assets():
@@ -196,9 +184,8 @@ def test_a_stopped_cell_reports_its_confidence_sequence_where_the_metric_is_comp
                       target_half_width=1.0, interval="asymptotic-cs")
 
     def records(with_stop):
-        return [CellRecord(run_id="r", cell_id=cb.cell_id, engine_key="e", status="ok", wall_time_s=4.0),
-                CellRecord(run_id="r", cell_id=cm.cell_id, engine_key="e", status="ok", counters=pooled,
-                           wall_time_s=2.0, stop=stop if with_stop else None)]
+        return [cell_record(cb.cell_id, wall_time_s=4.0),
+                cell_record(cm.cell_id, counters=pooled, wall_time_s=2.0, stop=stop if with_stop else None)]
 
     stopped = {g.group_id: g for g in summarize_groups([cb, cm], records(True), [*base, *meth])}
     plain = {g.group_id: g for g in summarize_groups([cb, cm], records(False), [*base, *meth])}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from support.factories import cell, cell_record
+from support.factories import cell, cell_record, request, run_summary
 
 from specbench.analysis.serving_metrics import (
     SLO,
@@ -35,20 +35,8 @@ def rec(
     spec: SpecCounters | None = None,
 ) -> RequestRecord:
     itl = [tpot] * (n - 1)
-    return RequestRecord(
-        run_id="r",
-        cell_id=cell,
-        engine_key="e",
-        prompt_id=pid,
-        prompt_tokens=prompt_tokens,
-        output_token_ids=list(range(n)),
-        output_text="x" * n,
-        ttft_s=ttft,
-        itl_s=itl,
-        latency_s=ttft + sum(itl),
-        error=error,
-        spec=spec,
-    )
+    return request(cell, pid, tokens=n, prompt_tokens=prompt_tokens, output_text="x" * n, ttft_s=ttft, itl_s=itl,
+                   latency_s=ttft + sum(itl), error=error, spec=spec)
 
 
 def test_request_tpot() -> None:
@@ -218,7 +206,6 @@ def test_rate_rows_reach_the_summary_and_the_report(tmp_path) -> None:
     from specbench.report.document import Table
     from specbench.report.markdown import build_report, render_markdown
     from specbench.results.parts import ServingCellRow, ServingSpeedupRow
-    from specbench.results.summary import RunSummary
 
     cells = [_rate_cell(m, r, cap=4) for m in ("baseline", "eagle3") for r in (1.0, 8.0)]
     cells += [cell(m, batch_size=2) for m in ("baseline", "eagle3")]
@@ -235,7 +222,7 @@ def test_rate_rows_reach_the_summary_and_the_report(tmp_path) -> None:
     sp = [r for r in rows if isinstance(r, ServingSpeedupRow)]
     assert {(r.concurrency, r.request_rate) for r in sp} == {(2, None), (None, 1.0), (None, 8.0)}
 
-    summary = RunSummary(run_id="r", suite_name="s", groups=[], extra={"serving": [r.model_dump() for r in rows]})
+    summary = run_summary(extra={"serving": [r.model_dump() for r in rows]})
     text = render_markdown(summary)
     assert "Speedup over the baseline by concurrency (95% intervals):" in text
     assert "Speedup over the baseline by request rate (Poisson arrivals) (95% intervals):" in text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from support.factories import group, request
 
 from specbench import stats
 from specbench.analysis.step_time import decoding_steps
@@ -16,8 +17,7 @@ def trace(drafted: list[int], accepted: list[int], complete: bool = True, source
 
 
 def record(n_out: int, steps: StepTrace | None, pid: str = "p") -> RequestRecord:
-    return RequestRecord(run_id="r", cell_id="c", engine_key="e", prompt_id=pid, prompt_tokens=3,
-                         output_token_ids=list(range(n_out)), output_text="", steps=steps)
+    return request("c", pid, tokens=n_out, prompt_tokens=3, steps=steps)
 
 
 # EOS inside an accepted prefix, K=3: the prefill emits token 1; step 1 accepts 3 (+ bonus: tokens 2-5);
@@ -132,13 +132,11 @@ def test_trace_from_vllm_reads_the_detailed_arrays() -> None:
 
 def test_zero_width_intervals_on_few_units_are_flagged_unless_exact() -> None:
     from specbench.analysis.pipeline import zero_width_intervals
-    from specbench.results.summary import GroupSummary
     from specbench.stats import Estimate
 
-    g = GroupSummary(group_id="g", target="t", method="m", method_kind="eagle3", k=3, dataset="d", temperature=0.0,
-                     batch_size=1, status="ok",
-                     tau=Estimate(value=4.0, ci_low=4.0, ci_high=4.0, n=4, method="bootstrap"),
-                     draft_rate=Estimate(value=1.0, ci_low=1.0, ci_high=1.0, n=4, method="exact"),
-                     tpot_s=Estimate(value=0.1, ci_low=0.1, ci_high=0.1, n=12, method="bootstrap"),
-                     accuracy={"strict": Estimate(value=0.0, ci_low=0.0, ci_high=0.0, n=2, method="bootstrap")})
+    g = group("m", "eagle3", 3, group_id="g",
+              tau=Estimate(value=4.0, ci_low=4.0, ci_high=4.0, n=4, method="bootstrap"),
+              draft_rate=Estimate(value=1.0, ci_low=1.0, ci_high=1.0, n=4, method="exact"),
+              tpot_s=Estimate(value=0.1, ci_low=0.1, ci_high=0.1, n=12, method="bootstrap"),
+              accuracy={"strict": Estimate(value=0.0, ci_low=0.0, ci_high=0.0, n=2, method="bootstrap")})
     assert zero_width_intervals([g]) == ["g (n=2): accuracy strict", "g (n=4): τ"]

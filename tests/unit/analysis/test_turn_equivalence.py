@@ -9,14 +9,14 @@ import json
 from pathlib import Path
 
 import numpy as np
-from support.factories import cell
+from support.factories import cell, cell_record, request
 
 from specbench.analysis.equivalence import equivalence_summaries
 from specbench.analysis.pipeline import summarize_run
 from specbench.config.plan import Cell
 from specbench.report.markdown import render_markdown
 from specbench.results.manifest import RunManifest
-from specbench.results.records import CellRecord, RequestRecord
+from specbench.results.records import RequestRecord
 from specbench.results.requests import turn_prompt_id
 from specbench.results.rundir import EQUIVALENCE
 
@@ -36,10 +36,8 @@ def _rows_and_records(cells: list[Cell], rng: np.random.Generator) -> tuple[list
                 rows.append({"cell_id": c.cell_id, "prompt_id": pid, "sample_index": 0, "repeat": 0,
                              "temperature": 1.0, "top_p": 1.0, "order": "probability", "scorer": "hand",
                              "f_minus": u.tolist(), "p": [0.0] * TOKENS})  # p = 0: the PIT value is F(x-)
-                recs.append(RequestRecord(run_id="r", cell_id=c.cell_id, engine_key=c.engine_key, prompt_id=pid,
-                                          prompt_tokens=5, output_token_ids=[1] * TOKENS, output_text="x",
-                                          latency_s=1.0, ttft_s=0.1, conversation_id=f"q{i}", turn=turn,
-                                          conversation_turns=2))
+                recs.append(request(c, pid, tokens=[1] * TOKENS, output_text="x", latency_s=1.0, ttft_s=0.1,
+                                    conversation_id=f"q{i}", turn=turn, conversation_turns=2))
     return rows, recs
 
 
@@ -51,8 +49,7 @@ def test_sampled_test_per_turn_adds_up_and_flags_turn_two_only(tmp_path: Path) -
     gid = cells[1].group_id
     assert set(equivalence) == {gid, f"{gid}/turn=1", f"{gid}/turn=2"}  # the baseline is not tested
 
-    cell_records = [CellRecord(run_id="r", cell_id=c.cell_id, engine_key=c.engine_key, status="ok", wall_time_s=1.0,
-                               num_requests=2 * CONVERSATIONS) for c in cells]
+    cell_records = [cell_record(c, wall_time_s=1.0, num_requests=2 * CONVERSATIONS) for c in cells]
     manifest = RunManifest.load({"run_id": "r", "suite_name": "s", "suite": {
         "name": "s", "targets": [{"name": "t", "model": "m", "methods": [{"method": "baseline"}]}],
         "datasets": [{"name": "d", "kind": "spec_bench"}]}})

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from support.factories import cell, cell_record, counters, request
+from support.factories import cell, cell_record, counters, request, run_summary
 
 from specbench.analysis.metrics import complete_conversations, pair_turns, paired_speedup, summarize_groups
 from specbench.analysis.workload_slices import MIN_PROMPTS_FOR_INTERVAL, category_matrix, workload_slices
@@ -29,7 +29,6 @@ from specbench.results.requests import (
     SamplingRequest,
     turn_prompt_id,
 )
-from specbench.results.summary import RunSummary
 
 CATS = {"a0": "coding", "a1": "coding", "a2": "coding", "a3": "coding", "a4": "coding", "a5": "coding",
         "b0": "math", "b1": "math"}
@@ -206,7 +205,7 @@ def test_matrix_turns_and_heatmap_render_and_gate_categories_are_checked(tmp_pat
     greqs = {c.group_id: [r for r in reqs if r.cell_id == c.cell_id] for c in cells}
     cats = {("d", pid): cat for pid, cat in CATS.items()}
     slices = workload_slices(groups, greqs, cats)
-    run = RunSummary(run_id="r", suite_name="s", groups=groups + slices)
+    run = run_summary(groups + slices)
     run.extra.category_matrix = category_matrix(groups, slices, greqs, cats, {"t": "eagle3"})
     md = render_markdown(run)
     assert "## Categories" in md and "| Method·K | coding (n=6) | math (n=2) |" in md

@@ -3,7 +3,7 @@ import shlex
 import sys
 
 import pytest
-from support.factories import request
+from support.factories import cell_record, request
 
 from specbench.config.methods import METHODS
 from specbench.config.plan import expand
@@ -195,15 +195,13 @@ def _rec(cell, pid, latency, n=10):
 
 def test_speedup_pairs_with_the_baseline_at_the_same_rate(tmp_path):
     from specbench.analysis.metrics import summarize
-    from specbench.results.records import CellRecord
 
     text = RATES.replace("repeats: 2", "repeats: 1").replace("  concurrency: [1, 4]\n", "")
     plan = _plan(tmp_path, text)
     # Baseline latency doubles from rate 0.5 to rate 2; ngram is 1.25× faster than the baseline at each rate.
     lat = {("baseline", 0.5): 1.0, ("baseline", 2.0): 2.0, ("ngram", 0.5): 0.8, ("ngram", 2.0): 1.6}
     reqs = [_rec(c, f"p{i}", lat[(c.method, c.request_rate)] * (1 + 0.1 * i)) for c in plan.cells for i in range(6)]
-    cells = [CellRecord(run_id="r", cell_id=c.cell_id, engine_key=c.engine_key, status="ok", wall_time_s=3.0)
-             for c in plan.cells]
+    cells = [cell_record(c, wall_time_s=3.0) for c in plan.cells]
     summary = summarize("r", "r", plan.cells, cells, reqs)
     by = {(g.method, g.request_rate): g for g in summary.groups}
     assert set(by) == set(lat)

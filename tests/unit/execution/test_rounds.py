@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support.factories import group, request
 from support.paths import SUITES
 
 from specbench.analysis.method_comparison import best_k_wins
@@ -16,7 +17,6 @@ from specbench.engines.factory import ResolvedEngine
 from specbench.execution.jobs import EngineJob
 from specbench.execution.rounds import resident_cap, resident_sets
 from specbench.results.records import RequestRecord
-from specbench.results.summary import GroupSummary
 
 
 def test_rounds_split_the_prompts_in_whole_batches_without_repeating_any() -> None:
@@ -78,9 +78,7 @@ def test_a_speed_stop_rule_and_rounds_are_a_suite_error(tmp_path: Path) -> None:
 
 
 def rec(cell: str, prompt: str, rnd: int | None, tokens: int, latency: float) -> RequestRecord:
-    return RequestRecord(run_id="r", cell_id=cell, engine_key=cell, prompt_id=prompt, round=rnd,
-                         prompt_tokens=5, output_token_ids=[1] * tokens, output_text="", latency_s=latency,
-                         ttft_s=0.01)
+    return request(cell, prompt, tokens=[1] * tokens, engine_key=cell, round=rnd, latency_s=latency, ttft_s=0.01)
 
 
 def test_speedup_pairs_rounds_and_widens_with_drift_between_them() -> None:
@@ -109,11 +107,7 @@ def test_speedup_pairs_rounds_and_widens_with_drift_between_them() -> None:
 
 
 def test_best_k_reports_how_often_it_wins_a_round() -> None:
-    def group(k: int) -> GroupSummary:
-        return GroupSummary(group_id=f"t/m-k{k}/d/T0/b1", target="t", method=f"m-k{k}", method_kind="eagle3",
-                            dataset="d", temperature=0.0, batch_size=1, k=k, family="m", status="ok")
-
-    g1, g3 = group(1), group(3)
+    g1, g3 = (group(f"m-k{k}", "eagle3", k, family="m") for k in (1, 3))
     # K=3 is faster in rounds 0, 1, 2; K=1 in round 3.
     lat3 = {0: 0.5, 1: 0.5, 2: 0.5, 3: 1.5}
     reqs = {g1.group_id: [rec("c1", f"p{r}", r, 40, 1.0) for r in range(4)],

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from support.factories import stored_summary
+from support.factories import run_summary, stored_summary
 from support.paths import FIXTURES, REPO
 
 from specbench.regression.gate import (
@@ -148,7 +148,7 @@ def test_rules_loading(tmp_path: Path) -> None:
 
 
 def test_nothing_measured_and_no_overlap() -> None:
-    empty = RunSummary(run_id="e", suite_name="s", groups=[])
+    empty = run_summary(run_id="e")
     assert evaluate_gate(empty, stored_summary()).exit_code == 3
     all_failed = stored_summary()
     for g in all_failed.groups:

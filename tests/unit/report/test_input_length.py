@@ -4,6 +4,8 @@ intervals, and the ratios over EAGLE-3 at that length from the headline rows."""
 
 from __future__ import annotations
 
+from support.factories import cell, group, run_summary
+
 from specbench.config.plan import Cell
 from specbench.report.markdown import render_markdown
 from specbench.results.parts import HeadlineRow
@@ -17,16 +19,15 @@ def _e(v: float, half: float = 0.1, n: int = 4) -> Estimate:
 
 
 def _cell(method: str, n: int) -> Cell:
-    return Cell(cell_id="", engine_key="e", target="tiny", method=method, method_kind="x", k=3, dataset="context",
-                temperature=0.0, batch_size=1, repeat=0, input_tokens=n)
+    return cell(method, "x", 3, target="tiny", dataset="context", cell_id="", engine_key="e", input_tokens=n)
 
 
 def _group(method: str, n: int, tau: float) -> GroupSummary:
     kind = "baseline" if method == "baseline" else method
     spec = kind != "baseline"
-    return GroupSummary(
-        group_id=_cell(method, n).group_id, target="tiny", method=method, method_kind=kind, k=3 if spec else None,
-        dataset="context", temperature=0.0, batch_size=1, status="ok", n_requests=4,
+    return group(
+        method, kind, 3 if spec else None, target="tiny", dataset="context", group_id=_cell(method, n).group_id,
+        n_requests=4,
         slice=Slice(input_tokens=n), tau=_e(tau) if spec else None,
         per_position=[_e(0.8), _e(0.5), _e(0.25)] if spec else [], step_time_s=_e(0.004, 0.001),
         tpot_s=_e(0.002, 0.0005), speedup=_e(1.2) if spec else None,
@@ -41,7 +42,7 @@ def _summary() -> RunSummary:
                             reference="eagle3", reference_group=_cell("eagle3", n).group_id, reference_k=3,
                             n_prompts=4, tau_ratio=_e(r), speedup_ratio=_e(r + 0.1), verdict="not distinguishable")
                 for n, r in ((64, 0.72), (768, 0.88))]
-    return RunSummary(run_id="r", suite_name="s", groups=groups, headline=headline)
+    return run_summary(groups, headline=headline)
 
 
 def test_the_cell_of_a_length_is_the_groups_input_tokens_slice():

@@ -7,11 +7,10 @@ import io
 import numpy as np
 import pytest
 from matplotlib.image import imread
-from support.factories import stored_summary
+from support.factories import run_summary, stored_summary
 
 from specbench.report.figure import KNOWN_COLORS, PALETTE, method_colors
 from specbench.report.plots import make_figures
-from specbench.results.summary import RunSummary
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +50,7 @@ def test_method_colour_is_the_same_in_every_figure(full_figures: dict[str, bytes
 
 def test_sparse_and_empty_summaries() -> None:
     assert list(make_figures(stored_summary("minimal"))) == ["tau", "per_position"]
-    empty = RunSummary(run_id="x", suite_name="x", groups=[])
+    empty = run_summary(run_id="x", suite_name="x")
     assert make_figures(empty) == {}
 
 

@@ -9,6 +9,7 @@ from typing import Any, get_args, get_origin
 
 import pytest
 from pydantic import BaseModel
+from support.factories import group
 
 from specbench.analysis import sequential
 from specbench.config import stop_rule
@@ -100,9 +101,8 @@ def test_entries_are_complete_and_unique() -> None:
 
 
 def full_group() -> GroupSummary:
-    return GroupSummary(
-        group_id="t/m/d/T0/b1", target="t", method="m", method_kind="eagle3", k=3, dataset="d", temperature=0.0,
-        batch_size=1, status="ok", n_requests=10, counters=SpecCounters(num_drafts=4), tau=E, tau_per_request=E,
+    return group(
+        "m", "eagle3", 3, n_requests=10, counters=SpecCounters(num_drafts=4), tau=E, tau_per_request=E,
         per_position=[E, E], draft_acceptance_rate=E, output_tps=E, throughput_tps=E, latency_s=E,
         latency_p50_s=0.1, latency_p90_s=0.2, latency_p99_s=0.3, ttft_s=E, tpot_s=E, step_time_s=E,
         verification=VerificationSpent(drafted_per_step=E, accepted_per_verified=E, wasted_per_emitted=E),

@@ -96,7 +96,7 @@ def test_stored_summaries_keep_their_shape() -> None:
 def test_frames_carry_slice_keys_only_when_a_run_has_slices() -> None:
     run = run_summary([_group()])
     assert not set(SLICE_KEYS) & set(groups_frame(run).columns)
-    run = RunSummary(run_id="r", suite_name="s", groups=[
+    run = run_summary([
         _group(), _group(group_id=GID + "/category=coding,turn=2", slice={"category": "coding", "turn": 2})])
     df = groups_frame(run)
     assert df["category"].isna().tolist() == [True, False] and df["category"].iloc[1] == "coding"
