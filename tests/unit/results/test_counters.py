@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from support.factories import cell, cell_record, request
 
+from specbench.engines.vllm_offline import counters_from_request_metrics
 from specbench.results import counters
 from specbench.results.records import SpecCounters
 
@@ -39,6 +40,14 @@ def test_request_histogram_and_response_give_the_same_counters() -> None:
     assert counters.from_response(sd, None) == c
     assert counters.from_request([4], 0, 3).accepted_per_pos == [0, 0, 0]  # K positions even when none accepted
     assert counters.from_response({}, 3) is None
+
+
+def test_per_request_counters_from_vllm_histogram() -> None:
+    # K=3: 2 steps accepted 0, 1 step accepted 2, 3 steps accepted 3.
+    metrics = SimpleNamespace(histogram=[2, 0, 1, 3], num_draft_tokens=18)
+    c = counters_from_request_metrics(metrics, 3)
+    assert c == SpecCounters(num_drafts=6, num_draft_tokens=18, num_accepted_tokens=11, accepted_per_pos=[4, 4, 3])
+    assert sum(c.accepted_per_pos) == c.num_accepted_tokens
 
 
 def test_prometheus_and_offline_agree() -> None:
