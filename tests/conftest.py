@@ -29,9 +29,10 @@ def _sigint_handler_is_restored(request):
 
 _INTEGRATION_DIR = Path(__file__).parent / "integration"
 
-#: Modules whose runs share kept engines (the ``kept_engines`` fixture: the trained target's baseline and
-#: EAGLE-3, identical in all three), run one after another, last: nothing in between evicts them.
-SHARING_TRAINED_ENGINES = ("test_early_stopping.py", "test_speed_rounds.py", "test_workloads.py")
+#: Integration modules whose runs share kept engines (the ``kept_engines`` fixture: the trained target's
+#: baseline and EAGLE-3, identical in all three), run one after another, last: nothing in between evicts them.
+SHARING_TRAINED_ENGINES = tuple(_INTEGRATION_DIR / name
+                                for name in ("test_early_stopping.py", "test_speed_rounds.py", "test_workloads.py"))
 
 
 def pytest_collection_modifyitems(config, items):
@@ -41,4 +42,4 @@ def pytest_collection_modifyitems(config, items):
         if _INTEGRATION_DIR in Path(str(item.path)).parents:
             item.add_marker(pytest.mark.integration)
     order = {name: i for i, name in enumerate(SHARING_TRAINED_ENGINES)}
-    items.sort(key=lambda it: order.get(Path(str(it.path)).name, -1))  # stable: the others keep their order
+    items.sort(key=lambda it: order.get(Path(str(it.path)), -1))  # stable: the others keep their order

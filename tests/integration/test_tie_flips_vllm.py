@@ -6,7 +6,7 @@ and the target drafting for itself (K=3) in bfloat16. Every output that differs 
 baseline is a numerical flip by construction (same weights, speculation is lossless), so
 the classifier must call each a near-tie (gap within bfloat16's tolerance) or, at worst,
 unverifiable, never divergent; and the same flips judged with the float32 tolerance show
-why the dtype matters. Hand-built records in tests/unit/test_tie_tolerance.py check that a
+why the dtype matters. Hand-built records in tests/unit/analysis/test_tie_tolerance.py check that a
 real divergence is still caught.
 """
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from rich.progress import Progress, TextColumn
+from support.paths import RECORDED, SUITES
 from typer.testing import CliRunner
 
 from specbench import api
@@ -27,8 +28,6 @@ from specbench.execution.driver import RunProgress
 from specbench.report.terminal import shown
 from specbench.zoo.assets import TinyAssets
 
-TESTS = Path(__file__).resolve().parents[1]
-SUITES = TESTS.parent / "suites"
 LONG = "L" * 180
 #: Name-safe hostile strings (no "/": see _path) and what each must look like on screen.
 CORPUS = [":100:", ":1234:", "[bold]", "[/]", "[link=example.com]", "\x1b[31m", "\x1b]8;;e.com\x07",
@@ -123,7 +122,7 @@ def _hostile_run(tmp_path: Path, error: str) -> Path:
     failed with ``error`` (an engine's error text) and its records gone."""
     run = _path(tmp_path / f"res{CORPUS[0]}{CORPUS[2]}", f"run{CORPUS[3]}{CORPUS[5]}{CORPUS[4]}")
     run = run.parent / "recorded" / run.name
-    shutil.copytree(TESTS / "fixtures" / "recorded", run)
+    shutil.copytree(RECORDED, run)
     manifest = json.loads((run / "manifest.json").read_text())
     manifest["suite_name"] = "s:100:[bold]"
     (run / "manifest.json").write_text(json.dumps(manifest))

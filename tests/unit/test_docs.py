@@ -15,8 +15,8 @@ from markdown.extensions.toc import slugify
 from mkdocs.commands.build import build
 from mkdocs.config import load_config
 from mkdocs.exceptions import Abort
+from support.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
 README = REPO / "README.md"
 # A markdown link [text](target): the target up to its closing parenthesis.

@@ -27,7 +27,7 @@ import ast
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-PACKAGE_DIR = Path(__file__).resolve().parents[2] / "specbench"
+from support.paths import PACKAGE
 
 #: Each stage's rank, low to high: a package imports only packages of a lower rank (within
 #: a package anything goes, cycles aside). Top-level modules count as packages of their own.
@@ -120,7 +120,7 @@ def imports_of(name: str, path: Path, modules: Mapping[str, Path], package: str)
     return out
 
 
-def import_graph(root: Path = PACKAGE_DIR, package: str = "specbench") -> dict[str, set[str]]:
+def import_graph(root: Path = PACKAGE, package: str = "specbench") -> dict[str, set[str]]:
     modules = module_names(root, package)
     return {name: imports_of(name, path, modules, package) for name, path in modules.items()}
 
@@ -258,7 +258,7 @@ def test_a_planted_higher_rank_import_fails(tmp_path: Path) -> None:
     """Copy the real package, plant one function-local import of a higher stage, and see it caught."""
     import shutil
     pkg = tmp_path / "specbench"
-    shutil.copytree(PACKAGE_DIR, pkg, ignore=shutil.ignore_patterns("__pycache__", "data", "templates"))
+    shutil.copytree(PACKAGE, pkg, ignore=shutil.ignore_patterns("__pycache__", "data", "templates"))
     assert rank_violations(import_graph(pkg)) == []
     target = pkg / "results" / "records.py"
     target.write_text(target.read_text() + "\n\ndef _planted():\n    from specbench.report import markdown\n    return markdown\n")

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import re
 import shlex
-from pathlib import Path
 from typing import Any, Literal
 
 import pytest
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from support.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "kuberay"
 
 

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
 
 import pytest
+from support.paths import PACKAGE
 
-PACKAGE_DIR = Path(__file__).resolve().parents[2] / "specbench"
-STAGES = sorted(p.name for p in PACKAGE_DIR.iterdir() if (p / "__init__.py").exists())
+STAGES = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists())
 
 
 def test_at_most_eight_top_level_modules() -> None:
-    top = sorted(p.name for p in PACKAGE_DIR.glob("*.py"))
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert len(top) <= 8, top
 
 

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 import tomllib
+from support.paths import REPO
 
 from specbench import datasets
 from specbench.config.suite import DatasetSpec, SuiteError, load_suite
 from specbench.settings import settings
 
-REPO = Path(__file__).resolve().parents[2]
 # The workspace's data folder beside the repository, which users never have (spelled in parts so that
 # this file does not name it either).
 OUTSIDE = ("../" + "shared", "shared/" + "data/")

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.paths import RECORDED
 
 from specbench import api, stats
-
-RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"
 
 
 @pytest.mark.parametrize("n", [2, 3, 7, 8, 9, 33, 129, 300])
