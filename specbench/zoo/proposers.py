@@ -289,7 +289,7 @@ def broadcast_float_mask(
     the mask function evaluated once on broadcast index grids instead of through ``torch.vmap``.
 
     The anchored-block mask functions are elementwise tensor expressions, so both give the same
-    mask (``tests/unit/test_reference_proposers.py`` compares them); vmap's per-call dispatch made
+    mask (``tests/unit/zoo/test_reference_proposers.py`` compares them); vmap's per-call dispatch made
     this mask three quarters of a DFlash/DSpark proposal's time on CPU."""
     q = torch.arange(Q_LEN, device=device).view(-1, 1)
     kv = torch.arange(KV_LEN, device=device).view(1, -1)
