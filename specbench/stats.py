@@ -194,7 +194,7 @@ def round_bootstrap(
 def with_between_run(e: Estimate, pct: float) -> Estimate:
     """``e`` with a between-run component of ``pct`` % of its value added to each side of its interval in
     quadrature (the two are independent: the spread over prompts within a run, and what moves a whole
-    run; issue 22). ``pct`` comes from an A/A calibration (:mod:`specbench.results.noise`). An estimate
+    run; issue 22). ``pct`` comes from an A/A calibration (:mod:`specbench.results.noise_calibration`). An estimate
     without an interval gets one of the between-run width alone; ``method`` says it was widened."""
     if not pct or e.value is None:
         return e

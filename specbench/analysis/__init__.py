@@ -4,7 +4,7 @@ complete summary out), ``metrics`` (per-group τ, acceptance, speedup, latency),
 ``method_comparison`` (headline ratios, K sweeps), ``step_time``,
 ``serving_metrics``, ``lossless`` (greedy identity and the sampled test) with
 ``pit`` and ``equivalence`` (their verdicts on a run's records), ``sequential`` and ``early_stopping`` (confidence sequences and stop
-rules), ``between_run`` (an A/A calibration's noise in a summary's speed intervals),
+rules), ``apply_noise`` (an A/A calibration's noise in a summary's speed intervals),
 ``timing`` (where a run's wall went).
 """
 
