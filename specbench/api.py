@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from specbench import datasets
-from specbench.analysis.timing import Timeline
 from specbench.analysis.timing_estimate import recorded_engine_spans
 from specbench.config.plan import Plan, with_ks
 from specbench.config.suite import Suite, SuiteError, load_suite
@@ -33,6 +32,7 @@ from specbench.execution.interrupt import SIGNALS as STOP_SIGNALS  # the signals
 from specbench.execution.interrupt import StopRequested, stop_on_signals
 from specbench.execution.run_plan import DataChanged as DataChanged  # a resumed run's data changed: bad input
 from specbench.execution.run_plan import RunPlan, engine_configs, plan_resume, plan_run
+from specbench.execution.timeline import Timeline
 from specbench.results import rundir
 from specbench.results.manifest import DatasetSource, EngineEntry, RunManifest, build_manifest
 from specbench.results.noise_calibration import NoiseCalibration
@@ -185,7 +185,7 @@ def run(
 
     ``executor`` (local | ray), ``ray_address`` and ``max_parallel_engines``
     override the suite's ``executor:`` section. ``timeline`` records where the
-    time goes (:mod:`specbench.analysis.timing`; a new one, started now, when None); its
+    time goes (:mod:`specbench.execution.timeline`; a new one, started now, when None); its
     breakdown goes into the manifest's ``time_breakdown``. Pass the same one to
     :func:`report` to add the reports to it. Returns the run directory.
 

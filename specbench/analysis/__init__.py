@@ -5,7 +5,8 @@ complete summary out), ``metrics`` (per-group τ, acceptance, speedup, latency),
 ``serving_metrics``, ``lossless`` (greedy identity and the sampled test) with
 ``pit`` and ``equivalence`` (their verdicts on a run's records), ``sequential`` and ``early_stopping`` (confidence sequences and stop
 rules), ``apply_noise`` (an A/A calibration's noise in a summary's speed intervals),
-``timing`` (where a run's wall went).
+``timing`` (where a run's wall went: the breakdown of recorded spans; recording them is
+:mod:`specbench.execution.timeline`) and ``timing_estimate`` (spans estimated from a run's files).
 """
 
 from specbench._lazy import exports
@@ -13,7 +14,6 @@ from specbench._lazy import exports
 __getattr__, __dir__ = exports(__name__, {
     "summarize": "metrics",
     "summarize_run": "pipeline",
-    "Timeline": "timing",
     "breakdown": "timing",
 })
 __all__ = sorted(__dir__())
