@@ -357,7 +357,7 @@ def min_detectable_tv(n: int, alpha: float = 0.01, power: float = 0.95, n_tests:
     ``eps = sqrt(ln(1/beta) / (2n))`` of its mean with probability
     ``>= 1 - beta``. The test rejects when ``D_n`` exceeds the exact KS
     critical value ``c`` at level ``alpha / n_tests`` (the Bonferroni share
-    the KS gets in :func:`specbench.analysis.lossless.uniformity_test`). So ``delta >= c + eps`` is
+    the KS gets in :func:`specbench.analysis.lossless_sampled.uniformity_test`). So ``delta >= c + eps`` is
     detected with probability ``>= power = 1 - beta``:
 
         min_detectable_tv(n) = c_{alpha/n_tests}(n) + sqrt(ln(1/(1-power)) / (2n))

@@ -2,7 +2,8 @@
 ``results.rundir``): ``pipeline`` (:func:`summarize_run`: a run's records in, its
 complete summary out), ``metrics`` (per-group τ, acceptance, speedup, latency),
 ``method_comparison`` (headline ratios, K sweeps), ``step_time``,
-``serving_metrics``, ``lossless`` (greedy identity and the sampled test) with
+``serving_metrics``, ``lossless`` (the verdicts) with ``lossless_greedy`` (greedy identity) and
+``lossless_sampled`` (the sampled PIT test), with
 ``pit`` and ``equivalence`` (their verdicts on a run's records), ``sequential`` and ``early_stopping`` (confidence sequences and stop
 rules), ``apply_noise`` (an A/A calibration's noise in a summary's speed intervals),
 ``timing`` (where a run's wall went: the breakdown of recorded spans; recording them is

@@ -270,7 +270,7 @@ class SampledEquivalenceSpec(Strict):
 
 
 class EquivalenceSpec(Strict):
-    """Lossless checks against the baseline (``specbench.analysis.lossless``)."""
+    """Lossless checks against the baseline (``specbench.analysis.lossless``, ``lossless_greedy``, ``lossless_sampled``)."""
 
     greedy: bool = Field(False, description="T=0 cells: token identity vs the baseline, flips classified")
     logprobs: int = Field(5, ge=1, description="top-k logprobs the greedy cells record to classify a flip")
@@ -278,7 +278,7 @@ class EquivalenceSpec(Strict):
         None,
         ge=0,
         description="nats: a flip whose gap to the top token is within it is a near-tie. Default: from the "
-        "engines' dtype (specbench.analysis.lossless.TIE_TOLERANCE_BY_DTYPE; float32 1e-3, bfloat16 0.25)",
+        "engines' dtype (specbench.analysis.lossless_greedy.TIE_TOLERANCE_BY_DTYPE; float32 1e-3, bfloat16 0.25)",
     )
     sampled: SampledEquivalenceSpec | None = None
 
