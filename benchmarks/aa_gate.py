@@ -3,12 +3,12 @@
 Reads N finished runs of one suite made with identical code on one machine (``--runs DIR ...``), or
 makes them (``--suite S --n N``: ``specbench run S`` N times in a row; the load average before each
 run is printed). The first ``--calibrate-on`` runs (default: half, at least 2) calibrate the speed
-noise floor (:func:`specbench.regression.noise.calibrate`); every pair of the *other* runs is judged:
+noise floor (:func:`specbench.regression.calibrate_noise.calibrate`); every pair of the *other* runs is judged:
 
 * per speed metric (speedup, output tok/s, TPOT, throughput, the headline's speedup ratio): the share
   of (pair, group) changes outside their two 95 % intervals (the difference interval excludes 0, no
   multiplicity), with the within-run intervals as stored and with the intervals a run analysed with
-  the calibration reports (:func:`specbench.analysis.between_run.with_speed_noise`: between-run noise
+  the calibration reports (:func:`specbench.analysis.apply_noise.with_speed_noise`: between-run noise
   added in quadrature) — the issue's check is on the latter;
 * the false-alarm rate of ``compare`` (any significant speed change, with the calibrated floor as
   ``--speed-noise-floor-pct``) and of ``gate`` (``--rules``, default ``gates.example.yaml``, with the
@@ -43,14 +43,15 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from specbench.analysis.between_run import with_speed_noise  # noqa: E402
+from specbench.analysis.apply_noise import with_speed_noise  # noqa: E402
 from specbench.api import load_summary  # noqa: E402
 from specbench.engines.vllm_patches import PLANTED_DELAY_ENV  # noqa: E402
+from specbench.regression.calibrate_noise import calibrate, floor_for_power  # noqa: E402
 from specbench.regression.gate import evaluate_gate, load_rules  # noqa: E402
-from specbench.regression.noise import NoiseCalibration, calibrate, floor_for_power, save_noise  # noqa: E402
 from specbench.regression.run_diff import compare_runs, estimates_of, headline_key, metric_change  # noqa: E402
 from specbench.results import metric_catalog as catalog  # noqa: E402
 from specbench.results import rundir  # noqa: E402
+from specbench.results.noise_calibration import NoiseCalibration, save_noise  # noqa: E402
 from specbench.results.summary import RunSummary  # noqa: E402
 from specbench.stats import Estimate  # noqa: E402
 

@@ -7,7 +7,7 @@ chunk ``--gap-ms`` after the request, then one chunk every ``chunk × gap``
 on an absolute schedule, and records when it actually wrote each chunk.
 Both clients drive it at 1…512 concurrent streams:
 
-* specbench (``specbench.engines.loadgen``): ITL per token (multi-token chunks
+* specbench (``specbench.engines.loadgen`` and ``stream_client``): ITL per token (multi-token chunks
   spread), plus the lag of every chunk's arrival behind the server's write;
 * ``vllm bench serve`` (``vllm.benchmarks.serve``): its ITL per chunk.
 
@@ -160,7 +160,8 @@ def _get(url: str) -> Any:
 
 def run_specbench(base: str, conc: int, n_req: int, tokens: int, tag: str) -> dict[str, Any]:
     """Drive the fake with specbench's loadgen; ITLs, chunk lags and client CPU."""
-    from specbench.engines.loadgen import LoadProfile, build_item, make_session, run_load
+    from specbench.engines.loadgen import LoadProfile, run_load
+    from specbench.engines.stream_client import build_item, make_session
     from specbench.results.requests import PreparedPrompt, SamplingRequest
 
     sampling = SamplingRequest(temperature=0.0, max_tokens=tokens)

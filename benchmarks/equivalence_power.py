@@ -17,8 +17,8 @@ Section ``numpy`` (``--numpy-only``) is a pure simulation, no engine:
   ``top_p=0.90``;
 * every sampled token is scored under the cell's processed target as top-20
   logprobs plus a tail bucket, exactly as a teacher-forced vLLM scorer would
-  record it, and tested with :func:`specbench.analysis.lossless.uniformity_test`
-  (one sample) and :func:`specbench.analysis.lossless.distribution_verdict`
+  record it, and tested with :func:`specbench.analysis.lossless_sampled.uniformity_test`
+  (one sample) and :func:`specbench.analysis.lossless_sampled.distribution_verdict`
   (against a baseline cell's own samples of the same size).
 
 It prints the rejection rate of each sampler at each number of tokens, the
@@ -54,16 +54,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specbench.analysis.lossless import (
+from specbench.analysis.lossless_sampled import (
     coarsen_topk,
     distribution_verdict,
     false_alarm_pvalue,
-    min_detectable_tv,
     pit_values_array,
     uniformity_test,
 )
 from specbench.results import counters
-from specbench.stats import wilson_interval
+from specbench.stats import min_detectable_tv, wilson_interval
 
 # ---------------------------------------------------------------------------
 # Simulated vocabulary, targets and drafts

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from specbench import datasets
-from specbench.analysis.timing import Timeline
 from specbench.analysis.timing_estimate import recorded_engine_spans
 from specbench.config.plan import Plan, with_ks
 from specbench.config.suite import Suite, SuiteError, load_suite
@@ -33,10 +32,11 @@ from specbench.execution.interrupt import SIGNALS as STOP_SIGNALS  # the signals
 from specbench.execution.interrupt import StopRequested, stop_on_signals
 from specbench.execution.run_plan import DataChanged as DataChanged  # a resumed run's data changed: bad input
 from specbench.execution.run_plan import RunPlan, engine_configs, plan_resume, plan_run
+from specbench.execution.timeline import Timeline
 from specbench.results import rundir
 from specbench.results.manifest import DatasetSource, EngineEntry, RunManifest, build_manifest
-from specbench.results.noise import NoiseCalibration
-from specbench.results.noise import NoiseError as NoiseError  # the CLI reports it as bad input
+from specbench.results.noise_calibration import NoiseCalibration
+from specbench.results.noise_calibration import NoiseError as NoiseError  # the CLI reports it as bad input
 from specbench.results.records import now_iso
 from specbench.results.summary import RunSummary
 from specbench.settings import settings
@@ -188,7 +188,7 @@ def run(
 
     ``executor`` (local | ray), ``ray_address`` and ``max_parallel_engines``
     override the suite's ``executor:`` section. ``timeline`` records where the
-    time goes (:mod:`specbench.analysis.timing`; a new one, started now, when None); its
+    time goes (:mod:`specbench.execution.timeline`; a new one, started now, when None); its
     breakdown goes into the manifest's ``time_breakdown``. Pass the same one to
     :func:`report` to add the reports to it. Returns the run directory.
 
@@ -340,7 +340,7 @@ def analyze(run_dir: Path, *, allow_code_exec: bool | None = None, timeline: Tim
     ``allow_code_exec`` overrides the suite's ``scoring.allow_code_exec``
     (HumanEval runs generated code, in the sandbox, only when allowed).
     ``timeline`` gets a scoring and an analysis span. ``noise``: an A/A calibration
-    (:mod:`specbench.results.noise`) whose between-run noise the speed intervals then include; it
+    (:mod:`specbench.results.noise_calibration`) whose between-run noise the speed intervals then include; it
     must be of the run's hardware class and suite (else :class:`NoiseError`). Without one, the
     calibration kept beside the run (``results/<suite>/noise.json``) is used when it applies.
     """
@@ -355,7 +355,7 @@ def _speed_noise(run_dir: Path, manifest: RunManifest, noise: Path | None) -> tu
     ``noise`` when given (it must apply); else ``noise.json`` beside the run; else the suite's
     ``speed_noise`` file, each when it is of the run's hardware class and suite."""
     from specbench.config.suite import resolve_path
-    from specbench.results.noise import applying, check_applies, find_noise, load_noise
+    from specbench.results.noise_calibration import applying, check_applies, find_noise, load_noise
 
     hw, suite = manifest.hardware_class, manifest.suite_name
     if noise is None:
@@ -463,7 +463,7 @@ def gate(new_run: Path, baseline: str, *, rules: Path | None = None, db: str | N
     """The CI regression gate of ``new_run`` against ``baseline``: a stored run directory, a JSON of
     expected values, or ``history[:N]`` (the median of the suite's last N runs on this hardware
     class in the history ``db``). ``noise``: an A/A calibration of speed noise on the new run's
-    hardware class (:mod:`specbench.regression.noise`); without one, the calibration the new run
+    hardware class (:mod:`specbench.regression.calibrate_noise`); without one, the calibration the new run
     was analysed with (``specbench calibrate``, then runs beside it); with neither, speed against a
     single run is not gated."""
     from specbench.regression.gate import (
@@ -475,7 +475,7 @@ def gate(new_run: Path, baseline: str, *, rules: Path | None = None, db: str | N
     )
     from specbench.regression.gate_history import evaluate_history_gate, history_window
     from specbench.regression.history import History
-    from specbench.results.noise import check_applies, load_noise
+    from specbench.results.noise_calibration import check_applies, load_noise
 
     window = history_window(baseline)
     try:
@@ -500,10 +500,10 @@ def gate(new_run: Path, baseline: str, *, rules: Path | None = None, db: str | N
 
 def calibrate(run_dirs: list[Path], out: Path | None = None) -> tuple[NoiseCalibration, Path]:
     """An A/A noise calibration from ≥ 2 finished identical-code runs of one suite on one hardware
-    class (:func:`specbench.regression.noise.calibrate`), written to ``out`` (default: ``noise.json``
+    class (:func:`specbench.regression.calibrate_noise.calibrate`), written to ``out`` (default: ``noise.json``
     beside the runs, where later runs of the suite find it). Returns (calibration, path)."""
-    from specbench.regression.noise import calibrate as calibrate_runs
-    from specbench.results.noise import NOISE_FILE, save_noise
+    from specbench.regression.calibrate_noise import calibrate as calibrate_runs
+    from specbench.results.noise_calibration import NOISE_FILE, save_noise
 
     classes = {rundir.read_manifest(d).hardware_class for d in run_dirs}
     if len(classes) != 1:

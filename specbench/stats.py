@@ -194,7 +194,7 @@ def round_bootstrap(
 def with_between_run(e: Estimate, pct: float) -> Estimate:
     """``e`` with a between-run component of ``pct`` % of its value added to each side of its interval in
     quadrature (the two are independent: the spread over prompts within a run, and what moves a whole
-    run; issue 22). ``pct`` comes from an A/A calibration (:mod:`specbench.results.noise`). An estimate
+    run; issue 22). ``pct`` comes from an A/A calibration (:mod:`specbench.results.noise_calibration`). An estimate
     without an interval gets one of the between-run width alone; ``method`` says it was widened."""
     if not pct or e.value is None:
         return e
@@ -357,7 +357,7 @@ def min_detectable_tv(n: int, alpha: float = 0.01, power: float = 0.95, n_tests:
     ``eps = sqrt(ln(1/beta) / (2n))`` of its mean with probability
     ``>= 1 - beta``. The test rejects when ``D_n`` exceeds the exact KS
     critical value ``c`` at level ``alpha / n_tests`` (the Bonferroni share
-    the KS gets in :func:`specbench.analysis.lossless.uniformity_test`). So ``delta >= c + eps`` is
+    the KS gets in :func:`specbench.analysis.lossless_sampled.uniformity_test`). So ``delta >= c + eps`` is
     detected with probability ``>= power = 1 - beta``:
 
         min_detectable_tv(n) = c_{alpha/n_tests}(n) + sqrt(ln(1/(1-power)) / (2n))

@@ -2,10 +2,12 @@
 ``results.rundir``): ``pipeline`` (:func:`summarize_run`: a run's records in, its
 complete summary out), ``metrics`` (per-group τ, acceptance, speedup, latency),
 ``method_comparison`` (headline ratios, K sweeps), ``step_time``,
-``serving_metrics``, ``lossless`` (greedy identity and the sampled test) with
+``serving_metrics``, ``lossless`` (the verdicts) with ``lossless_greedy`` (greedy identity) and
+``lossless_sampled`` (the sampled PIT test), with
 ``pit`` and ``equivalence`` (their verdicts on a run's records), ``sequential`` and ``early_stopping`` (confidence sequences and stop
-rules), ``between_run`` (an A/A calibration's noise in a summary's speed intervals),
-``timing`` (where a run's wall went).
+rules), ``apply_noise`` (an A/A calibration's noise in a summary's speed intervals),
+``timing`` (where a run's wall went: the breakdown of recorded spans; recording them is
+:mod:`specbench.execution.timeline`) and ``timing_estimate`` (spans estimated from a run's files).
 """
 
 from specbench._lazy import exports
@@ -13,7 +15,6 @@ from specbench._lazy import exports
 __getattr__, __dir__ = exports(__name__, {
     "summarize": "metrics",
     "summarize_run": "pipeline",
-    "Timeline": "timing",
     "breakdown": "timing",
 })
 __all__ = sorted(__dir__())

@@ -23,15 +23,14 @@ from typing import Any
 
 import numpy as np
 
-from specbench.analysis.lossless import (
+from specbench.analysis.lossless_greedy import (
     TIE_TOLERANCE_BY_DTYPE,
     canonical_dtype,
     compare_greedy,
-    distribution_verdict,
-    min_tokens_for_tv,
     summarize_greedy,
     tie_tolerance_for,
 )
+from specbench.analysis.lossless_sampled import distribution_verdict
 from specbench.analysis.metrics import complete_conversations, pair_turns
 from specbench.analysis.pit import pit_from_row
 from specbench.config.plan import Cell
@@ -42,6 +41,7 @@ from specbench.results.parts import Equivalence
 from specbench.results.records import RequestRecord
 from specbench.results.rundir import EQUIVALENCE
 from specbench.results.slices import sliced_group_id, split_group_id
+from specbench.stats import min_tokens_for_tv
 
 SCORER = "vllm prompt_logprobs=-1 (full vocabulary, raw), temperature/top-p applied by specbench"
 ORDER = "probability"
@@ -114,7 +114,7 @@ def greedy_equivalence(
     The near-tie tolerance is ``tie_tolerance`` when given (a suite's
     ``equivalence.tie_tolerance``), else the one of the coarser of the two
     engines' dtypes (``engine_dtypes``: engine key → dtype, as vLLM resolved
-    it; :func:`~specbench.analysis.lossless.tie_tolerance_for`).
+    it; :func:`~specbench.analysis.lossless_greedy.tie_tolerance_for`).
     """
     groups, baselines = _groups(cells)
     recs = _records_by_group(cells, requests)
@@ -266,7 +266,7 @@ def sampled_equivalence(
 
     Needs ``equivalence.jsonl`` (from the run's teacher-forcing job, :mod:`specbench.execution.teacher_forcing`). The
     method's PIT values are tested for uniformity and against the baseline
-    group's own scored samples (:func:`~specbench.analysis.lossless.distribution_verdict`).
+    group's own scored samples (:func:`~specbench.analysis.lossless_sampled.distribution_verdict`).
     Returns ``{group_id: {"sampled": {...}}}``; groups with nothing scored
     get ``"not shown equivalent"`` with the reason.
 

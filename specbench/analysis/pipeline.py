@@ -18,7 +18,7 @@ from collections.abc import Collection, Mapping, Sequence
 from pydantic import BaseModel
 
 from specbench.analysis import metrics
-from specbench.analysis.between_run import with_speed_noise
+from specbench.analysis.apply_noise import with_speed_noise
 from specbench.analysis.method_comparison import headline, k_sweeps
 from specbench.analysis.serving_metrics import group_records, speedups_vs_load, summarize_cell
 from specbench.analysis.workload_slices import Categories, category_matrix, workload_slices
@@ -27,7 +27,7 @@ from specbench.config.plan import Cell
 from specbench.config.suite import reference_method
 from specbench.results import metric_catalog
 from specbench.results.manifest import RunManifest
-from specbench.results.noise import NoiseCalibration
+from specbench.results.noise_calibration import NoiseCalibration
 from specbench.results.parts import Equivalence, ServingCellRow, ServingSpeedupRow, SummaryExtra
 from specbench.results.records import CellRecord, RequestRecord
 from specbench.results.summary import GroupSummary, RunSummary
@@ -61,7 +61,7 @@ def summarize_run(
     prompt id → reference answer (an early-stopped cell's accuracy); ``prompt_categories``: (dataset,
     prompt id) → category (the category slices and matrix); ``torn_lines``: the torn last
     lines of interrupted writes that reading the records dropped; ``speed_noise``: an A/A calibration
-    whose between-run noise the speed intervals then include (:mod:`specbench.analysis.between_run`),
+    whose between-run noise the speed intervals then include (:mod:`specbench.analysis.apply_noise`),
     ``speed_noise_note``: why one beside the run was not used.
     """
     suite = manifest.suite

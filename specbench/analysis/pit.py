@@ -47,7 +47,7 @@ def process_logprobs(raw: np.ndarray, temperature: float, top_p: float = 1.0) ->
 def pit_parts(probs: np.ndarray, tokens: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
     """``F(x-)`` and ``p(x)`` of each observed token under full distributions.
 
-    Canonical order of :func:`specbench.analysis.lossless.pit_values_array` with
+    Canonical order of :func:`specbench.analysis.lossless_sampled.pit_values_array` with
     ``order="probability"``: descending probability, ties by token id. With
     the whole vocabulary there is no tail bucket, so ``u = F(x-) + V p(x)``
     is exactly the randomized PIT.

@@ -2,7 +2,7 @@
 
 Input is request records (``RequestRecord``) as the server engine writes
 them: client-side TTFT, per-token ITLs (multi-token chunks already spread
-over their tokens, see ``specbench.engines.loadgen``) and end-to-end latency.
+over their tokens, see ``specbench.engines.stream_client``) and end-to-end latency.
 Nothing here reads clocks, files or the network.
 
 Definitions (per cell):

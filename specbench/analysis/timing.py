@@ -3,7 +3,9 @@
 A :class:`Span` is one stretch of work of one phase (an engine starting, a
 warmup, a measured cell, teacher forcing, scoring, analysis, writing the
 reports), with the engine that did it and the summary groups it served.
-:class:`Timeline` records spans as they happen; :func:`breakdown` turns
+:class:`specbench.execution.timeline.Timeline` records spans as they happen
+(spans of a run that recorded none are estimated from its files by
+:mod:`specbench.analysis.timing_estimate`); :func:`breakdown` here turns
 spans and the run's wall time into a :class:`TimeBreakdown` that goes into
 ``manifest.json`` (``time_breakdown``) and the reports.
 
@@ -38,17 +40,14 @@ Definitions (they are what the report says):
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from specbench.results.manifest import EngineTime, GroupTime, Phase, PhaseTime, Span, TimeBreakdown
+from specbench.results.manifest import EngineTime, GroupTime, PhaseTime, Span, TimeBreakdown
 
-__all__ = ["PHASES", "PRECEDENCE", "EngineTime", "GroupTime", "PhaseTime", "Span", "TimeBreakdown", "Timeline", "breakdown",
+__all__ = ["PHASES", "PRECEDENCE", "EngineTime", "GroupTime", "PhaseTime", "Span", "TimeBreakdown", "breakdown",
            "fmt_duration", "fmt_share", "harness_parts", "parse_time", "spans_from_phases"]
 
 #: Every phase, in the order a run goes through them (the breakdown's order).
@@ -216,55 +215,6 @@ def breakdown(spans: Iterable[Span], total_wall_s: float, *, source: str = "reco
         harness_share=share(max(0.0, harness)), overlap_s=round(overlap * scale, 3), engines=engine_rows,
         groups=_groups(spans), source=source, notes=list(notes or []),
     )
-
-
-@dataclass
-class Timeline:
-    """Records spans as they happen (thread-safe enough: ``list.append`` is atomic).
-
-    ``with timeline.span("scoring"): ...`` records one span around a block, also when it raises;
-    :meth:`add` records one measured elsewhere (an engine job's event).
-    """
-
-    started: float = 0.0
-    spans: list[Span] | None = None
-
-    def __post_init__(self) -> None:
-        if not self.started:
-            self.started = time.time()
-        if self.spans is None:
-            self.spans = []
-
-    @contextlib.contextmanager
-    def span(self, phase: Phase, engine: str | None = None, gpus: int | None = None,
-             groups: list[str] | None = None) -> Iterator[None]:
-        start = time.time()
-        try:
-            yield
-        finally:
-            self.add(phase, start, time.time(), engine=engine, gpus=gpus, groups=groups)
-
-    def add(self, phase: Phase, start: float, end: float, *, engine: str | None = None, gpus: int | None = None,
-            groups: list[str] | None = None) -> Span:
-        s = Span(phase=phase, start=start, end=end, engine=engine, gpus=gpus, groups=groups)
-        assert self.spans is not None
-        self.spans.append(s)
-        return s
-
-    def extend(self, spans: Iterable[Span]) -> None:
-        assert self.spans is not None
-        self.spans.extend(spans)
-
-    def has(self, phase: str) -> bool:
-        return any(s.phase == phase for s in self.spans or [])
-
-    def breakdown(self, end: float | None = None, **kw: Any) -> TimeBreakdown:
-        """The breakdown of the wall from :attr:`started` to ``end`` (now)."""
-        end = time.time() if end is None else end
-        return breakdown(self.spans or [], end - self.started, **kw)
-
-    def to_json(self) -> list[dict[str, Any]]:
-        return [s.model_dump(mode="json", exclude_none=True) for s in self.spans or []]
 
 
 def spans_from_phases(

@@ -1,4 +1,4 @@
-"""Spans of a run estimated from its files, for what no :class:`~specbench.analysis.timing.Timeline` recorded.
+"""Spans of a run estimated from its files, for what no :class:`~specbench.execution.timeline.Timeline` recorded.
 
 * measured cells: exact, from ``cells.jsonl`` (``finished_at`` − ``wall_time_s`` to ``finished_at``);
 * an engine's start: from the end of the previous engine's last cell (its close included; for the

@@ -27,8 +27,8 @@ from specbench.config.suite import (
     Suite,
     SuiteError,
     TargetSpec,
-    check_semantics,
 )
+from specbench.config.suite_checks import check_semantics
 
 
 class EngineConfig(BaseModel):

@@ -1,7 +1,8 @@
 """The engines a cell runs on, behind one contract (``protocol``: start, run a
 cell, score, alive, kill, close, describe and declared capabilities): vLLM
 offline (``vllm_offline``), a vLLM server with a load generator
-(``vllm_server``, ``loadgen``, ``prom``), and the reference simulator
+(``vllm_server``, ``loadgen`` (the load schedule) with ``stream_client`` (one streamed
+request, timed per token), ``prom``), and the reference simulator
 (``reference``); ``vllm_args`` is the one translation of an engine config into
 vLLM's arguments and server flags; ``factory`` resolves a plan's engine config
 to an engine, ``child`` runs one in a child process, ``procs`` ends what it

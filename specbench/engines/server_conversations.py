@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from specbench.engines.loadgen import RequestItem, RequestResult
 from specbench.engines.protocol import CellFailed
+from specbench.engines.stream_client import RequestItem, RequestResult
 from specbench.results.records import RequestRecord
 from specbench.results.requests import (
     CellRequest,

@@ -14,7 +14,8 @@ mismatch fails the engine or the cell with the reason; what the server
 reported is in :meth:`describe` (the manifest).
 
 Per cell: optional warmup requests, a ``/metrics`` scrape, the load (see
-:mod:`specbench.engines.loadgen`), another scrape; the spec-decode counter
+:mod:`specbench.engines.loadgen`, each request streamed by
+:mod:`specbench.engines.stream_client`), another scrape; the spec-decode counter
 delta is the cell's counters. One :class:`RequestRecord` is emitted per
 request sent, as soon as it finishes, errors included.
 A cell of conversations (prompts with ``later_turns``) is run as
@@ -55,18 +56,7 @@ from typing import Any, TypeVar
 
 from specbench.config.methods import VllmPassthrough
 from specbench.config.plan import EngineConfig
-from specbench.engines.loadgen import (
-    FollowUp,
-    LoadProfile,
-    LoadReport,
-    RequestItem,
-    RequestResult,
-    build_item,
-    make_session,
-    run_load,
-    run_warmup,
-    to_record,
-)
+from specbench.engines.loadgen import FollowUp, LoadProfile, LoadReport, run_load, run_warmup
 from specbench.engines.procs import LIVE, descendants, kill_tree, pdeathsig_preexec
 from specbench.engines.prom import CounterReset, PromSnapshot, scrape_settled, served_mismatch
 from specbench.engines.protocol import (
@@ -77,6 +67,7 @@ from specbench.engines.protocol import (
     cannot_score,
 )
 from specbench.engines.server_conversations import ConversationLoad
+from specbench.engines.stream_client import RequestItem, RequestResult, build_item, make_session, to_record
 from specbench.engines.vllm_args import num_speculative_tokens, server_argv
 from specbench.engines.vllm_offline import tail
 from specbench.results.requests import (

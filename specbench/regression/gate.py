@@ -55,7 +55,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from specbench.errors import SpecbenchError
-from specbench.regression.noise import NoiseCalibration, detectable_drop_pct
+from specbench.regression.calibrate_noise import detectable_drop_pct
 from specbench.regression.run_diff import (
     SPEED_METRICS,
     MetricChange,
@@ -71,6 +71,7 @@ from specbench.results import metric_catalog as catalog
 from specbench.results import rundir
 from specbench.results.fmt import fmt_est
 from specbench.results.migrations import SchemaError
+from specbench.results.noise_calibration import NoiseCalibration
 from specbench.results.parts import HeadlineRow
 from specbench.results.slices import group_matches, parse_selector
 from specbench.results.summary import GroupSummary, RunSummary
@@ -401,7 +402,7 @@ def speed_floor(name: str, rule: ThresholdRule, single_run: bool, noise: NoiseCa
     """The noise floor (percent) a speed metric's intervals get, or None when it cannot be gated.
 
     An explicit ``noise_floor_pct`` in the rule wins; else an A/A calibration's floor
-    (:mod:`specbench.regression.noise`). Against a single baseline run with neither, speed is
+    (:mod:`specbench.regression.calibrate_noise`). Against a single baseline run with neither, speed is
     not gated: the within-run intervals miss run-to-run drift and would fail identical code.
     Against expected values (a history window's median with its MAD band, or a file's
     tolerances) the baseline's interval already holds the run-to-run spread: floor 0.
@@ -513,7 +514,7 @@ def evaluate_gate(new: RunSummary, baseline: RunSummary | ExpectedValues, rules:
 def _detectable(todo: list, widen: float) -> list[str]:
     """Per higher-is-better speed metric gated with a noise floor (speedup, tok/s: a regression is a drop,
     as the formula assumes): the smallest drop caught in 90 % of reruns at this gate's multiplicity
-    (:func:`specbench.regression.noise.detectable_drop_pct`)."""
+    (:func:`specbench.regression.calibrate_noise.detectable_drop_pct`)."""
     floors: dict[str, set[float]] = {}
     for _gid, name, _rule, floor, *_ in todo:
         if metric_family(name) in SPEED_METRICS and floor and catalog.higher_is_better(name):

@@ -35,9 +35,9 @@ from specbench.regression.gate import (
     gated_name,
 )
 from specbench.regression.history import History, Point, RunInfo, group_metrics
-from specbench.regression.noise import NoiseCalibration
 from specbench.results import metric_catalog as catalog
 from specbench.results.manifest import RunManifest
+from specbench.results.noise_calibration import NoiseCalibration
 from specbench.results.summary import RunSummary
 from specbench.stats import Estimate
 

@@ -5,8 +5,8 @@ typed model and :func:`~specbench.results.manifest.build_manifest`), ``environme
 machine facts a manifest records), ``migrations`` (schema versions and loaders of older files),
 ``rundir`` (the only reader and writer of a run directory's files), ``fmt`` (how a number with its
 interval is written), ``metric_catalog`` (every metric declared once: field, unit,
-direction, digits, definition), ``slices`` (a group's optional slice keys) and ``noise``
-(an A/A speed-noise calibration and its file).
+direction, digits, definition), ``slices`` (a group's optional slice keys) and ``noise_calibration``
+(an A/A speed-noise calibration: its model and file).
 """
 
 from specbench._lazy import exports
@@ -31,6 +31,6 @@ __getattr__, __dir__ = exports(__name__, {
     "fmt_est": "fmt",
     "MetricSpec": "metric_catalog",
     "Slice": "slices",
-    "NoiseCalibration": "noise",
+    "NoiseCalibration": "noise_calibration",
 })
 __all__ = sorted(__dir__())

@@ -18,7 +18,7 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
-from specbench.results.noise import NoiseCalibration
+from specbench.results.noise_calibration import NoiseCalibration
 from specbench.stats import Estimate
 
 Verdict = Literal["faster", "slower", "not distinguishable", "no data"]

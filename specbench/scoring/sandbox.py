@@ -8,7 +8,7 @@ It is *not* a defence against a determined attacker with kernel exploits.
 How a program runs (``run_program``)::
 
     specbench ──Popen(start_new_session)──▶ [unshare --net --pid --mount …]
-        └─▶ launcher (this file run as a script: ``python -I -S -B sandbox.py --launch``)
+        └─▶ launcher (sandbox_launcher.py as a script: ``python -I -S -B sandbox_launcher.py --launch``)
               mounts (namespaces only), then forks:
               └─▶ target: rlimits, no_new_privs, setuid(dedicated uid), exec ``python -I -S -B prog.py``
                     (``must_finish``: ``python -I -S -B -c DRIVER``, the driver runs prog.py)
@@ -65,7 +65,10 @@ reach is the interpreter's own stack (``sys._getframe``, ``gc``): code that
 introspects it could subvert the judge itself, which no marker scheme
 prevents -- outside this threat model.
 
-This module is standard-library only: it is also the launcher script.
+This module is the parent side (choosing the isolation, dedicated uids, starting the
+launcher, the wall-clock timeout, killing what is left, classifying the outcome); the
+launcher is :mod:`specbench.scoring.sandbox_launcher`, standard-library only since it runs
+as a script under ``python -I -S``.
 """
 
 from __future__ import annotations
@@ -85,22 +88,14 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
+from specbench.scoring import sandbox_launcher
+from specbench.scoring.sandbox_launcher import SAFE_PATH, WORLD_WRITABLE, drain
+
 Status = Literal["passed", "failed", "timeout", "error", "killed"]
 IsolationMode = Literal["namespaces", "userns", "none"]
 
-# Exit code the launcher uses when it could not set the sandbox up.
-_SETUP_ERROR_RC = 121
 # Dedicated uids/gids are drawn from this range (well above any real account).
 _UID_RANGE = (1_900_000_000, 2_100_000_000)
-# World-writable directories a sandboxed uid could otherwise leave files in.
-_WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
-_SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
-
-# mount(2) / prctl(2) constants (Linux).
-_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
-_MS_REMOUNT, _MS_BIND, _MS_REC = 32, 4096, 16384
-_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_CAPBSET_DROP = 1, 4, 24
-_PR_SET_CHILD_SUBREAPER, _PR_SET_NO_NEW_PRIVS = 36, 38
 
 
 @dataclass
@@ -215,7 +210,7 @@ def describe_isolation(isolation: str = "auto") -> Isolation:
             network="new network namespace: loopback only, down (no network, host loopback unreachable)",
             processes="new PID namespace (all descendants die with it); dedicated uid with RLIMIT_NPROC",
             filesystem="private mount namespace: inherited mounts read-only, size-limited tmpfs on "
-            + ", ".join(_WORLD_WRITABLE),
+            + ", ".join(WORLD_WRITABLE),
             identity="dedicated unused uid/gid per run, no supplementary groups, no_new_privs",
             interpreter=interpreter,
             notes=tuple(notes),
@@ -259,9 +254,7 @@ def _resolve_mode(isolation: str) -> IsolationMode:
     global _detected
     requested = isolation
     if requested == "auto":
-        # Parent side only: this file is also the launcher script, which must
-        # run with the standard library alone (``python -I -S``).
-        from specbench.settings import settings
+        from specbench.settings import settings  # imported when asked: importing the sandbox stays cheap
 
         requested = settings().sandbox_isolation
     if requested == "userns" and os.geteuid() == 0:
@@ -355,13 +348,13 @@ def _run_as(
                 "RLIMIT_CORE": [0, 0],
             },
         }
-        env = {"PATH": _SAFE_PATH, "LANG": "C.UTF-8", "HOME": workdir}
+        env = {"PATH": SAFE_PATH, "LANG": "C.UTF-8", "HOME": workdir}
         launcher = [
             sys.executable,
             "-I",
             "-S",
             "-B",
-            os.path.abspath(__file__),
+            os.path.abspath(sandbox_launcher.__file__),
             "--launch",
             json.dumps(config),
         ]
@@ -639,26 +632,9 @@ def _kill_uid(uid: int, deadline_s: float = 10.0) -> int:
         time.sleep(0.01)
 
 
-def _drain(fd: int, limit: int = 1 << 20) -> bytes:
-    """What is in the pipe ``fd`` now (never blocks: writers may still hold it)."""
-    os.set_blocking(fd, False)
-    chunks: list[bytes] = []
-    size = 0
-    while size < limit:
-        try:
-            data = os.read(fd, 65536)
-        except BlockingIOError:
-            break
-        if not data:
-            break
-        chunks.append(data)
-        size += len(data)
-    return b"".join(chunks)
-
-
 def _read_status(fd: int) -> dict:
     report: dict = {}
-    for line in _drain(fd).decode("utf-8", "replace").splitlines():
+    for line in drain(fd).decode("utf-8", "replace").splitlines():
         try:
             item = json.loads(line)
         except ValueError:
@@ -709,254 +685,6 @@ def _sweep_files(uid: int, skip: str) -> None:
             elif stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_IWOTH:
                 walk(e.path, depth + 1)
 
-    for d in _WORLD_WRITABLE:
+    for d in WORLD_WRITABLE:
         if os.path.isdir(d) and not os.path.islink(d):
             walk(d, 0)
-
-
-# ---------------------------------------------------------------------------
-# Launcher side (runs as ``python -I -S -B sandbox.py --launch CONFIG``)
-# ---------------------------------------------------------------------------
-
-
-def _libc():
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
-    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    return libc
-
-
-def _mount(
-    libc, src: str | None, target: str, fstype: str | None, flags: int, data: str | None = None
-) -> None:
-    import ctypes
-
-    enc = [None if x is None else x.encode() for x in (src, target, fstype, data)]
-    if libc.mount(enc[0], enc[1], enc[2], flags, enc[3]) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"mount {src} -> {target}: {os.strerror(err)}")
-
-
-def _mountpoints() -> list[str]:
-    points = []
-    with open("/proc/self/mountinfo", encoding="utf-8") as f:
-        for line in f:
-            mp = line.split()[4]
-            # mountinfo escapes space, tab, newline and backslash as octal.
-            points.append(
-                mp.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
-            )
-    return points
-
-
-def _setup_mounts(libc, cfg: dict) -> None:
-    """Inside the new mount namespace: everything read-only, a tmpfs to work in."""
-    expose = cfg.get("expose")
-    prefix_fd = os.open(expose[0], os.O_PATH | os.O_DIRECTORY) if expose else -1
-    # Read-only bind-remount of every inherited mount. Keep the flags that may
-    # be locked (nosuid/nodev/noexec/atime) or the kernel refuses the remount.
-    for mp in _mountpoints():
-        try:
-            keep = os.statvfs(mp).f_flag & (_MS_NOSUID | _MS_NODEV | _MS_NOEXEC | 1024 | 2048 | 4096)
-            _mount(libc, None, mp, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | keep)
-        except OSError:
-            pass  # best effort: the dedicated uid is the primary barrier
-    size = f"size={int(cfg['tmpfs_mb'])}m,nr_inodes=16384,mode=1777"
-    _mount(libc, "tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, size)
-    for d in _WORLD_WRITABLE[1:]:
-        real = os.path.realpath(d)
-        if real != "/tmp" and os.path.isdir(real):
-            try:
-                _mount(libc, "/tmp", real, None, _MS_BIND)
-            except OSError:
-                pass
-    if expose:
-        prefix, blocked = expose
-        _mount(libc, "tmpfs", blocked, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1m,mode=0755")
-        os.makedirs(prefix, mode=0o755, exist_ok=True)
-        _mount(libc, f"/proc/self/fd/{prefix_fd}", prefix, None, _MS_BIND | _MS_REC)
-        _mount(libc, None, prefix, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
-        os.close(prefix_fd)
-
-
-# Runs the program for ``must_finish``: reads the token and closes its pipe
-# before the program starts; writes it back only after the program returned.
-# The token is never in this text (the command line is readable).
-_DRIVER = """\
-def _specbench_driver(path, token_fd, result_fd):
-    import os, runpy
-    read, write, close = os.read, os.write, os.close
-    token = b""
-    while True:
-        chunk = read(token_fd, 256)
-        if not chunk:
-            break
-        token += chunk
-    close(token_fd)
-    runpy.run_path(path, run_name="__main__")
-    write(result_fd, token)
-    close(result_fd)
-_specbench_driver({path!r}, {token_fd}, {result_fd})
-"""
-
-
-def _report(fd: int, **item) -> None:
-    try:
-        os.write(fd, (json.dumps(item) + "\n").encode())
-    except OSError:
-        pass
-
-
-def _launcher_main(argv: list[str]) -> int:
-    import resource
-
-    cfg = json.loads(argv[0])
-    status_fd = int(cfg["status_fd"])
-    os.set_inheritable(status_fd, False)
-    mode = cfg["mode"]
-    uid = cfg["uid"]
-    for ignored in (
-        signal.SIGINT,
-        signal.SIGTERM,
-        signal.SIGHUP,
-        signal.SIGQUIT,
-        signal.SIGUSR1,
-        signal.SIGUSR2,
-    ):
-        signal.signal(ignored, signal.SIG_IGN)
-    try:
-        libc = _libc()
-        prog = cfg["prog"]
-        if mode != "none":
-            with open(prog, encoding="utf-8") as f:
-                source = f.read()
-            _setup_mounts(libc, cfg)
-            prog = "/tmp/prog.py"
-            with open(prog, "w", encoding="utf-8") as f:
-                f.write(source)
-            os.chmod(prog, 0o644)
-        else:
-            libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    except Exception as exc:
-        _report(status_fd, setup_error=f"{type(exc).__name__}: {exc}")
-        return _SETUP_ERROR_RC
-
-    env = {"PATH": _SAFE_PATH, "LANG": "C.UTF-8", "HOME": cfg["workdir"]}
-    interp = cfg["interpreter"]
-    argv = [interp, "-I", "-S", "-B", prog]
-    token = b""
-    token_r = result_r = result_w = -1
-    if cfg.get("must_finish"):
-        # Nothing of the token outside this process and two pipes; keep our
-        # memory out of the program's reach (/proc/<pid>/mem, ptrace).
-        libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
-        token = os.urandom(16).hex().encode()
-        token_r, token_w = os.pipe()
-        os.write(token_w, token)
-        os.close(token_w)
-        result_r, result_w = os.pipe()
-        driver = _DRIVER.format(path=prog, token_fd=token_r, result_fd=result_w)
-        argv = [interp, "-I", "-S", "-B", "-c", driver]
-    child = os.fork()
-    if child == 0:  # the target
-        try:
-            for sig in range(1, signal.NSIG):
-                try:
-                    signal.signal(sig, signal.SIG_DFL)
-                except (OSError, ValueError):
-                    pass
-            for name, (soft, hard) in cfg["rlimits"].items():
-                resource.setrlimit(getattr(resource, name), (soft, hard))
-            if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-                raise OSError("prctl(PR_SET_NO_NEW_PRIVS) failed")
-            if uid is not None:
-                os.setgroups([])
-                os.setgid(uid)
-                os.setuid(uid)
-            elif mode == "userns":
-                with open("/proc/sys/kernel/cap_last_cap") as f:
-                    last = int(f.read())
-                for cap in range(last + 1):
-                    libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-            os.chdir(cfg["workdir"])
-            if token_r >= 0:
-                os.close(result_r)
-                os.set_inheritable(token_r, True)
-                os.set_inheritable(result_w, True)
-            os.execve(interp, argv, env)
-        except BaseException as exc:
-            _report(status_fd, setup_error=f"{type(exc).__name__}: {exc}")
-        os._exit(_SETUP_ERROR_RC)
-
-    if token_r >= 0:
-        os.close(token_r)
-        os.close(result_w)
-
-    def on_alarm(signum, frame):
-        try:
-            os.kill(child, signal.SIGKILL)
-        except OSError:
-            pass
-        _report(status_fd, timeout=True)
-        _kill_children()
-        os._exit(0)
-
-    signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, float(cfg["deadline_s"]))
-    while True:
-        # Reap everything (as PID 1 or subreaper orphans are ours) until the target exits.
-        try:
-            pid, status = os.waitpid(-1, 0)
-        except ChildProcessError:
-            _report(status_fd, setup_error="target vanished")
-            return _SETUP_ERROR_RC
-        if pid == child:
-            break
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    if os.WIFSIGNALED(status):
-        _report(status_fd, signal=os.WTERMSIG(status))
-    elif result_r >= 0:
-        # Exactly the token, nothing before or after it: the driver's own write.
-        _report(status_fd, exit=os.WEXITSTATUS(status), finished=_drain(result_r, 4096) == token)
-    else:
-        _report(status_fd, exit=os.WEXITSTATUS(status))
-    if mode == "none":
-        _kill_children()
-    # As PID 1 of the namespace, exiting kills whatever is left.
-    return 0
-
-
-def _kill_children(deadline_s: float = 5.0) -> None:
-    """Kill our remaining children until none is left (orphans re-parent to us)."""
-    me = str(os.getpid())
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        found = False
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit():
-                continue
-            try:
-                with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
-                    ppid = f.read().rsplit(")", 1)[1].split()[1]
-            except (OSError, IndexError):
-                continue
-            if ppid == me:
-                found = True
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except OSError:
-                    pass
-        try:
-            while os.waitpid(-1, os.WNOHANG)[0] > 0:
-                pass
-        except ChildProcessError:
-            if not found:
-                return
-        time.sleep(0.01)
-
-
-if __name__ == "__main__" and len(sys.argv) > 2 and sys.argv[1] == "--launch":
-    sys.exit(_launcher_main(sys.argv[2:]))

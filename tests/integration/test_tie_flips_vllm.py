@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 from specbench.analysis.equivalence import greedy_equivalence
-from specbench.analysis.lossless import DEFAULT_TIE_TOLERANCE, TIE_TOLERANCE_BY_DTYPE
+from specbench.analysis.lossless_greedy import DEFAULT_TIE_TOLERANCE, TIE_TOLERANCE_BY_DTYPE
 
 SUITE = """
 name: tie-flips

@@ -16,7 +16,7 @@ from specbench.execution.driver import RunRefused
 from specbench.execution.run_plan import DataChanged
 from specbench.regression.gate import GateConfigError
 from specbench.regression.history import HistoryError
-from specbench.results.noise import NoiseError
+from specbench.results.noise_calibration import NoiseError
 from specbench.results.rundir import StoreError
 
 USER_ERRORS = [SuiteError, StoreError, DatasetError, NoiseError, HistoryError, GateConfigError, RunRefused,

@@ -15,14 +15,14 @@ from support.paths import FIXTURES, SUITES
 from typer.testing import CliRunner
 
 from specbench import api
-from specbench.analysis.between_run import with_speed_noise
+from specbench.analysis.apply_noise import with_speed_noise
 from specbench.cli import app
+from specbench.regression.calibrate_noise import calibrate
 from specbench.regression.gate import NOT_GATED, GateRules, evaluate_gate
-from specbench.regression.noise import calibrate
 from specbench.regression.run_diff import compare_runs, render_comparison_markdown
 from specbench.results.fmt import speed_intervals_note
 from specbench.results.manifest import RunManifest
-from specbench.results.noise import (
+from specbench.results.noise_calibration import (
     MetricNoise,
     NoiseCalibration,
     NoiseError,

@@ -11,23 +11,23 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from specbench.analysis.lossless import (
+from specbench.analysis.lossless_greedy import (
     DEFAULT_TIE_TOLERANCE,
     GreedyComparison,
-    coarsen_topk,
     compare_greedy,
+    summarize_greedy,
+)
+from specbench.analysis.lossless_sampled import (
+    coarsen_topk,
     distribution_verdict,
     false_alarm_pvalue,
-    min_detectable_tv,
-    min_tokens_for_tv,
     pit_values,
     pit_values_array,
-    summarize_greedy,
     topk_arrays,
     two_sample_test,
     uniformity_test,
 )
-from specbench.stats import wilson_interval
+from specbench.stats import min_detectable_tv, min_tokens_for_tv, wilson_interval
 
 # ---------------------------------------------------------------------------
 # helpers

@@ -14,7 +14,7 @@ from support.factories import cell, request
 from support.paths import RECORDED
 
 from specbench.analysis.equivalence import equivalence_summaries, greedy_equivalence
-from specbench.analysis.lossless import TIE_TOLERANCE_BY_DTYPE, canonical_dtype, tie_tolerance_for
+from specbench.analysis.lossless_greedy import TIE_TOLERANCE_BY_DTYPE, canonical_dtype, tie_tolerance_for
 from specbench.config.plan import Cell
 from specbench.config.suite import EquivalenceSpec
 from specbench.results import rundir

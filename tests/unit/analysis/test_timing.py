@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from support.paths import RECORDED
 
-from specbench.analysis.timing import Span, Timeline, breakdown, fmt_duration
+from specbench.analysis.timing import Span, breakdown, fmt_duration
+from specbench.execution.timeline import Timeline
 from specbench.report.terminal import time_line
 
 

@@ -25,20 +25,17 @@ from support.fake_server import FakeServer
 
 from specbench.config.plan import Cell, EngineConfig
 from specbench.config.suite import MethodSpec, TargetSpec
-from specbench.engines.loadgen import (
-    LoadProfile,
+from specbench.engines.loadgen import LoadProfile, poisson_offsets, run_load, run_warmup
+from specbench.engines.prom import parse_metrics
+from specbench.engines.protocol import CellFailed
+from specbench.engines.stream_client import (
     RequestItem,
     build_item,
     make_session,
-    poisson_offsets,
-    run_load,
-    run_warmup,
     stream_request,
     to_record,
     token_timing,
 )
-from specbench.engines.prom import parse_metrics
-from specbench.engines.protocol import CellFailed
 from specbench.engines.vllm_args import server_cli_args
 from specbench.engines.vllm_server import VllmServerEngine, start_failure
 from specbench.results.counters import from_response

@@ -19,7 +19,7 @@ from specbench.regression.gate import (
     load_rules,
     render_gate,
 )
-from specbench.regression.noise import MetricNoise, NoiseCalibration
+from specbench.results.noise_calibration import MetricNoise, NoiseCalibration
 from specbench.results.summary import RunSummary
 from specbench.stats import Estimate
 

@@ -10,17 +10,15 @@ import numpy as np
 import pytest
 from support.factories import stored_summary
 
-from specbench.regression.gate import NOT_GATED, GateRules, evaluate_gate
-from specbench.regression.noise import (
-    NoiseError,
+from specbench.regression.calibrate_noise import (
     calibrate,
     detectable_drop_pct,
     floor_for_power,
-    load_noise,
     relative_changes,
-    save_noise,
 )
+from specbench.regression.gate import NOT_GATED, GateRules, evaluate_gate
 from specbench.regression.run_diff import bonferroni_widen, metric_change
+from specbench.results.noise_calibration import NoiseError, load_noise, save_noise
 from specbench.results.summary import RunSummary
 from specbench.stats import Estimate, bootstrap, round_bootstrap
 

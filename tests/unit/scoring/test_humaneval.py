@@ -196,12 +196,12 @@ def test_module_exports_pass_at_k():
 
 
 def test_sandbox_module_runs_with_the_standard_library_alone():
-    """sandbox.py is also the launcher script (``python -I -S -B sandbox.py --launch``): no specbench imports
-    at module level, or every sandboxed program ends in 'error' before it starts."""
+    """sandbox_launcher.py is the launcher script (``python -I -S -B sandbox_launcher.py --launch``): no
+    specbench imports at module level, or every sandboxed program ends in 'error' before it starts."""
     import subprocess
     import sys
 
-    import specbench.scoring.sandbox as sandbox
+    import specbench.scoring.sandbox_launcher as sandbox
 
     out = subprocess.run([sys.executable, "-I", "-S", "-B", sandbox.__file__], capture_output=True, text=True,
                          timeout=60, cwd="/")

@@ -1,10 +1,11 @@
-"""Between-run noise in a run's speed intervals (pure; issue 22).
+"""Applying a speed-noise calibration: between-run noise in a run's speed intervals (pure; issue 22).
 
 A speed interval computed inside one run covers the spread over its prompts (and, with speed rounds,
 the drift between rounds), not what moves a whole run: the same code, rerun half an hour later on the
-same machine, lands elsewhere. An A/A calibration (:mod:`specbench.results.noise`) measures that per
-speed metric; :func:`with_speed_noise` adds it, in quadrature (:func:`specbench.stats.with_between_run`),
-to every speed number of a summary:
+same machine, lands elsewhere. An A/A calibration (:mod:`specbench.results.noise_calibration`,
+computed by :mod:`specbench.regression.calibrate_noise`) measures that per speed metric;
+:func:`with_speed_noise` adds it, in quadrature (:func:`specbench.stats.with_between_run`), to every
+speed number of a summary:
 
 * each group's (and slice's) speed metrics of the catalogue (speedup, output tok/s, TPOT, …);
 * the headline's speedup ratio (its own calibrated floor) and the two speedups beside it; the headline
@@ -23,7 +24,7 @@ from pydantic import BaseModel
 
 from specbench.analysis.method_comparison import verdict
 from specbench.results import metric_catalog as catalog
-from specbench.results.noise import NoiseCalibration
+from specbench.results.noise_calibration import NoiseCalibration
 from specbench.results.summary import RunSummary
 from specbench.stats import Estimate, with_between_run
 

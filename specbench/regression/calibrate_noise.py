@@ -1,4 +1,5 @@
-"""Calibrating speed noise floors on identical-code (A/A) runs, per hardware class (issue 22).
+"""Computing a speed-noise calibration from identical-code (A/A) runs, per hardware class (issue 22),
+and what its floors let a gate catch.
 
 For each speed metric of the catalogue (per group: speedup, output tok/s, TPOT, …; per headline
 row: the speedup ratio) and every pair of A/A runs, the relative change of each group (or
@@ -7,7 +8,8 @@ absolute changes divided by √2, so that each run's interval widened by that pe
 (:func:`specbench.stats.with_between_run` in the analysis; the gate's ``noise_floor_pct``, see
 :func:`specbench.regression.run_diff.floor_interval`) makes the difference interval of two
 identical runs cover their change in 95 % of groups (the MOVER combination adds the two
-half-widths in quadrature). The model and its file live in :mod:`specbench.results.noise`.
+half-widths in quadrature). The model and its file live in :mod:`specbench.results.noise_calibration`;
+adding a calibration to a summary's intervals in :mod:`specbench.analysis.apply_noise`.
 """
 
 from __future__ import annotations
@@ -21,19 +23,11 @@ import numpy as np
 
 from specbench.regression.run_diff import estimates_of, headline_key
 from specbench.results import metric_catalog as catalog
-from specbench.results.noise import (
-    QUANTILE,
-    MetricNoise,
-    NoiseCalibration,
-    NoiseError,
-    load_noise,
-    save_noise,
-)
+from specbench.results.noise_calibration import QUANTILE, MetricNoise, NoiseCalibration, NoiseError
 from specbench.results.summary import RunSummary
 from specbench.stats import Estimate
 
-__all__ = ["MetricNoise", "NoiseCalibration", "NoiseError", "calibrate", "detectable_drop_pct", "floor_for_power",
-           "load_noise", "relative_changes", "save_noise", "speed_metric_names"]
+__all__ = ["calibrate", "detectable_drop_pct", "floor_for_power", "relative_changes", "speed_metric_names"]
 
 _GROUP_SPEED = catalog.speed_specs("group")
 

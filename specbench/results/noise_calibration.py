@@ -1,14 +1,18 @@
-"""A speed-noise calibration: how far identical code moves between runs on one hardware class (issue 22).
+"""The stored speed-noise calibration: its model, its file and whether it applies to a run (issue 22).
+
+Speed noise has three homes, one per concern: this module (what a calibration is and where it is
+kept), :mod:`specbench.regression.calibrate_noise` (computing one from A/A runs) and
+:mod:`specbench.analysis.apply_noise` (adding it to a summary's speed intervals).
 
 Within-run speed intervals see the spread over prompts (and, with rounds, the drift between rounds)
 but not what moves a whole run: another run half an hour later on the same machine. A/A runs measure
-it (:func:`specbench.regression.noise.calibrate`, ``specbench calibrate RUN RUN ...``). Per speed metric
+it (:func:`specbench.regression.calibrate_noise.calibrate`, ``specbench calibrate RUN RUN ...``). Per speed metric
 the calibration holds a *noise floor*: the 95th percentile of the relative change between two
 identical-code runs, over every pair and group, divided by √2 — the between-run half-width of one
 run's 95 % interval, as a percent of its value.
 
 The calibration is used in two places: the analysis adds it to a run's speed intervals
-(:func:`specbench.stats.with_between_run`, so the report's speed intervals and the headline's
+(:mod:`specbench.analysis.apply_noise`, with :func:`specbench.stats.with_between_run`, so the report's speed intervals and the headline's
 faster/slower verdicts include run-to-run drift), and ``gate`` / ``compare`` test speed against a
 single baseline run with it. A calibration belongs to one hardware class and one suite: it is stored
 as a small JSON file, by default ``noise.json`` beside the suite's runs (``results/<suite>/noise.json``),
