@@ -277,7 +277,14 @@ def _interrupted(stop: api.StopRequested, suite: Path) -> None:
 def closing_tables(summary) -> list[Table]:
     """The answer first (each method against the reference, per target), then one compact table of every
     group per target (see :mod:`specbench.report.terminal`)."""
-    from specbench.report.terminal import HEADER, HEADLINE_HEADER, closing_rows, headline_note, headline_rows
+    from specbench.report.terminal import (
+        HEADER,
+        HEADLINE_HEADER,
+        closing_note,
+        closing_rows,
+        headline_note,
+        headline_rows,
+    )
     from specbench.results.fmt import speed_intervals_note
 
     def table(header: tuple[str, ...], title: str, caption: str | None = None) -> Table:
@@ -295,7 +302,7 @@ def closing_tables(summary) -> list[Table]:
             t.add_row(*row, end_section=i + 1 < len(rows) and bool(rows[i + 1][0]))
         tables.append(t)
     for target, rows in closing_rows(summary).items():
-        t = table(HEADER, f"target {target}")
+        t = table(HEADER, f"target {target}", closing_note(summary, target))
         for row in rows:
             t.add_row(*row)
         tables.append(t)

@@ -7,10 +7,14 @@ that ``summary.json`` does not already hold):
   cell × prompt × sample × repeat), with its cell's target, method, K,
   dataset, temperature and load, token counts, timings and per-request
   spec-decode counters (``num_drafts`` … ``tau``; NaN where the engine could
-  not attribute them to a request);
+  not attribute them to a request), and whether its output is ``degenerate`` (a
+  repetition loop; ``output_class``: short, degenerate or varied; None for an error:
+  :mod:`specbench.results.degeneracy`);
 - ``cells``: one row per cell with its latest status and the counter deltas;
 - ``groups``: one row per summary group (repeats pooled): each estimate as
-  ``<metric>``, ``<metric>_lo``, ``<metric>_hi`` and ``<metric>_n``.
+  ``<metric>``, ``<metric>_lo``, ``<metric>_hi`` and ``<metric>_n`` (the share of
+  degenerate outputs as ``degenerate_share``; τ, tokens per step and speedup on the
+  others as ``non_degenerate.tau`` …).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from specbench import api
 from specbench.analysis import metrics
 from specbench.results import counters, rundir
 from specbench.results import metric_catalog as catalog
+from specbench.results.degeneracy import judge
 from specbench.results.manifest import RunManifest
 from specbench.results.slices import SLICE_KEYS
 from specbench.results.summary import GroupSummary, RunSummary
@@ -37,9 +42,18 @@ def estimate_columns() -> tuple[str, ...]:
     """The groups frame's estimate columns: the catalogue's history metrics held as one Estimate per group
     (a field of its own, or computed from its declaration)."""
     return tuple(m.name for m in catalog.history_metrics()
-                 if m.indexed is None and not m.verdict and (
-                     m.compute is not None
-                     or GroupSummary.model_fields[m.summary_field].annotation == (Estimate | None)))
+                 if m.indexed is None and not m.verdict and (m.compute is not None or _holds_estimate(m.summary_field)))
+
+
+def _holds_estimate(field: str) -> bool:
+    """Whether a group's field (dotted: a nested part's) holds one Estimate."""
+    model: Any = GroupSummary
+    head, _, rest = field.partition(".")
+    while rest:
+        model = model.model_fields[head].annotation
+        model = next(a for a in getattr(model, "__args__", (model,)) if a is not type(None))
+        head, _, rest = rest.partition(".")
+    return bool(model.model_fields[head].annotation == (Estimate | None))
 
 
 @dataclass
@@ -75,9 +89,17 @@ def requests_frame(manifest: RunManifest, records: list,
             "sample_index": r.sample_index, "repeat": r.repeat, "seed": r.seed,
             "prompt_tokens": r.prompt_tokens, "output_tokens": r.num_output_tokens,
             "finish_reason": r.finish_reason, "latency_s": r.latency_s, "ttft_s": r.ttft_s,
-            "error": r.error, **_counter_columns(r.spec), "output_text": r.output_text,
+            "error": r.error, **_counter_columns(r.spec), **_judged(r), "output_text": r.output_text,
         })
     return pd.DataFrame(rows)
+
+
+def _judged(r: Any) -> dict[str, Any]:
+    """``degenerate`` and ``output_class`` of a request's output (None for one that errored)."""
+    if r.error is not None:
+        return {"degenerate": None, "output_class": None}
+    j = judge(r.output_token_ids)
+    return {"degenerate": j.degenerate, "output_class": j.output_class}
 
 
 def cells_frame(manifest: RunManifest, cell_records: list) -> pd.DataFrame:

@@ -34,13 +34,23 @@ _GROUP_SPEED = {m.summary_field: m.name for m in catalog.speed_specs("group")}
 
 
 def _widened(model: M, fields: dict[str, str], cal: NoiseCalibration) -> M:
-    """``model`` with each Estimate field in ``fields`` (field → the metric whose floor applies) widened."""
+    """``model`` with each Estimate field in ``fields`` (field → the metric whose floor applies) widened; a
+    dotted field (``non_degenerate.speedup``) is a nested part's."""
     update: dict[str, Any] = {}
+    nested: dict[str, dict[str, str]] = {}
     for field, metric in fields.items():
+        head, _, rest = field.partition(".")
+        if rest:
+            nested.setdefault(head, {})[rest] = metric
+            continue
         e = getattr(model, field, None)
         floor = cal.floor_pct(metric)
         if isinstance(e, Estimate) and floor:
             update[field] = with_between_run(e, floor)
+    for head, sub in nested.items():
+        part = getattr(model, head, None)
+        if isinstance(part, BaseModel):
+            update[head] = _widened(part, sub, cal)
     return model.model_copy(update=update) if update else model
 
 

@@ -30,7 +30,8 @@ from specbench.config.stop_rule import StopRecord
 from specbench.config.suite import ReferenceValue, TargetSpec
 from specbench.results import counters as spec_counters
 from specbench.results import metric_catalog
-from specbench.results.parts import CounterCheck, CrossCheckRow, Equivalence
+from specbench.results.degeneracy import is_degenerate
+from specbench.results.parts import CounterCheck, CrossCheckRow, Equivalence, NonDegenerate
 from specbench.results.records import CellRecord, RequestRecord, SpecCounters
 from specbench.results.slices import Slice
 from specbench.results.summary import (
@@ -312,6 +313,33 @@ def requests_by_group(
     return dict(out)
 
 
+def non_degenerate(g: GroupSummary, requests: Sequence[RequestRecord]) -> NonDegenerate:
+    """τ and tokens per step of a speculative group on its requests whose output is not degenerate
+    (:func:`specbench.results.degeneracy.is_degenerate`); with none of them degenerate, the group's own
+    estimates (the same requests). τ needs every such request's own counters (else None, n those requests)."""
+    ok = [r for r in requests if r.error is None]
+    kept = [r for r in ok if not is_degenerate(r)]
+    if len(kept) == len(ok):
+        return NonDegenerate(tau=g.tau, tokens_per_step=g.tokens_per_step)
+    tau = Estimate(value=None, n=len(kept))
+    counters = sum_counters(r.spec for r in kept)
+    if kept and counters is not None and all(r.spec is not None for r in kept):
+        tau = acceptance(counters, kept, g.k)["tau"]
+    tps = (steps.step_metrics(kept) or {}).get("tokens_per_step")
+    return NonDegenerate(tau=tau, tokens_per_step=tps)
+
+
+def non_degenerate_speedup(g: GroupSummary, method: Sequence[RequestRecord],
+                           baseline: Sequence[RequestRecord]) -> Estimate | None:
+    """:func:`paired_speedup` on the prompts where neither arm's output is degenerate (the group's own
+    speedup when no request of either arm is)."""
+    m = [r for r in method if not is_degenerate(r)]
+    b = [r for r in baseline if not is_degenerate(r)]
+    if len(m) == len(method) and len(b) == len(baseline):
+        return g.speedup
+    return paired_speedup(m, b)
+
+
 def _group_status(statuses: Sequence[str]) -> str:
     if not statuses:
         return "pending"
@@ -463,6 +491,7 @@ def summarize_groups(
             for name, est in (steps.step_metrics(greqs) or {}).items():
                 setattr(g, name, est)
             g.steps_note = steps.trace_note(greqs)
+            g.non_degenerate = non_degenerate(g, greqs)
         if greqs:
             sp = speed(greqs)
             for key, val in sp.items():
@@ -507,6 +536,8 @@ def summarize_groups(
         base = group_requests[bid]
         pairs = pair_turns(group_requests[gid], base)
         g.speedup = _chosen(stopped[gid], "speedup", paired_speedup(pairs.method, pairs.baseline), refs)
+        if g.non_degenerate is not None:
+            g.non_degenerate.speedup = non_degenerate_speedup(g, pairs.method, pairs.baseline)
         g.accuracy_delta = accuracy_delta(group_requests[gid], base, scores)
         if g.temperature == 0:
             g.greedy_match = greedy_match(pairs.method, pairs.baseline)

@@ -84,6 +84,7 @@ def _summary(g: GroupSummary, key: str, value: object, reqs: list[RequestRecord]
                 acc = metrics.acceptance(counters, ok, g.k)
                 out.tau, out.tau_per_request = acc["tau"], acc["tau_per_request"]
                 out.per_position, out.draft_acceptance_rate = acc["per_position"], acc["draft_acceptance_rate"]
+                out.non_degenerate = metrics.non_degenerate(out, ok)
         elif ok:
             out.reasons = [NO_REQUEST_COUNTERS]
     if ok:
@@ -128,6 +129,8 @@ def workload_slices(groups: Sequence[GroupSummary], group_requests: Mapping[str,
         m, b = (_in_slice(pairs.method, key, value, g.dataset, categories),
                 _in_slice(pairs.baseline, key, value, g.dataset, categories))
         s.speedup = metrics.paired_speedup(m, b)
+        if s.non_degenerate is not None:
+            s.non_degenerate.speedup = metrics.non_degenerate_speedup(s, m, b)
         s.accuracy_delta = metrics.accuracy_delta(m, b, scores)
         if g.temperature == 0:
             s.greedy_match = metrics.greedy_match(m, b)
@@ -160,6 +163,7 @@ def category_matrix(groups: Sequence[GroupSummary], slices: Sequence[GroupSummar
                 reqs = [r for r in group_requests.get(g.group_id, []) if r.error is None]
                 n = len({unit_id(r) for r in reqs if category_of(r, g.dataset, categories) == cat})
                 ratio = None
+                ref_slice = by_category.get((split_group_id(ref.group_id)[0], cat)) if ref is not None else None
                 if ref is not None and ref is not g:
                     ref_reqs = [r for r in group_requests.get(ref.group_id, [])
                                 if category_of(r, ref.dataset, categories) == cat]
@@ -169,6 +173,7 @@ def category_matrix(groups: Sequence[GroupSummary], slices: Sequence[GroupSummar
                     request_rate=g.request_rate, method=g.method, method_kind=g.method_kind, k=g.k,
                     group_id=s.group_id, category=cat, n_prompts=n, tau=s.tau, speedup=s.speedup,
                     reference=ref_name if ref is not None else None, tau_ratio=ratio,
+                    reference_group=ref_slice.group_id if ratio is not None and ref_slice is not None else None,
                     too_few=n < MIN_PROMPTS_FOR_INTERVAL,
                 ))
     return out

@@ -25,6 +25,7 @@ Rules (YAML, ``--rules``; see ``gates.example.yaml``)::
       tau: {max_drop_pct: 3}
       speedup: {max_drop_pct: 5}             # noise_floor_pct: 3 widens each run's interval to >= ±3%
       accuracy: {max_drop_pct: 0}
+      degenerate_share: {max: 0.2}           # a bound on the new run's own value (max / min), not a drop
       equivalence: {require: not_divergent}   # or: equivalent
     overrides:
       - groups: ["*/ngram/*"]
@@ -105,13 +106,49 @@ class ThresholdRule(_Strict):
         return f"max drop {self.max_drop_pct:g}%" if self.max_drop_pct is not None else f"max drop {self.max_drop_abs:g}"
 
 
+class LimitRule(_Strict):
+    """A bound on the new run's own value of a metric, whatever the baseline says: ``degenerate_share:
+    {max: 0.2}`` fails every gated group with more than a fifth of its outputs degenerate; ``min`` is a
+    floor. Judged on the value (what this run's numbers rest on), not on its interval."""
+
+    max: float | None = None
+    min: float | None = None
+
+    @model_validator(mode="after")
+    def _some(self) -> LimitRule:
+        if self.max is None and self.min is None:
+            raise ValueError("give max, min or both")
+        if self.max is not None and self.min is not None and self.min > self.max:
+            raise ValueError("need min <= max")
+        return self
+
+    def describe(self) -> str:
+        return " and ".join(f"{word} {v:g}" for word, v in (("at least", self.min), ("at most", self.max))
+                            if v is not None)
+
+    def holds(self, value: float) -> bool:
+        return (self.max is None or value <= self.max) and (self.min is None or value >= self.min)
+
+
+MetricRule = ThresholdRule | LimitRule
+
+
+def _metric_rule(v: Any) -> MetricRule:
+    """A rule as written: ``{max: …}``/``{min: …}`` bound the value, else a drop threshold."""
+    if isinstance(v, (ThresholdRule, LimitRule)):
+        return v
+    if isinstance(v, dict) and {"max", "min"} & v.keys():
+        return LimitRule.model_validate(v)
+    return ThresholdRule.model_validate(v)
+
+
 class EquivalenceRule(_Strict):
     require: Literal["not_divergent", "equivalent"] = "not_divergent"
 
 
 class RuleSet(BaseModel):
-    """A rule per gated metric family, named as the catalogue names it (``tau: {max_drop_pct: 3}``; ``null``:
-    not gated), and ``equivalence``. A metric the rules do not name keeps the catalogue's default
+    """A rule per gated metric family, named as the catalogue names it (``tau: {max_drop_pct: 3}``; a bound on
+    the new run's value, ``degenerate_share: {max: 0.2}``; ``null``: not gated), and ``equivalence``. A metric the rules do not name keeps the catalogue's default
     (``MetricSpec.max_drop_pct``; none: not gated): :meth:`rule`."""
 
     model_config = ConfigDict(extra="allow")
@@ -127,15 +164,14 @@ class RuleSet(BaseModel):
         unknown = sorted(set(data) - gated - {"equivalence"})
         if unknown:
             raise ValueError(f"no gated metric {', '.join(map(repr, unknown))} (use {catalog.gate_names_help()})")
-        return {k: v if k == "equivalence" or v is None else ThresholdRule.model_validate(v)
-                for k, v in data.items()}
+        return {k: v if k == "equivalence" or v is None else _metric_rule(v) for k, v in data.items()}
 
     @property
-    def given(self) -> dict[str, ThresholdRule | None]:
+    def given(self) -> dict[str, MetricRule | None]:
         """The metric rules these rules name (without the catalogue's defaults)."""
         return dict(self.model_extra or {})
 
-    def rule(self, family: str) -> ThresholdRule | None:
+    def rule(self, family: str) -> MetricRule | None:
         """The rule for a metric family: as given, else the catalogue's default."""
         if family in self.given:
             return self.given[family]
@@ -456,7 +492,7 @@ def evaluate_gate(new: RunSummary, baseline: RunSummary | ExpectedValues, rules:
         ruleset, now = rules.for_group(gid), metric_estimates(ng)
         for name, (b_est, tol_pct, tol_abs) in base_metrics.items():
             rule = ruleset.rule(metric_family(name))
-            if rule is None:
+            if rule is None or isinstance(rule, LimitRule):
                 continue
             if name not in now:
                 _missing(result, rules, gid, name, f"{name} on {gid}: in the baseline but not measured now")
@@ -504,11 +540,34 @@ def evaluate_gate(new: RunSummary, baseline: RunSummary | ExpectedValues, rules:
             group_id=gid, metric="equivalence", rule=f"equivalence: {eq_rule.require.replace('_', ' ')}",
             passed=not failed, message=f"{'FAIL' if failed else 'ok'} equivalence on {gid}: {verdict} "
             f"(required: {eq_rule.require.replace('_', ' ')})"))
+    _limit_checks(result, gated_new, rules)
     result.notes += _detectable(todo, result.widen)
     _ratio_checks(result, new, rules)
     if result.failures:
         result.exit_code, result.status = 1, "regression"
     return result
+
+
+def _limit_checks(result: GateResult, groups: dict[str, GroupSummary], rules: GateRules) -> None:
+    """Every bound (:class:`LimitRule`) on the new run's own values, per gated group that measured the metric."""
+    checked: set[str] = set()
+    named: set[str] = set()
+    for gid, g in groups.items():
+        if not _measured(g):
+            continue
+        limits = {k: v for k, v in rules.for_group(gid).given.items() if isinstance(v, LimitRule)}
+        named |= limits.keys()
+        for name, est in metric_estimates(g).items():
+            rule = limits.get(metric_family(name))
+            if rule is None or est.value is None:
+                continue
+            checked.add(metric_family(name))
+            failed = not rule.holds(est.value)
+            result.checks.append(GateCheck(
+                group_id=gid, metric=name, rule=f"{metric_family(name)}: {rule.describe()}", passed=not failed,
+                message=f"{'FAIL' if failed else 'ok'} {name} on {gid}: {fmt_est(est, 3)} ({rule.describe()})"))
+    for name in sorted(named - checked):
+        result.warnings.append(f"rule '{name}' bounds a value no gated group of the new run measured")
 
 
 def _detectable(todo: list, widen: float) -> list[str]:
@@ -595,6 +654,6 @@ def render_gate(result: GateResult) -> str:
 
 __all__ = [
     "ExpectedMetric", "ExpectedValues", "GateCheck", "GateConfigError", "GateResult",
-    "GateRules", "RatioRule", "RuleSet", "ThresholdRule", "evaluate_gate", "expected_from_run", "load_baseline", "load_rules",
+    "GateRules", "LimitRule", "RatioRule", "RuleSet", "ThresholdRule", "evaluate_gate", "expected_from_run", "load_baseline", "load_rules",
     "render_gate",
 ]

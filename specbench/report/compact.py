@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 
 from specbench.report.document import Block, Para, Section, Table
 from specbench.report.markdown import _md_blocks, equivalence_entries
-from specbench.report.terminal import TAU_ONLY, TAU_ONLY_NOTE, headline_verdict, with_k
+from specbench.report.terminal import TAU_ONLY, TAU_ONLY_NOTE, headline_looped, headline_verdict, with_k
+from specbench.results.degeneracy import MARK_NOTE, mark
 from specbench.results.fmt import fmt_est, fmt_speedup, speed_intervals_note
 from specbench.results.manifest import RunManifest
 from specbench.results.parts import HeadlineRow
@@ -54,16 +55,18 @@ def _headline(summary: RunSummary) -> Section:
                                                    r.request_rate or r.batch_size, r.method))
     verdicts = Counter(headline_verdict(r) for r in rows)
     tau_only = f"{TAU_ONLY_NOTE}. " if TAU_ONLY in verdicts else ""
+    looped = [headline_looped(summary, r) for r in rows]
+    loops = f"{MARK_NOTE}. " if any(looped) else ""
     return Section(f"Against {', '.join(refs)}", anchor="headline", blocks=[
         Para("Each method over the reference at one target, dataset, temperature (T) and load, each arm at its "
              "best K; ratios paired by prompt with 95% bootstrap intervals. "
-             + ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items())) + ". " + tau_only
+             + ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items())) + ". " + tau_only + loops
              + speed_intervals_note(summary)),
         Table(["Target", "Dataset · T · load", "Method", "Reference", "n", "Speedup ratio", "τ ratio", "Verdict"],
               [[r.target, _where(r), with_k(r.method, r.method_k), with_k(r.reference, r.reference_k),
                 str(r.n_prompts), fmt_speedup(r.speedup_ratio), fmt_est(r.tau_ratio, 2, unit="×"),
-                headline_verdict(r)]
-               for r in rows]),
+                mark(headline_verdict(r), loop)]
+               for r, loop in zip(rows, looped, strict=True)]),
     ])
 
 

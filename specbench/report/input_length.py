@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from specbench.report.document import Block, Para, Section, Table
+from specbench.results.degeneracy import MARK_NOTE, mark
 from specbench.results.fmt import fmt_est, fmt_load, fmt_speedup
 from specbench.results.parts import HeadlineRow
 from specbench.results.summary import GroupSummary, RunSummary
@@ -56,6 +57,7 @@ def input_length_section(summary: RunSummary) -> Section | None:
         "accepted at position i / drafts; step time = decode time / verification steps; TPOT = decode time / "
         "(output tokens − 1); speedup over no speculation at the same length. Ratios over the reference method "
         "(`compare_to`, default EAGLE-3) are paired by prompt at that length. 95% intervals in brackets.")]
+    looped = False
     for rows in tables.values():
         g0 = rows[0]
         ref = next((ratios[g.group_id].reference for g in rows if g.group_id in ratios), None)
@@ -64,9 +66,15 @@ def input_length_section(summary: RunSummary) -> Section | None:
         body = []
         for g in rows:
             h = ratios.get(g.group_id)
-            body.append([g.method, str(input_tokens(g)), str(g.n_requests), fmt_est(g.tau, 2), _positions(g),
-                         _ms(g, "step_time_s"), _ms(g, "tpot_s"), fmt_speedup(g.speedup),
-                         fmt_est(h.tau_ratio, 2, unit="×") if h else "–", fmt_speedup(h.speedup_ratio) if h else "–"])
+            own = summary.rests_on_loops(g.group_id)
+            pair = summary.rests_on_loops(g.group_id, h.reference_group) if h else False
+            looped |= own or pair
+            body.append([g.method, str(input_tokens(g)), str(g.n_requests), mark(fmt_est(g.tau, 2), own), _positions(g),
+                         _ms(g, "step_time_s"), _ms(g, "tpot_s"), mark(fmt_speedup(g.speedup), own),
+                         mark(fmt_est(h.tau_ratio, 2, unit="×"), pair) if h else "–",
+                         mark(fmt_speedup(h.speedup_ratio), pair) if h else "–"])
         blocks.append(Table(["Method", "Input tokens", "n", "τ", "Acceptance by position", "Step time (ms)",
                              "TPOT (ms)", "Speedup", "τ ratio", "Speedup ratio"], body))
+    if looped:
+        blocks.append(Para(MARK_NOTE + " (a ratio: the method's group or the reference's)."))
     return Section("Input length", blocks, anchor="input-length")

@@ -31,6 +31,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from specbench.config.suite import ReferenceValue
+from specbench.report.degenerate import degenerate_section
 from specbench.report.document import Block, Details, Para, Pre, Raw, Refs, Section, Table
 from specbench.report.early_stopping import stopping_section
 from specbench.report.input_length import input_length_section
@@ -43,6 +44,7 @@ from specbench.report.method_comparison import (
 from specbench.report.steps import steps_section
 from specbench.report.workloads import category_section, turn_section
 from specbench.results import metric_catalog
+from specbench.results.degeneracy import MARK_NOTE, mark, rests_on_loops
 from specbench.results.fmt import (
     as_estimate,
     dataset_label,
@@ -228,8 +230,9 @@ def _method_table(groups: list[GroupSummary], show_t: bool, show_load: bool, ref
         if g.status in ("skipped", "failed", "pending"):
             rows.append(row + ["–"] * (len(headers) - len(row)))
             continue
+        looped = rests_on_loops([g])
         for m in columns:
-            row.append(fmt_column(m, g))
+            row.append(mark(fmt_column(m, g), looped and m.name == "tau"))
             if has_refs and m.name == "tau":  # the published values beside τ (whatever metric they give)
                 row.append("; ".join(
                     f"{metric_catalog.label(metric)} {ref.value}{_definition_note(ref)} "
@@ -244,6 +247,8 @@ def _method_table(groups: list[GroupSummary], show_t: bool, show_load: bool, ref
             notes.append(f"{g.method} (load {fmt_load(g)}): {g.n_errors} of {n} requests returned an error.")
         if g.status == "partial":
             notes.append(f"{g.method} (load {fmt_load(g)}): partial, some cells did not finish; see below.")
+    if any(rests_on_loops([g]) and g.tau is not None for g in groups):
+        notes.append(f"{MARK_NOTE}; τ without them: see Outputs behind the numbers.")
     if any(g.method_kind != "baseline" and g.status in ("ok", "partial") and g.speedup is None for g in groups):
         notes.append("Speedup and greedy match need an ok baseline group with the same temperature and load.")
     return Table(headers, rows, notes)
@@ -651,6 +656,8 @@ def build_report(summary: RunSummary, manifest: RunManifest | None = None, *, ma
     headline = headline_section(summary, refs)
     blocks += [headline] if headline is not None else []
     blocks.append(_results(summary, refs))
+    loops = degenerate_section(summary)
+    blocks += [loops] if loops is not None else []
     for section in (steps_section(summary), input_length_section(summary), category_section(summary),
                     turn_section(summary), k_sweep_section(summary),
                     verification_section(summary), stopping_section(summary), _accuracy(summary),

@@ -14,7 +14,8 @@ from typing import Any
 
 from specbench.config.plan import load_label
 from specbench.report.document import Block, Para, Refs, Section, Table
-from specbench.report.terminal import TAU_ONLY_NOTE, headline_verdict
+from specbench.report.terminal import TAU_ONLY_NOTE, headline_looped, headline_verdict
+from specbench.results.degeneracy import MARK_NOTE, mark
 from specbench.results.fmt import (
     dataset_label,
     fmt_est,
@@ -70,7 +71,8 @@ def headline_section(summary: RunSummary, refs: Refs) -> Section | None:
         "of the method over the reference's; τ ratio = pooled τ over pooled τ. Verdict: faster / slower when "
         "the speedup ratio's interval excludes 1, else not distinguishable"
         + (f"; {TAU_ONLY_NOTE}" if any(r.tau_only for r in summary.headline) else "")
-        + ". " + speed_intervals_note(summary))]
+        + ". " + speed_intervals_note(summary)
+        + (f" {MARK_NOTE}." if any(headline_looped(summary, r) for r in summary.headline) else ""))]
     for key in sorted(tables):
         rows = tables[key]
         r0 = rows[0]
@@ -81,7 +83,8 @@ def headline_section(summary: RunSummary, refs: Refs) -> Section | None:
             ["Method", "K", "n prompts", "Speedup ratio", "τ ratio", "Verdict", "Speedup vs baseline (method / ref.)",
              "Published"],
             [[r.method, str(r.method_k if r.method_k is not None else "–"), str(r.n_prompts),
-              fmt_speedup(r.speedup_ratio), fmt_metric("tau_ratio", r.tau_ratio, unit="×"), headline_verdict(r),
+              fmt_speedup(r.speedup_ratio), fmt_metric("tau_ratio", r.tau_ratio, unit="×"),
+              mark(headline_verdict(r), headline_looped(summary, r)),
               f"{fmt_speedup(r.method_speedup)} / {fmt_speedup(r.reference_speedup)}", _claims(r, refs)]
              for r in sorted(rows, key=lambda r: r.method)],
         ))
@@ -93,15 +96,21 @@ def k_sweep_section(summary: RunSummary) -> Section | None:
         return None
     per_k: list[list[str]] = []
     best: list[list[str]] = []
+    looped = False
     for s in summary.k_sweeps:
         best_v = s.best_k.value
         for p in s.points:
-            mark = " ★" if best_v is not None and p.k == round(best_v) else ""
-            per_k.append([s.target, _sweep_dataset(s), f"{s.temperature:g}", s.method, _load_of(s), f"{p.k}{mark}", str(p.n),
-                          fmt_metric("tau", p.tau), fmt_speedup(p.speedup), _ms(p.tpot_s), _ms(p.step_time_s)])
+            star = " ★" if best_v is not None and p.k == round(best_v) else ""
+            loops = summary.rests_on_loops(p.group_id)
+            per_k.append([s.target, _sweep_dataset(s), f"{s.temperature:g}", s.method, _load_of(s), f"{p.k}{star}", str(p.n),
+                          mark(fmt_metric("tau", p.tau), loops), mark(fmt_speedup(p.speedup), loops), _ms(p.tpot_s),
+                          _ms(p.step_time_s)])
+        any_loops = summary.rests_on_loops(*(p.group_id for p in s.points))
+        looped |= any_loops
         wins = s.best_k_wins
         won = "" if wins is None or wins.value is None else f" (fastest in {round(wins.value * wins.n)}/{wins.n} rounds)"
-        best.append([s.target, _sweep_dataset(s), f"{s.temperature:g}", s.method, _load_of(s), fmt_est(s.best_k, 0) + won,
+        best.append([s.target, _sweep_dataset(s), f"{s.temperature:g}", s.method, _load_of(s),
+                     mark(fmt_est(s.best_k, 0) + won, any_loops),
                      fmt_est(s.step_time_slope_s, 3, scale=1000.0, signed=True, n_default=None)])
     moves: dict[tuple[str, str, float, str], list[float]] = defaultdict(list)
     for s in summary.k_sweeps:
@@ -115,7 +124,7 @@ def k_sweep_section(summary: RunSummary) -> Section | None:
              "record; TPOT = decode time / (output tokens − 1). A drafter that runs one pass per block keeps its "
              "step time flat in K; EAGLE-3's rises with K (one drafter pass per draft token)."),
         Table(["Target", "Dataset", "T", "Method", "Load", "K", "n", "τ", "Speedup", "TPOT (ms)", "Step time (ms)"],
-              per_k),
+              per_k, [MARK_NOTE + "; a best K is marked when any of its K's is."] if looped else []),
         Para("Best K (interval: bootstrap over prompts of the argmax) and the least-squares slope of step time "
              "over K (ms per extra draft token; bootstrap over the prompts measured at every K):"),
         Table(["Target", "Dataset", "T", "Method", "Load", "Best K", "Step-time slope (ms/K)"], best),

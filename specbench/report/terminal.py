@@ -10,7 +10,9 @@ Then one table per target (its name as the title), six short columns that fit
 100 characters: dataset, method (with K), T and load, τ with its interval,
 speedup with its interval, verdict ('τ only' in the speedup column of a group that measured τ and no speed: the
 reference simulator's). The verdict is the group's equivalence verdict when it has one, else its status
-when it did not run; the full story is in the reports. Below the tables, one
+when it did not run; the full story is in the reports. A τ (or a headline verdict) resting on a group
+with more than a fifth of its outputs in a repetition loop carries the loop mark (†,
+:mod:`specbench.results.degeneracy`), and the table's caption says what it means. Below the tables, one
 line says where the run's wall time went (:func:`time_line`).
 """
 
@@ -20,6 +22,7 @@ from typing import Any
 
 from specbench.analysis.timing import TimeBreakdown, fmt_duration, fmt_share, harness_parts
 from specbench.config.plan import load_tag
+from specbench.results.degeneracy import MARK, MARK_NOTE, mark
 from specbench.results.fmt import dataset_label, fmt_est, fmt_speedup
 from specbench.results.parts import HeadlineRow
 from specbench.results.slices import split_group_id
@@ -61,6 +64,12 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def _fit(cells: tuple[str, ...], widths: tuple[int, ...], marked: tuple[bool, ...]) -> tuple[str, ...]:
+    """Each cell clipped to its width, the loop mark kept (the text clipped to leave it room) where marked."""
+    return tuple(mark(_clip(c, w - len(MARK)), True) if m else _clip(c, w)
+                 for c, w, m in zip(cells, widths, marked, strict=True))
+
+
 def verdict(g: GroupSummary) -> str:
     if g.status in ("skipped", "failed"):
         return g.status
@@ -77,13 +86,15 @@ def closing_rows(summary: RunSummary) -> dict[str, list[tuple[str, ...]]]:
     for g in summary.whole_groups:
         load = load_tag(g.batch_size, g.request_rate)
         method = g.method + (f" K{g.k}" if g.k and f"k{g.k}" not in g.method.lower() else "")
+        has_tau = g.tau is not None and g.tau.value is not None
         cells = (
             dataset_label(g.dataset, g.group_id), method, f"{g.temperature:g}·{load}",
-            g.tau.fmt() if g.tau and g.tau.value is not None else "–",
+            g.tau.fmt() if g.tau is not None and has_tau else "–",
             g.speedup.fmt() if g.speedup and g.speedup.value is not None else TAU_ONLY if _untimed(g) else "–",
             verdict(g),
         )
-        rows.setdefault(g.target, []).append(tuple(_clip(c, w) for c, w in zip(cells, MAX_WIDTHS, strict=True)))
+        looped = has_tau and summary.rests_on_loops(g.group_id)
+        rows.setdefault(g.target, []).append(_fit(cells, MAX_WIDTHS, (False, False, False, looped, False, False)))
     return rows
 
 
@@ -104,9 +115,23 @@ def headline_verdict(r: HeadlineRow) -> str:
 
 
 def headline_note(summary: RunSummary, target: str) -> str:
-    """The headline table's note for ``target``: how to read it, and what 'τ only' means when a row is one."""
-    tau_only = any(r.tau_only for r in summary.headline if r.target == target)
-    return HEADLINE_NOTE + (f"; {TAU_ONLY_NOTE}" if tau_only else "")
+    """The headline table's note for ``target``: how to read it, and what 'τ only' and the loop mark mean
+    when a row has one."""
+    rows = [r for r in summary.headline if r.target == target]
+    tau_only = any(r.tau_only for r in rows)
+    looped = any(headline_looped(summary, r) for r in rows)
+    return HEADLINE_NOTE + (f"; {TAU_ONLY_NOTE}" if tau_only else "") + (f"; {MARK_NOTE}" if looped else "")
+
+
+def closing_note(summary: RunSummary, target: str) -> str | None:
+    """The closing table's caption for ``target``: what the loop mark on a τ means, when one is marked."""
+    looped = any(g.target == target and summary.rests_on_loops(g.group_id) for g in summary.whole_groups)
+    return MARK_NOTE if looped else None
+
+
+def headline_looped(summary: RunSummary, r: HeadlineRow) -> bool:
+    """A headline row whose method or reference group has more than a fifth of its outputs degenerate."""
+    return summary.rests_on_loops(r.method_group, r.reference_group)
 
 
 def _untimed(g: GroupSummary) -> bool:
@@ -147,7 +172,8 @@ def headline_rows(summary: RunSummary) -> dict[str, list[tuple[str, ...]]]:
             with_k(r.method, r.method_k), fmt_speedup(r.speedup_ratio), fmt_est(r.tau_ratio, 2, unit="×"),
             SHORT_VERDICT.get(headline_verdict(r), r.verdict),
         )
-        rows.setdefault(r.target, []).append(tuple(_clip(c, w) for c, w in zip(cells, HEADLINE_WIDTHS, strict=True)))
+        marked = (False,) * 5 + (headline_looped(summary, r),)
+        rows.setdefault(r.target, []).append(_fit(cells, HEADLINE_WIDTHS, marked))
     return rows
 
 

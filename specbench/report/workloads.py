@@ -11,6 +11,7 @@ from collections import defaultdict
 
 from specbench.config.plan import load_label
 from specbench.report.document import Block, Para, Section, Table
+from specbench.results.degeneracy import MARK_NOTE, mark
 from specbench.results.fmt import fmt_est, fmt_metric, fmt_pct, fmt_speedup
 from specbench.results.parts import CategoryCell
 from specbench.results.slices import split_group_id
@@ -47,17 +48,22 @@ def category_section(summary: RunSummary) -> Section | None:
         "[95% interval], paired by prompt (bootstrap over prompts; the reference at its best K). A category with "
         "too few prompts shows its value without an interval and says so. Rows: method·K; the column header "
         "gives each category's prompts.")]
+    looped = False
     for cells in tables.values():
         c0 = cells[0]
         cats = sorted({c.category for c in cells})
         n_of = {c.category: c.n_prompts for c in cells}
         rows: dict[str, dict[str, str]] = defaultdict(dict)
         for c in cells:
-            rows[row_label(c)][c.category] = _cell(c)
+            loops = summary.rests_on_loops(c.group_id, c.reference_group)
+            looped |= loops
+            rows[row_label(c)][c.category] = mark(_cell(c), loops)
         blocks.append(Para(f"**{c0.target} · {c0.dataset} · T={c0.temperature:g} · load "
                            f"{load_label(c0.batch_size, c0.request_rate)}** (reference: {c0.reference or '–'})"))
         blocks.append(Table(["Method·K"] + [f"{cat} (n={n_of[cat]})" for cat in cats],
                             [[label] + [r.get(cat, "–") for cat in cats] for label, r in sorted(rows.items())]))
+    if looped:
+        blocks.append(Para(MARK_NOTE + " (the category's slice of the method or of the reference)."))
     return Section("Categories", blocks, anchor="categories")
 
 

@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from specbench.results import degeneracy
 from specbench.results.slices import SLICE_KEYS
 
 if TYPE_CHECKING:
@@ -108,6 +109,23 @@ CATALOG: tuple[MetricSpec, ...] = (
     _M("draft_rate", "draft rate", "", "none", 3,
        "drafting steps / verification steps, pooled; exact (1) for a method that always drafts; n: requests "
        "(Wilson over steps when every request's share is 0 or 1)"),
+    _M("degenerate_share", "degenerate outputs", "", "lower", 3,
+       f"share of the group's successful requests whose output is degenerate: its final repeating cycle (period ≤ "
+       f"{degeneracy.MAX_PERIOD} tokens, two periods or more) covers more than half of it; outputs under "
+       f"{degeneracy.MIN_TOKENS} tokens are short, not degenerate; Wilson; n: requests",
+       gate=True, history=True, compute=degeneracy.degenerate_share, table="Degenerate", fmt="percent"),
+    _M("short_share", "short outputs", "", "none", 3,
+       f"share of the group's successful requests with fewer than {degeneracy.MIN_TOKENS} output tokens (judged by "
+       "neither repetition measure); Wilson; n: requests", history=True, compute=degeneracy.short_share),
+    _M("non_degenerate.tau", "τ (non-degenerate)", "tokens/step", "higher", 2,
+       "τ pooled from the per-request counters of the group's requests whose output is not degenerate; "
+       "n: those requests", history=True),
+    _M("non_degenerate.tokens_per_step", "tokens per step (non-degenerate)", "tokens/step", "higher", 2,
+       "tokens per step pooled over the group's requests whose output is not degenerate; n: those requests",
+       history=True),
+    _M("non_degenerate.speedup", "speedup (non-degenerate)", "×", "higher", 2,
+       "speedup over the baseline on the prompts where neither arm's output is degenerate, paired by prompt; "
+       "n: those prompts", history=True, speed=True),
     _M("per_position", "acceptance at position i", "", "higher", 2,
        "accepted tokens at draft position i / drafts (pooled); n: requests", indexed="position", gate=True,
        history=True, table="Per-position acceptance", fmt="positions"),

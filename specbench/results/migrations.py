@@ -13,6 +13,11 @@ serving rows or cross-check rows under ``{"rows": [...]}``.
 summary 2: ``checks`` are :class:`CounterCheck`; ``extra`` is
 :class:`SummaryExtra` (``serving``, ``cross_check``, ``scoring_notes`` typed,
 other keys kept as they are).
+Later, optional (no new version: a summary without them loads as it was, and one
+without degenerate outputs measured is never marked): a group's ``metrics`` holds
+``degenerate_share`` and ``short_share`` (issue 34), its ``non_degenerate`` τ, tokens
+per step and speedup (written only when computed), and a category-matrix cell its
+``reference_group``.
 
 manifest 1 (or no version): a dict of run facts.
 manifest 2: :class:`RunManifest`, adds ``hardware_class`` (what a history

@@ -41,6 +41,18 @@ class VerificationSpent(_Model):
     wasted_per_emitted: Estimate
 
 
+class NonDegenerate(_Model):
+    """A group's τ, tokens per step and speedup on its requests whose output is not degenerate
+    (:mod:`specbench.results.degeneracy`), beside the pooled ones; each Estimate's n counts those
+    requests (the speedup's: prompts where neither arm's output is degenerate). None where it cannot
+    be computed (τ without per-request counters, tokens per step without step traces, a speedup
+    without a baseline)."""
+
+    tau: Estimate | None = None
+    tokens_per_step: Estimate | None = None
+    speedup: Estimate | None = None
+
+
 class KPoint(_Model):
     """One K of a method at one load."""
 
@@ -271,6 +283,7 @@ class CategoryCell(_Model):
     k: int | None = None
     group_id: str  # the category slice's id
     category: str
+    reference_group: str | None = None  # the reference method's slice of this category (its τ ratio's other arm)
     n_prompts: int
     tau: Estimate | None = None
     speedup: Estimate | None = None

@@ -21,13 +21,14 @@ from pydantic import (
 from specbench.config.plan import BaselineKey, baseline_key
 from specbench.config.stop_rule import StopRecord
 from specbench.config.suite import ReferenceValue
-from specbench.results import metric_catalog
+from specbench.results import degeneracy, metric_catalog
 from specbench.results.migrations import SUMMARY_SCHEMA_VERSION, upgrade_summary
 from specbench.results.parts import (
     CounterCheck,
     Equivalence,
     HeadlineRow,
     KSweep,
+    NonDegenerate,
     SummaryExtra,
     VerificationSpent,
 )
@@ -101,6 +102,9 @@ class GroupSummary(BaseModel):
     step_time_s: Estimate | None = None  # Σ (latency − TTFT) / Σ verification steps (decoding steps)
     verification: VerificationSpent | None = None
     speedup: Estimate | None = None
+    # τ, tokens per step and speedup without the requests whose output is degenerate (a repetition loop);
+    # their share is the catalogue's ``degenerate_share`` in ``metrics``. Written only when computed.
+    non_degenerate: NonDegenerate | None = None
     # Against the baseline group of the same target/dataset/temperature/load.
     greedy_match: Estimate | None = None
     equivalence: Equivalence | None = None
@@ -134,6 +138,8 @@ class GroupSummary(BaseModel):
             data.pop("slice", None)
         if not self.metrics:
             data.pop("metrics", None)
+        if self.non_degenerate is None:
+            data.pop("non_degenerate", None)
         t1 = data.pop("turn1_identical", None)
         data["extra"] = {"turn1_identical": t1} if t1 is not None else {}  # the stored shape, as before
         return data
@@ -198,6 +204,11 @@ class RunSummary(BaseModel):
 
     def group(self, group_id: str) -> GroupSummary | None:
         return next((g for g in self.groups if g.group_id == group_id), None)
+
+    def rests_on_loops(self, *group_ids: str | None) -> bool:
+        """Whether a number resting on these groups (an arm of a ratio each) is marked: one of them has more
+        than a fifth of its requests degenerate (:func:`specbench.results.degeneracy.rests_on_loops`)."""
+        return degeneracy.rests_on_loops(self.group(i) for i in group_ids if i)
 
     def find(self, target: str | None = None, method: str | None = None, dataset: str | None = None) -> list[GroupSummary]:
         return [

@@ -241,12 +241,46 @@ def test_reference_engine_rows_are_tau_only(smoke_run):
     """The reference simulator measures τ, never speed: its headline rows say so ('τ only'), the vLLM ones
     keep their speed verdicts (issue 35)."""
     from specbench.report.terminal import TAU_ONLY, headline_rows
+    from specbench.results.degeneracy import MARK
 
     _, s = smoke_run
     ref_rows = [r for r in s.headline if r.target == REF]
     assert ref_rows and all(r.tau_only for r in ref_rows), [r.method for r in ref_rows if not r.tau_only]
     assert not any(r.tau_only for r in s.headline if r.target == VLLM)
-    assert [row[-1] for row in headline_rows(s)[REF]] == [TAU_ONLY] * len(ref_rows)
+    assert [row[-1].removesuffix(MARK) for row in headline_rows(s)[REF]] == [TAU_ONLY] * len(ref_rows)
+
+
+def test_verdicts_resting_on_loops_are_marked(smoke_run, tmp_path):
+    """Issue 34: every group's degenerate share recomputes from records.jsonl (an output of 32 tokens or more
+    whose final loop covers more than half of it), and a headline verdict carries the loop mark exactly when
+    the method's or the reference's group has more than a fifth of its requests degenerate, in the terminal
+    and in the report. (At the time of writing the zoo's target loops at T=0 and the marks are there.)"""
+    from specbench.analysis.metrics import unique_requests
+    from specbench.report.terminal import headline_rows
+    from specbench.results import degeneracy as dg
+
+    run_dir, s = smoke_run
+    records = [r for r in unique_requests(rundir.read_requests(run_dir)) if r.error is None]
+    share = {}
+    for g in s.whole_groups:
+        if g.status != "ok":
+            continue
+        ids = {c.cell_id for c in g.cells}
+        outs = [r.output_token_ids for r in records if r.cell_id in ids]
+        loops = sum(len(o) >= dg.MIN_TOKENS and dg.loop_coverage(o) > dg.COVERAGE_LIMIT for o in outs)
+        est = g.metrics["degenerate_share"]
+        assert (est.value, est.n) == (pytest.approx(loops / len(outs)), len(outs)), g.group_id
+        share[g.group_id] = loops / len(outs)
+    marked = [r for r in s.headline
+              if max(share.get(r.method_group, 0.0), share.get(r.reference_group, 0.0)) > dg.MARK_SHARE]
+    assert marked == [r for r in s.headline if s.rests_on_loops(r.method_group, r.reference_group)]
+    for target, rows in headline_rows(s).items():
+        assert sum(row[-1].endswith(dg.MARK) for row in rows) == sum(r.target == target for r in marked), target
+    md = api.report(run_dir, tmp_path)["markdown"].read_text()
+    assert (dg.MARK_NOTE in md) == bool(marked)
+    assert not marked or "## Outputs behind the numbers" in md
+    print(f"{len(marked)} of {len(s.headline)} headline rows rest on loops; shares at T=0: "
+          + ", ".join(f"{gid} {v:.2f}" for gid, v in sorted(share.items()) if "/T0/" in gid))
 
 
 def test_report_opens_with_the_headline(smoke_run, tmp_path):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import specbench
-from specbench.analysis import degeneracy as dg
+from specbench.results import degeneracy as dg
 
 
 def _tokens(text: str) -> list[int]:

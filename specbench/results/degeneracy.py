@@ -16,19 +16,36 @@ token ids (no tokenizer, no text):
 
 Outputs shorter than :data:`MIN_TOKENS` tokens are *short*: too short for either measure to mean
 much, they are neither degenerate nor varied and are counted as their own share.
+
+Per group (the catalogue's ``degenerate_share`` and ``short_share``, :mod:`specbench.results.metric_catalog`)
+the share of its successful requests of each class, with a Wilson interval over requests. A verdict
+or number that rests on a group (or, for a ratio, either arm) with more than :data:`MARK_SHARE` of its
+requests degenerate is marked :data:`MARK` wherever it is shown (:func:`rests_on_loops`).
+
+The measure lives here, below the analysis, because the catalogue computes the group shares from it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+from specbench import stats
+
+if TYPE_CHECKING:
+    from specbench.results.records import RequestRecord, SpecCounters
+    from specbench.stats import Estimate
 
 MAX_PERIOD = 16  # the longest cycle looked for, in tokens
 COVERAGE_LIMIT = 0.5  # degenerate: the final cycle covers more than this share of the output
 DISTINCT_LIMIT = 0.5  # the second measure: fewer distinct 4-grams than this share in the second half
 MIN_TOKENS = 32  # shorter outputs are "short", judged by neither measure
 NGRAM = 4
+MARK_SHARE = 0.2  # a verdict resting on more than this share of degenerate requests is marked
+MARK = "†"
+MARK_NOTE = (f"{MARK}: rests on a group with more than {MARK_SHARE:.0%} of its requests degenerate (the final "
+             f"repetition loop covers more than half the output): τ near K+1 there measures the loop, not the drafter")
 
 OutputClass = Literal["short", "degenerate", "varied"]
 
@@ -90,3 +107,40 @@ class Degeneracy:
 
 def judge(tokens: Sequence[int]) -> Degeneracy:
     return Degeneracy(n_tokens=len(tokens), coverage=loop_coverage(tokens), distinct=distinct_ngram_ratio(tokens))
+
+
+def is_degenerate(r: RequestRecord) -> bool:
+    """A successful request whose output is degenerate (the primary measure)."""
+    return r.error is None and judge(r.output_token_ids).degenerate
+
+
+def _share(requests: Sequence[RequestRecord], cls: OutputClass) -> Estimate | None:
+    ok = [r for r in requests if r.error is None]
+    if not ok:
+        return None
+    return stats.wilson(sum(judge(r.output_token_ids).output_class == cls for r in ok), len(ok))
+
+
+def degenerate_share(counters: SpecCounters | None, requests: Sequence[RequestRecord]) -> Estimate | None:
+    """Share of a group's successful requests whose output is degenerate; Wilson over requests."""
+    return _share(requests, "degenerate")
+
+
+def short_share(counters: SpecCounters | None, requests: Sequence[RequestRecord]) -> Estimate | None:
+    """Share of a group's successful requests shorter than :data:`MIN_TOKENS` tokens; Wilson over requests."""
+    return _share(requests, "short")
+
+
+def rests_on_loops(groups: Iterable[Any]) -> bool:
+    """Whether any of ``groups`` (group summaries; None skipped) has more than :data:`MARK_SHARE` of its
+    requests degenerate. A summary analysed before the measure existed has no share: never marked."""
+    for g in groups:
+        share = (getattr(g, "metrics", None) or {}).get("degenerate_share") if g is not None else None
+        if share is not None and share.value is not None and share.value > MARK_SHARE:
+            return True
+    return False
+
+
+def mark(text: str, marked: bool) -> str:
+    """``text`` with :data:`MARK` appended when ``marked``."""
+    return text + MARK if marked else text
