@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
+from support.paths import FIXTURES
 
 from specbench import stats
 from specbench.analysis.method_comparison import headline, k_sweeps
@@ -28,7 +29,6 @@ from specbench.results.parts import CategoryCell
 from specbench.results.records import CellRecord, RequestRecord, SpecCounters, StepTrace
 from specbench.results.summary import RunSummary
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 N, TOKENS = 10, 64
 
 
