@@ -29,7 +29,9 @@ targets:
       - method: eagle3
         speculator: tiny:eagle3
         num_speculative_tokens: 3
-        stop: {metric: tau, rel_half_width: 0.2, min_prompts: 16, check_every: 16}
+        # Loose enough to stop before 64 prompts on any plausible zoo (CI's trained zoo reached a
+        # relative half-width of 0.20 at 48 prompts, τ ≈ 2.1): the test is about stopping, not τ.
+        stop: {metric: tau, rel_half_width: 0.35, min_prompts: 16, check_every: 16}
       - method: ngram
         num_speculative_tokens: 3
         stop: {metric: speedup, rel_half_width: 0.5, min_prompts: 16, check_every: 16}
