@@ -14,7 +14,7 @@ weighing the same, and the groups pooled per method. Then, for the chosen rule, 
 rounds :func:`~specbench.analysis.ab_decision.rounds_for_power` sizes for 90 % power at 10 %, and the
 power within that cap. The tables are docs/ab-decision.md's.
 
-    .venv/bin/python benchmarks/ab_decision_rule.py [--sims 2000] [--block 3]
+    .venv/bin/python benchmarks/ab_decision_rule.py [--sims 2000] [--block 3] [--smoke]
 """
 
 from __future__ import annotations
@@ -130,7 +130,10 @@ def main() -> int:
     ap.add_argument("--block", type=int, default=3, help="rounds per bootstrap block")
     ap.add_argument("--margin", type=float, default=0.03)
     ap.add_argument("--no-t", action="store_true", help="leave out the (slow) t-interval references")
+    ap.add_argument("--smoke", action="store_true", help="a few resamples, no t references: the tables' shape only")
     args = ap.parse_args()
+    if args.smoke:
+        args.sims, args.no_t = 20, True
     single, pooled = load_series(args.fixture)
     print(f"{len(single)} recorded series ({', '.join(sorted({m for _, m, _ in single}))}), "
           f"{len(pooled)} pooled; rounds per series {sorted({s.size for _, _, s in single})}")

@@ -97,6 +97,11 @@ def check_parallel_vs_eagle3(out: str) -> None:
         assert int(re.search(r"\(n=(\d+)\)", row[1]).group(1)) > 0, row  # type: ignore[union-attr]
 
 
+def check_ab_decision_rule(out: str) -> None:
+    assert "## single groups" in out and "## pooled per method" in out, out
+    assert re.search(r"\| CS t-corrected α=0\.01, first verdict at 12 \| \d", out), out
+
+
 def check_time_breakdown(out: str) -> None:
     assert ": recorded" in out and ": estimated" in out
     bd = json.loads(out[out.rindex("\n{") + 1:])
@@ -111,6 +116,7 @@ def check_vllm_cpu_expand_bug(out: str) -> None:
 
 #: script -> (extra arguments, given the shared run's directory; the check of its output)
 SMOKES = {
+    "ab_decision_rule.py": (lambda run: [], check_ab_decision_rule),  # no engine: the recorded A/A rounds
     "aa_gate.py": (lambda run: ["--runs", str(run)], check_aa_gate),  # no engine: the shared run, twice
     "client_overhead.py": (lambda run: [], check_client_overhead),  # no engine: a fake server
     "cpu_binding.py": (lambda run: [], check_cpu_binding),  # 4 engines, 2 at a time (bound pair, unbound pair)

@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from pathlib import Path
 
 import numpy as np
 import pytest
+from support.paths import FIXTURES
 
 from specbench.analysis.ab_decision import (
     ABRule,
@@ -29,7 +29,7 @@ from specbench.analysis.ab_decision import (
     simulate,
 )
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "ab" / "aa_rounds.json"
+FIXTURE = FIXTURES / "ab" / "aa_rounds.json"
 SIMS = 1000
 POWER_SIMS = 300  # the sized caps run to thousands of rounds on the recorded spread
 MIN_SERIES = 12
