@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -89,6 +89,12 @@ class TargetSpec(Strict):
         description="named workarounds for known engine bugs (specbench.engines.vllm_patches); "
         "recorded in the manifest and the report",
     )
+    python: str | None = Field(
+        None,
+        description="the Python interpreter the target's vLLM engines run in (another environment with its own "
+        "vLLM, in which specbench is importable: docs/ab.md); default: the one running specbench",
+    )
+    env: dict[str, str] = Field(default_factory=dict, description="environment variables of the target's engine processes")
     methods: list[MethodSpec] = Field(min_length=1)
     compare_to: str | None = Field(
         None,
@@ -379,13 +385,14 @@ def _fmt_loc(loc: tuple[Any, ...]) -> str:
     return out
 
 
-def _pydantic_messages(path: str, root: yaml.Node | None, err: ValidationError) -> list[str]:
+def _pydantic_messages(path: str, root: yaml.Node | None, err: ValidationError,
+                       top: type[BaseModel] | None = None) -> list[str]:
     msgs = []
     for e in err.errors():
         loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-")))
         text = e["msg"]
         if e["type"] == "extra_forbidden":
-            parent_model = _model_for(loc[:-1])
+            parent_model = _model_for(loc[:-1], top or Suite)
             key = str(loc[-1])
             hint = closest(key, list(parent_model.model_fields)) if parent_model else None
             text = f"unknown key {key!r}" + (f"; did you mean {hint!r}?" if hint else "")
@@ -396,9 +403,8 @@ def _pydantic_messages(path: str, root: yaml.Node | None, err: ValidationError) 
     return msgs
 
 
-def _model_for(loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    """The pydantic model class found at ``loc`` inside a Suite."""
-    model: type[BaseModel] = Suite
+def _model_for(loc: tuple[Any, ...], model: type[BaseModel] = Suite) -> type[BaseModel] | None:
+    """The pydantic model class found at ``loc`` inside ``model`` (a Suite)."""
     for part in loc:
         if isinstance(part, int):
             continue
@@ -417,13 +423,16 @@ def _model_for(loc: tuple[Any, ...]) -> type[BaseModel] | None:
 # --------------------------------------------------------------------------
 # loading
 
+M = TypeVar("M", bound=BaseModel)
 
-def load_suite(path: str | Path) -> Suite:
-    """Load and fully validate a suite file; raises :class:`SuiteError`."""
+
+def load_yaml_model(path: str | Path, model: type[M], what: str, keys: str) -> tuple[M, yaml.Node | None]:
+    """A YAML file validated as ``model``, with the composed node tree (for lines); raises
+    :class:`SuiteError` with ``file:line`` messages, the path shown as typed."""
     p = Path(path)
     shown = str(path)
     if not p.is_file():
-        raise SuiteError([f"{shown}:1: no such suite file"])
+        raise SuiteError([f"{shown}:1: no such {what} file"])
     text = p.read_text()
     try:
         root = yaml.compose(text)
@@ -434,11 +443,18 @@ def load_suite(path: str | Path) -> Suite:
         problem = getattr(exc, "problem", None) or str(exc)
         raise SuiteError([f"{shown}:{line}: invalid YAML: {problem}"]) from None
     if not isinstance(data, dict):
-        raise SuiteError([f"{shown}:1: a suite must be a mapping with keys targets, datasets, …"])
+        raise SuiteError([f"{shown}:1: a {what} must be a mapping with keys {keys}, …"])
     try:
-        suite = Suite.model_validate(data)
+        return model.model_validate(data), root
     except ValidationError as err:
-        raise SuiteError(_pydantic_messages(shown, root, err)) from None
+        raise SuiteError(_pydantic_messages(shown, root, err, model)) from None
+
+
+def load_suite(path: str | Path) -> Suite:
+    """Load and fully validate a suite file; raises :class:`SuiteError`."""
+    p = Path(path)
+    shown = str(path)
+    suite, root = load_yaml_model(path, Suite, "suite", "targets, datasets")
     suite.source_path = str(p.resolve())
     problems = check_semantics(suite, base_dir=p.resolve().parent)
     if problems:

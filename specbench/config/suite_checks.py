@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -89,6 +91,14 @@ def check_semantics(suite: Suite, base_dir: Path) -> list[tuple[tuple[Any, ...],
         _unique([m.label for m in t.methods], (*loc_t, "methods"), "method name", problems)
         if t.assets is not None and t.model != "tiny":
             problems.append(((*loc_t, "assets"), "'assets' only applies to model: tiny"))
+        if t.python is not None:
+            exe = Path(t.python).expanduser()
+            if "/" in t.python and not exe.is_absolute():
+                problems.append(((*loc_t, "python"), f"python {t.python!r}: give an absolute path or a name on PATH"))
+            elif "/" in t.python and not (exe.is_file() and os.access(exe, os.X_OK)):
+                problems.append(((*loc_t, "python"), f"python {t.python!r} is not an executable file"))
+            elif "/" not in t.python and shutil.which(t.python) is None:
+                problems.append(((*loc_t, "python"), f"python {t.python!r} is not on PATH"))
         for pi, name in enumerate(t.engine_patches):
             if name not in ENGINE_PATCHES:
                 problems.append(((*loc_t, "engine_patches", pi), unknown_name("engine patch", name, sorted(ENGINE_PATCHES))))

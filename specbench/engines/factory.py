@@ -81,6 +81,7 @@ def resolve_engine(cfg: EngineConfig, platform: str, assets_factory: Callable[[]
     if cfg.target.engine != "reference":
         env.update(patch_env(cfg.target.engine_patches))
         env.update(get_method(cfg.method.method).env_for(platform))
+    env.update(cfg.target.env)  # the suite's (an A/B arm's) own, last: it may override a default
     return ResolvedEngine(config=cfg, model_path=model_path, speculator_path=spec_path, engine_kwargs=kwargs, env=env)
 
 

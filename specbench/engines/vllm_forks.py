@@ -191,13 +191,18 @@ class ForkedProcess:
 
 
 class _Zygote:
-    def __init__(self, env: dict[str, str], serve: Serve):
-        ctx = mp.get_context("spawn")
-        self._ctl, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_zygote_main, args=(child, dict(env), serve), daemon=False,
-                                name="specbench-vllm-zygote")
-        self.proc.start()
-        child.close()
+    def __init__(self, env: dict[str, str], serve: Serve, python: str | None = None):
+        if python is not None:  # another environment's interpreter (specbench.engines.interpreter)
+            from specbench.engines.interpreter import start_in
+
+            self.proc, self._ctl = start_in(python, f"{__name__}:_zygote_main", (dict(env), serve), env)
+        else:
+            ctx = mp.get_context("spawn")
+            self._ctl, child = ctx.Pipe()
+            self.proc = ctx.Process(target=_zygote_main, args=(child, dict(env), serve), daemon=False,
+                                    name="specbench-vllm-zygote")
+            self.proc.start()
+            child.close()
         self._lock = threading.Lock()  # one request on the pipe at a time (jobs run in threads)
         self._imported: bool | None = None
         self.children: list[ForkedProcess] = []
@@ -253,16 +258,18 @@ class Zygotes:
         self._lock = threading.Lock()
 
     @staticmethod
-    def _key(env: dict[str, str]) -> tuple:
+    def _key(env: dict[str, str], python: str | None = None) -> tuple:
         """What a spawned engine would inherit: the environment (but pytest's per-test name, which
-        only pytest reads; a forked worker takes the caller's environment exactly), cwd, cores."""
+        only pytest reads; a forked worker takes the caller's environment exactly), cwd, cores, and
+        the interpreter (None: this one)."""
         full = {k: v for k, v in {**os.environ, **env}.items() if k not in VOLATILE}
-        return tuple(sorted(full.items())), os.getcwd(), tuple(sorted(os.sched_getaffinity(0)))
+        return tuple(sorted(full.items())), os.getcwd(), tuple(sorted(os.sched_getaffinity(0))), python
 
-    def prepare(self, env: dict[str, str], serve: Serve) -> None:
+    def prepare(self, env: dict[str, str], serve: Serve, python: str | None = None) -> None:
         """A zygote for engines with ``env`` (started now, importing while the caller goes on) whose
-        forked workers run ``serve(conn, engine_kwargs, env)`` (a module-level function)."""
-        key = self._key(env)
+        forked workers run ``serve(conn, engine_kwargs, env)`` (a module-level function); ``python``:
+        in that interpreter (an A/B arm's environment)."""
+        key = self._key(env, python)
         with self._lock:
             z = self._all.pop(key, None)
             if z is not None:
@@ -274,12 +281,12 @@ class Zygotes:
                 if len(self._all) >= self.MAX and not old.busy():
                     del self._all[old_key]
                     old.end()
-            self._all[key] = _Zygote(env, serve)
+            self._all[key] = _Zygote(env, serve, python)
 
     def fork(self, env: dict[str, str], conn: Any, engine_kwargs: dict[str, Any], log_path: str, name: str,
-             timeout: float) -> ForkedProcess | None:
-        """A worker forked for this engine, or None (no zygote with its environment and cores)."""
-        key = self._key(env)
+             timeout: float, python: str | None = None) -> ForkedProcess | None:
+        """A worker forked for this engine, or None (no zygote with its environment, cores and interpreter)."""
+        key = self._key(env, python)
         with self._lock:
             z = self._all.get(key)
         if z is None or not z.settle(timeout):

@@ -30,6 +30,7 @@ from typing import Any
 
 from specbench.config.methods import VllmPassthrough
 from specbench.config.plan import EngineConfig
+from specbench.engines.interpreter import start_in
 from specbench.engines.procs import (
     LIVE,
     descendants,
@@ -343,6 +344,7 @@ class VllmOfflineEngine:
     def __init__(self, config: EngineConfig, engine_kwargs: VllmPassthrough, log_path: Path, env: dict[str, str],
                  *, prepare_next: bool = False):
         self.config = config
+        self.python = config.target.python  # another environment's interpreter (engines.interpreter), or this one
         self.engine_kwargs = engine_kwargs
         self.log_path = log_path
         self.env = env
@@ -373,19 +375,27 @@ class VllmOfflineEngine:
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
         name = f"specbench-engine-{self.config.key}"
-        # Forked from a zygote that imported vLLM with this environment (a CPU run's later engines),
-        # else spawned.
+        # Forked from a zygote that imported vLLM with this environment and interpreter (a CPU run's later
+        # engines), else spawned: here, or in another environment's interpreter (engines.interpreter).
         self._proc = ZYGOTES.fork(self.env, child, self.engine_kwargs, str(self.log_path), name,
-                                  settings().engine_start_timeout) if settings().spare_engine else None
-        if self._proc is None:
+                                  settings().engine_start_timeout, self.python) if settings().spare_engine else None
+        if self._proc is not None:
+            child.close()
+            self._conn = parent
+        elif self.python is not None:
+            child.close()
+            parent.close()
+            self._proc, self._conn = start_in(self.python, f"{__name__}:_worker_main",
+                                              (self.engine_kwargs, str(self.log_path), self.env), self.env)
+        else:
             self._proc = ctx.Process(target=_worker_main, args=(child, self.engine_kwargs, str(self.log_path), self.env),
                                      daemon=False, name=name)
             self._proc.start()
-        child.close()
-        self._conn = parent
+            child.close()
+            self._conn = parent
         self._live = LIVE.add(f"vLLM offline worker {self.config.key} (pid {self._proc.pid})", self.kill)
         if self.prepare_next and settings().spare_engine:
-            ZYGOTES.prepare(self.env, _serve)  # imports vLLM for the next engines while this one starts
+            ZYGOTES.prepare(self.env, _serve, self.python)  # imports vLLM for the next engines while this one starts
         kind, payload = self._recv(settings().engine_start_timeout, starting=True)
         if kind == "start_error":
             self._reap()

@@ -28,10 +28,14 @@ Known patches
     ``rejection_sampler.expand_batch_to_tokens`` for an exact
     ``torch.repeat_interleave`` version on CPU.
 ``planted-step-delay``
-    Not a workaround: a planted slowdown for measuring the gate's power
-    (``benchmarks/aa_gate.py --plant-delay-ms``). Every model step of a
-    speculating vLLM CPU engine sleeps ``SPECBENCH_PLANTED_STEP_DELAY_MS``
-    (20 by default); the baseline is untouched, so every method's speed drops.
+    Not a workaround: a planted slowdown for measuring a gate's power
+    (``benchmarks/aa_gate.py``, ``benchmarks/ab_gate.py``). By default every model
+    step of a speculating vLLM CPU engine sleeps ``SPECBENCH_PLANTED_STEP_DELAY_MS``
+    (20 by default) and the baseline is untouched. ``SPECBENCH_PLANTED_STEP_FRACTION``
+    (e.g. ``0.1``) instead delays every step by that fraction of the step's own
+    measured time, in every engine, the baseline's included: each group slows by
+    about that fraction. ``SPECBENCH_PLANTED_STEP_MODE=busy`` burns the CPU for the
+    delay (a busy wait, which contends like real work) instead of sleeping.
 """
 
 from __future__ import annotations
@@ -85,24 +89,46 @@ def _patch_expand(mod: ModuleType) -> None:
 
 #: ``planted-step-delay``: milliseconds every speculating engine sleeps per model step (default 20).
 PLANTED_DELAY_ENV = "SPECBENCH_PLANTED_STEP_DELAY_MS"
+#: ``planted-step-delay``: when set, every engine (baseline included) is delayed by this fraction of each step's time.
+PLANTED_FRACTION_ENV = "SPECBENCH_PLANTED_STEP_FRACTION"
+#: ``planted-step-delay``: ``sleep`` (default) or ``busy`` (a busy wait burning the CPU).
+PLANTED_MODE_ENV = "SPECBENCH_PLANTED_STEP_MODE"
+
+
+def _wait(seconds: float, busy: bool) -> None:
+    import time
+
+    if not busy:
+        time.sleep(seconds)
+        return
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
 
 
 def _patch_planted_delay(mod: ModuleType) -> None:
-    """A real, known slowdown for power tests (``benchmarks/aa_gate.py``): a fixed sleep in every model
-    step of an engine that speculates (the baseline engine is untouched), not an edited number."""
+    """A real, known slowdown for power tests: a delay in the engine's model steps, not an edited number
+    (see the module: a fixed sleep in speculating engines, or a fraction of every step in every engine)."""
     import time
 
     delay = float(os.environ.get(PLANTED_DELAY_ENV, "20")) / 1000.0
+    fraction = float(os.environ.get(PLANTED_FRACTION_ENV, "0") or 0)
+    busy = os.environ.get(PLANTED_MODE_ENV, "sleep") == "busy"
     runner = mod.CPUModelRunner
     inner = runner.execute_model
 
     def execute_model(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if fraction > 0:
+            t0 = time.perf_counter()
+            out = inner(self, *args, **kwargs)
+            _wait(fraction * (time.perf_counter() - t0), busy)
+            return out
         if self.speculative_config is not None and delay > 0:
-            time.sleep(delay)
+            _wait(delay, busy)
         return inner(self, *args, **kwargs)
 
     runner.execute_model = execute_model
-    mod._specbench_planted_delay = delay  # type: ignore[attr-defined]
+    mod._specbench_planted_delay = fraction if fraction > 0 else delay  # type: ignore[attr-defined]
 
 
 PATCHES: dict[str, EnginePatch] = {
@@ -150,7 +176,7 @@ class _PatchAfterImport(importlib.abc.MetaPathFinder):
         if fullname not in self.patches:
             return None
         for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
+            if isinstance(finder, _PatchAfterImport) or not hasattr(finder, "find_spec"):
                 continue
             spec = finder.find_spec(fullname, path, target)
             if spec is not None and spec.loader is not None:
@@ -173,8 +199,14 @@ class _PatchingLoader(importlib.abc.Loader):
             p.apply(module)
 
 
+_INSTALLED: set[str] = set()  # in this process: a patch is applied once (start-up's sitecustomize, then the worker)
+
+
 def install(names: Sequence[str]) -> None:
-    """Apply ``names`` now to modules already imported, and on import to the rest."""
+    """Apply ``names`` now to modules already imported, and on import to the rest (each once per process:
+    an engine in another interpreter gets them from its start-up and again from its worker)."""
+    names = [n for n in dict.fromkeys(names) if n not in _INSTALLED]
+    _INSTALLED.update(names)
     if not names:
         return
     by_module: dict[str, list[EnginePatch]] = {}

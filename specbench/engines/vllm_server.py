@@ -56,6 +56,7 @@ from typing import Any, TypeVar
 
 from specbench.config.methods import VllmPassthrough
 from specbench.config.plan import EngineConfig
+from specbench.engines.interpreter import executable
 from specbench.engines.loadgen import FollowUp, LoadProfile, LoadReport, run_load, run_warmup
 from specbench.engines.procs import LIVE, descendants, kill_tree, pdeathsig_preexec
 from specbench.engines.prom import CounterReset, PromSnapshot, scrape_settled, served_mismatch
@@ -294,7 +295,8 @@ class VllmServerEngine:
 
     def server_command(self, port: int) -> list[str]:
         """The command that starts the server on ``port`` (tests substitute a fake)."""
-        return [*server_argv(self.server_args), "--host", HOST, "--port", str(port)]
+        python = executable(self.config.target.python) if self.config.target.python else sys.executable
+        return [*server_argv(self.server_args, python), "--host", HOST, "--port", str(port)]
 
     def start(self) -> None:
         if self.attach_url is not None:
