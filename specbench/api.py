@@ -54,11 +54,11 @@ __all__ = [
     # K per batch size for vLLM's dynamic speculative decoding, predicted from a run
     "schedule",
     # across runs
-    "compare", "gate", "calibrate", "history_add", "history_runs", "trend",
+    "compare", "gate", "ab", "calibrate", "history_add", "history_runs", "trend",
     # the tiny zoo; what a suite can name
     "assets", "methods", "dataset_kinds",
     # types, and what a front end shows a run with
-    "RunPlan", "Suite", "RunSummary", "Validation", "GateReport", "KeptEngines", "Timeline", "NoiseCalibration", "RunProgress",
+    "RunPlan", "Suite", "RunSummary", "Validation", "GateReport", "ABReport", "KeptEngines", "Timeline", "NoiseCalibration", "RunProgress",
     "StopRequested", "STOP_SIGNALS",
     # errors: every one a SpecbenchError (bad input, exit 2 in the CLI)
     "SpecbenchError", "SuiteError", "InputError", "RunRefused", "NoiseError", "DataChanged", "DatasetError",
@@ -224,6 +224,7 @@ def _run(
     timeline: Timeline,
     keep: KeptEngines | None = None,
     noise: Path | None = None,
+    round_hook: Any = None,
 ) -> Path:
     platform = platform or detect_platform()
     suite, plan, resume = planned.suite, planned.plan, planned.resume  # the suite: stored, never decided on again
@@ -250,7 +251,8 @@ def _run(
     kind = executor or spec.kind
     try:
         runs_on = make_executor(kind, ray_address=ray_address or spec.ray_address,
-                                max_parallel=max_parallel_engines or spec.max_parallel_engines, kept=keep)
+                                max_parallel=max_parallel_engines or spec.max_parallel_engines, kept=keep,
+                                round_hook=round_hook)
     except Exception as exc:  # noqa: BLE001 - no Ray, no cluster at that address: bad input, before any engine
         raise RunRefused([f"executor {kind}: {type(exc).__name__}: {exc}"]) from exc
     run_dir.mkdir(parents=True, exist_ok=resume is not None)
@@ -496,6 +498,53 @@ def gate(new_run: Path, baseline: str, *, rules: Path | None = None, db: str | N
     except (FileNotFoundError, ValueError) as exc:  # a missing or malformed file no stage named
         raise InputError(str(exc)) from exc
     return GateReport(render_gate(result), result.exit_code)
+
+
+class ABReport(NamedTuple):
+    """What ``specbench ab`` found: the run, its A/B result, the Markdown summary and the exit code."""
+
+    run_dir: Path
+    result: Any  # specbench.analysis.ab_rounds.ABResult
+    markdown: str
+    exit_code: int
+
+
+def ab(suite: Suite | Path | str, a: str | Path | None = None, b: str | Path | None = None, *,
+       out: Path | None = None, budget_s: float | None = None, rules: Path | None = None, strict: bool = False,
+       progress: Progress | None = None, platform: str | None = None, timeline: Timeline | None = None) -> ABReport:
+    """An A/B comparison in one job (docs/ab.md): every engine of ``suite`` once per arm (``a``, ``b``:
+    an arm file, an interpreter, or None for this environment; :func:`specbench.config.arms.load_arm`),
+    the arms alternating in balanced rounds (ABBA) with each engine and its counterpart resident
+    together, undecided groups given more rounds until decided, the suite's ``rounds`` or ``budget_s``
+    (seconds, from now). Writes ``ab.json`` and ``ab.md`` in the run directory."""
+    from specbench.analysis.ab_decision import ABRule
+    from specbench.analysis.ab_rounds import ab_result
+    from specbench.config.arms import ab_suite, load_arm
+    from specbench.execution.ab import RoundDecisions
+    from specbench.regression.ab_gate import ab_outcome
+    from specbench.regression.gate import load_rules
+    from specbench.report.ab import render_ab_markdown
+    from specbench.results.ab import write_ab
+
+    base = suite if isinstance(suite, Suite) else load_suite(suite)
+    arm_a, arm_b = load_arm(a), load_arm(b)
+    gate_rules = load_rules(rules).ab
+    both = ab_suite(base, arm_a, arm_b)
+    rule = ABRule(margin=gate_rules.margin, alpha=gate_rules.alpha, min_rounds=min(gate_rules.min_rounds, both.rounds),
+                  max_rounds=both.rounds, planned_rounds=min(gate_rules.min_rounds, both.rounds))
+    decisions = RoundDecisions(rule, gate_rules.metrics, budget_s)
+    planned = plan(both)
+    with stop_on_signals():
+        run_dir = _run(planned, out=out, limit=None, progress=progress, platform=platform, allow_code_exec=None,
+                       executor="local", ray_address=None, max_parallel_engines=None,
+                       timeline=timeline if timeline is not None else Timeline(), round_hook=decisions)
+    result = ab_result(rundir.read_requests(run_dir), rundir.read_cells(run_dir), rule, gate_rules.metrics,
+                       arms={"a": arm_a.describe(), "b": arm_b.describe()}, budget_s=budget_s,
+                       budget_ended=decisions.budget_ended)
+    outcome = ab_outcome(result, gate_rules, strict=strict)
+    md = render_ab_markdown(result, outcome, base.name)
+    write_ab(run_dir, result, md)
+    return ABReport(run_dir, result, md, outcome.exit_code)
 
 
 def calibrate(run_dirs: list[Path], out: Path | None = None) -> tuple[NoiseCalibration, Path]:

@@ -349,7 +349,8 @@ def calibrate(
     """A/A noise calibration: how far identical code moves between runs, per speed metric.
 
     Later runs of the suite on this hardware class (and `specbench analyze`) add it to their speed
-    intervals when it is kept beside them, and `gate` tests speed against a single run with it."""
+    intervals when it is kept beside them, and `gate` tests speed against a single run with it: a
+    trend, not a speed gate (for that, `specbench ab`: both sides in one job)."""
     cal, path = api.calibrate(runs, out)
     console.print(f"{cal.describe()}\nwritten: {path}", highlight=False, soft_wrap=True)
 
@@ -444,6 +445,39 @@ def gate(
     typer.echo(shown(result.markdown))  # raw Markdown: no wrapping
     _step_summary(result.markdown, step_summary)
     raise typer.Exit(result.exit_code)
+
+
+@app.command()
+def ab(
+    suite: Annotated[Path, typer.Argument(help="suite YAML (its rounds: N is the cap on rounds per group)")],
+    a: Annotated[str | None, typer.Option("--a", help="arm A: an arm file (.yaml), a Python interpreter with its "
+                                          "own vLLM, or nothing for this environment")] = None,
+    b: Annotated[str | None, typer.Option("--b", help="arm B (as --a)")] = None,
+    budget: Annotated[float | None, typer.Option(help="seconds from now after which undecided groups get no more "
+                                                 "rounds")] = None,
+    rules: Annotated[Path | None, typer.Option(help="rules YAML whose ab: section sets metrics and margin "
+                                               "(gates.example.yaml)")] = None,
+    strict: Annotated[bool, typer.Option("--strict", help="fail when a verdict is still undecided at the end")] = False,
+    out: Annotated[Path | None, typer.Option(help="results root (default ./results)")] = None,
+    step_summary: StepSummary = True,
+) -> None:
+    """A/B in one job: both arms' engines, interleaved rounds, sequential verdicts. Exit 0 no regression,
+    1 regression, 2 bad input, 3 nothing measured."""
+    timeline = api.Timeline()
+    try:
+        with Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=console) as p:
+            report = api.ab(suite, a, b, out=out, budget_s=budget, rules=rules, strict=strict,
+                            progress=_RichProgress(p, None), timeline=timeline)
+    except api.StopRequested as stop:
+        for sig in api.STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+        err.print(f"interrupted by {stop.signame}: an A/B run is not resumed; run it again", soft_wrap=True)
+        raise typer.Exit(stop.exit_code) from None
+    console.print(f"results: {report.run_dir}", soft_wrap=True)
+    typer.echo(shown(report.markdown))
+    _step_summary(report.markdown, step_summary)
+    raise typer.Exit(report.exit_code)
 
 
 history_app = typer.Typer(help="The history database of runs (SQLite by default; any SQLAlchemy URL).",

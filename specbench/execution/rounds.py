@@ -21,8 +21,9 @@ check) run whole after the rounds, on the engine still up.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from specbench.config.arms import arm_of, base_target
 from specbench.config.plan import round_order, round_spans
 from specbench.engines.kept import KeptEngines
 from specbench.engines.procs import available_gib
@@ -61,10 +62,20 @@ def resident_cap(jobs: Sequence[EngineJob], free_gib: float, gpu_fraction: float
     return max(1, math.floor(gpu_fraction / share))
 
 
+def pair_key(job: EngineJob) -> str:
+    """The engine a job's engine is in every arm of an A/B run (its key with the arm left out)."""
+    t = job.engine.config.target.name
+    return job.engine.config.key.replace(t, base_target(t), 1)
+
+
 def resident_sets(jobs: Sequence[EngineJob], cap: int) -> list[list[EngineJob]]:
     """``jobs`` (one target's) in sets of at most ``cap``, the baseline's job in the first; in the last
-    when it teacher-forces the target's outputs after its cells (every other set must be done by then)."""
-    ordered = sorted(jobs, key=lambda j: j.engine.config.method.method != "baseline")
+    when it teacher-forces the target's outputs after its cells (every other set must be done by then).
+    In an A/B run an engine and its counterpart in the other arm are always in the same set."""
+    ab = any(arm_of(j.engine.config.target.name) for j in jobs)
+    ordered = sorted(jobs, key=lambda j: (j.engine.config.method.method != "baseline", pair_key(j) if ab else ""))
+    if ab:
+        cap = max(2, cap - cap % 2)
     sets = [list(ordered[i:i + cap]) for i in range(0, len(ordered), max(1, cap))]
     return sets[::-1] if any(j.teacher_forcing_after for j in jobs) else sets
 
@@ -119,18 +130,49 @@ class _Resident:
         )))
 
 
+#: Called after each round with the round's index and its request records; returns the cells that
+#: need no more rounds (an A/B run's decided groups: specbench.execution.ab).
+RoundHook = Callable[[int, list[RequestRecord]], set[str]]
+
+
+def ab_round_order(keys: list[str], pairs: dict[str, str], arms: dict[str, str], round_index: int,
+                   seed: int) -> list[str]:
+    """An A/B run's order in one round: the engine pairs in a seeded order, and within each pair the arms
+    alternating round by round (A B | B A | A B | …: ABBA over two rounds), from a seeded phase per pair."""
+    import random
+
+    units = sorted(set(pairs.values()))
+    order = round_order(units, round_index, seed)
+    out: list[str] = []
+    for u in order:
+        members = sorted((k for k in keys if pairs[k] == u), key=lambda k: arms[k])
+        phase = random.Random(f"{seed}:{u}").randrange(2)
+        out += members if (round_index + phase) % 2 == 0 else members[::-1]
+    return out
+
+
 def run_interleaved(jobs: Sequence[EngineJob], emit: Emit, placement: Placement,
                     follow_up: FollowUp | None = None, free_gib: float | None = None,
-                    kept: KeptEngines | None = None) -> None:
-    """Run one target's cell jobs (their ``rounds`` and ``round_seed``) in interleaved rounds."""
+                    kept: KeptEngines | None = None, round_hook: RoundHook | None = None) -> None:
+    """Run one target's cell jobs (their ``rounds`` and ``round_seed``) in interleaved rounds (an A/B
+    run: both arms' jobs of one target, pairs resident together)."""
     cap = resident_cap(jobs, available_gib() if free_gib is None else free_gib)
     for group in resident_sets(jobs, cap):
-        _run_set(group, group[0].rounds, group[0].round_seed, emit, placement, follow_up, kept)
+        _run_set(group, group[0].rounds, group[0].round_seed, emit, placement, follow_up, kept, round_hook)
 
 
 def _run_set(group: list[EngineJob], rounds: int, seed: int, emit: Emit, placement: Placement,
-             follow_up: FollowUp | None, kept: KeptEngines | None) -> None:
+             follow_up: FollowUp | None, kept: KeptEngines | None, round_hook: RoundHook | None = None) -> None:
     up: dict[str, _Resident] = {}
+    finished: set[str] = set()  # cells the hook needs no more rounds of
+    this_round: list[RequestRecord] = []
+    if round_hook is not None:
+        inner_emit = emit
+
+        def emit(ev: object) -> None:  # noqa: F811 - the round's records, kept for the hook
+            if isinstance(ev, RequestDone):
+                this_round.append(ev.record)
+            inner_emit(ev)
     try:
         for job in group:
             runner = _Job(job, emit, placement, follow_up, kept)
@@ -149,17 +191,26 @@ def _run_set(group: list[EngineJob], rounds: int, seed: int, emit: Emit, placeme
         t0 = wall_now()
         if settle_zygotes() > 0.05 and keys:
             up[keys[-1]].runner._phase("warmup", t0)
+        arms = {k: arm_of(up[k].runner.job.engine.config.target.name) or "" for k in keys}
+        pairs = {k: pair_key(up[k].runner.job) for k in keys}
+        measured = {w.request.cell.cell_id for k in keys for w in up[k].runner.job.cells if w.request.cell.stop is None}
         for r in range(rounds):
-            for key in round_order(keys, r, seed):
+            order = ab_round_order(keys, pairs, arms, r, seed) if any(arms.values()) else round_order(keys, r, seed)
+            this_round.clear()
+            for key in order:
                 res = up[key]
                 t0 = wall_now()
                 for work in res.runner.job.cells:
-                    if work.request.cell.stop is not None:
+                    if work.request.cell.stop is not None or work.request.cell.cell_id in finished:
                         continue
                     spans = round_spans(len(work.request.prompts), rounds, work.request.cell.batch_size)
                     if r < len(spans):
                         res.run_round(work, spans[r], r)
                 res.runner._phase("cells", t0)
+            if round_hook is not None:
+                finished |= round_hook(r, list(this_round))
+                if measured <= finished:
+                    break
         for key in keys:
             res = up[key]
             runner, job = res.runner, res.runner.job

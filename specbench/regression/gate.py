@@ -222,6 +222,19 @@ class RatioRule(_Strict):
         return f"{self.method} {self.metric.replace('_ratio', '')} over {self.over} >= {self.min:g} ({self.require})"
 
 
+class ABGateRules(_Strict):
+    """``specbench ab``'s speed rules (docs/ab-decision.md): the gated speed metrics of the catalogue and
+    the decision rule's margin, α and first-verdict round (the cap on rounds is the suite's ``rounds``)."""
+
+    metrics: list[Literal["tpot_s", "output_tps", "step_time_s"]] = Field(
+        default_factory=lambda: ["tpot_s", "output_tps"])
+    margin: float = Field(0.03, gt=0, lt=1)
+    alpha: float = Field(0.01, gt=0, lt=1)
+    min_rounds: int = Field(12, ge=2)
+    tau_max_drop_pct: float = Field(0.0, ge=0, description="τ of B below A's by more than this fails (CPU "
+                                    "float32 is deterministic: identical arms give identical τ)")
+
+
 class GateRules(_Strict):
     confidence: float = Field(0.95, gt=0.5, lt=1)
     family_wise: bool = True
@@ -230,6 +243,7 @@ class GateRules(_Strict):
     rules: RuleSet = Field(default_factory=RuleSet)
     overrides: list[Override] = Field(default_factory=list)
     ratios: list[RatioRule] = Field(default_factory=list)
+    ab: ABGateRules = Field(default_factory=ABGateRules)
 
     def gated(self, group_id: str) -> bool:
         return any(group_matches(p, group_id) for p in self.groups)
@@ -642,7 +656,9 @@ def render_gate(result: GateResult) -> str:
     if result.warnings:
         lines += ["Warnings:", ""] + [f"- {w}" for w in result.warnings] + [""]
     if result.notes:
-        lines += ["What the speed rules can see:", ""] + [f"- {n}" for n in result.notes] + [""]
+        lines += ["What the speed rules can see:", ""] + [f"- {n}" for n in result.notes] + [
+            "- Speed compared between runs made at different times is a trend, not a gate: to gate speed, "
+            "measure both sides in one job (`specbench ab`, docs/ab.md).", ""]
     passed = [c for c in result.checks if c.passed]
     if passed:
         lines += ["<details>", f"<summary>{len(passed)} passing checks</summary>", ""]

@@ -48,6 +48,7 @@ TITLES = {
     "headline": "Speedup over the reference method, paired by prompt",
     "step_time_vs_k": "Time per decoding step against K",
     "category_heatmap": "τ by prompt category (values in brackets: too few prompts for an interval)",
+    "ab": "A/B: B/A per group with its interval",
 }
 
 

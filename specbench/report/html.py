@@ -24,6 +24,7 @@ from specbench.report.figure import TITLES
 from specbench.report.markdown import build_report, render_markdown
 from specbench.report.plots import make_figures
 from specbench.results import rundir
+from specbench.results.ab import is_ab_run, read_ab
 from specbench.results.manifest import RunManifest
 from specbench.results.summary import RunSummary
 
@@ -100,11 +101,12 @@ def _suite_yaml(manifest: RunManifest | None) -> str | None:
         return json.dumps(suite, indent=2, default=str)
 
 
-def render_html(summary: RunSummary, manifest: RunManifest | None = None, figures: dict[str, bytes] | None = None) -> str:
+def render_html(summary: RunSummary, manifest: RunManifest | None = None, figures: dict[str, bytes] | None = None,
+                ab: Section | None = None) -> str:
     """The report as one HTML page. ``figures`` defaults to :func:`make_figures` of the summary."""
     if figures is None:
         figures = make_figures(summary)
-    blocks = [c for c in (_ctx(b) for b in build_report(summary, manifest, markdown=False)) if c is not None]
+    blocks = [c for c in (_ctx(b) for b in build_report(summary, manifest, markdown=False, ab=ab)) if c is not None]
     head = [b for b in blocks if b["kind"] != "section"]
     sections = [b for b in blocks if b["kind"] == "section"]
     figs = [{"id": f"fig-{name}", "title": TITLES.get(name, name), "name": name,
@@ -150,8 +152,16 @@ def write_reports(run_dir: Path, out_dir: Path | None = None, *, summary: RunSum
     stem = re.sub(r"[^A-Za-z0-9._-]+", "_", summary.run_id) or "run"
     md = out_dir / f"{stem}.md"
     html = out_dir / f"{stem}.html"
-    md.write_text(render_markdown(summary, manifest), encoding="utf-8")
-    html.write_text(render_html(summary, manifest), encoding="utf-8")
+    section, figures = None, None
+    if is_ab_run(run_dir):  # an A/B run (specbench ab): its verdicts first, and their figure
+        from specbench.analysis.ab_rounds import ABResult
+        from specbench.report.ab import ab_figure, ab_section
+
+        result = read_ab(run_dir, ABResult)
+        section, png = ab_section(result), ab_figure(result)
+        figures = {**({"ab": png} if png is not None else {}), **make_figures(summary)}
+    md.write_text(render_markdown(summary, manifest, ab=section), encoding="utf-8")
+    html.write_text(render_html(summary, manifest, figures, ab=section), encoding="utf-8")
     out = {"markdown": md, "html": html}
     from specbench.report.compact import SUFFIX, render_compact
 

@@ -649,10 +649,13 @@ def time_section(manifest: RunManifest | None) -> Section | None:
     return Section("Where the time went", blocks, anchor="time")
 
 
-def build_report(summary: RunSummary, manifest: RunManifest | None = None, *, markdown: bool = True) -> list[Block]:
-    """The report as a list of blocks (shared by the Markdown and HTML writers)."""
+def build_report(summary: RunSummary, manifest: RunManifest | None = None, *, markdown: bool = True,
+                 ab: Section | None = None) -> list[Block]:
+    """The report as a list of blocks (shared by the Markdown and HTML writers); ``ab``: an A/B run's
+    section (:func:`specbench.report.ab.ab_section`), its answer, first."""
     refs = Refs()
     blocks: list[Block] = [*_header(summary, manifest), _overview(summary)]
+    blocks += [ab] if ab is not None else []
     headline = headline_section(summary, refs)
     blocks += [headline] if headline is not None else []
     blocks.append(_results(summary, refs))
@@ -717,9 +720,9 @@ def _html_escape(s: str) -> str:
     return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def render_markdown(summary: RunSummary, manifest: RunManifest | None = None) -> str:
+def render_markdown(summary: RunSummary, manifest: RunManifest | None = None, ab: Section | None = None) -> str:
     """The run report as GitHub-flavoured Markdown (deterministic)."""
-    lines = [f"# specbench · {summary.suite_name}", ""] + _md_blocks(build_report(summary, manifest))
+    lines = [f"# specbench · {summary.suite_name}", ""] + _md_blocks(build_report(summary, manifest, ab=ab))
     while lines and lines[-1] == "":
         lines.pop()
     return "\n".join(lines) + "\n"

@@ -30,15 +30,18 @@ class Executor(Protocol):
 
 
 def make_executor(name: str, *, ray_address: str | None = None, max_parallel: int | None = None,
-                  kept: KeptEngines | None = None) -> Executor:
-    """``kept`` (engines kept between runs in this process) only applies to the local executor,
-    whose engines are this process's children; a Ray cluster's engines live in its workers."""
+                  kept: KeptEngines | None = None, round_hook: Any = None) -> Executor:
+    """``kept`` (engines kept between runs in this process) and ``round_hook`` (an A/B run's decisions
+    after each round) only apply to the local executor, whose engines are this process's children and
+    alternate in it; a Ray cluster's engines live in its workers."""
     if name == "local":
         from specbench.execution.executors.local import LocalExecutor
 
-        return LocalExecutor(kept=kept)
+        return LocalExecutor(kept=kept, round_hook=round_hook)
     if kept is not None:
         raise ValueError(f"engines are kept between runs by the local executor only, not by {name!r}")
+    if round_hook is not None:
+        raise ValueError(f"an A/B run alternates its arms' engines in one process: the local executor, not {name!r}")
     if name == "ray":
         from specbench.execution.executors.ray_executor import RayExecutor
 

@@ -5,20 +5,23 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from specbench.config.arms import base_target
 from specbench.engines.child import close_hosts
 from specbench.engines.kept import KeptEngines
 from specbench.engines.vllm_offline import close_zygotes
 from specbench.execution.jobs import EngineJob
-from specbench.execution.rounds import run_interleaved
+from specbench.execution.rounds import RoundHook, run_interleaved
 from specbench.execution.worker import FollowUp, local_placement, run_job
 
 
 class LocalExecutor:
     name = "local"
 
-    def __init__(self, follow_up: FollowUp | None = None, kept: KeptEngines | None = None):
+    def __init__(self, follow_up: FollowUp | None = None, kept: KeptEngines | None = None,
+                 round_hook: RoundHook | None = None):
         self.follow_up = follow_up  # set by the driver: teacher forcing on an engine already up
         self.kept = kept  # engines kept between runs in this process (api.run(keep=...))
+        self.round_hook = round_hook  # an A/B run's decisions after each round (specbench.execution.ab)
 
     def check(self, jobs: Sequence[EngineJob]) -> list[str]:
         return []
@@ -32,10 +35,11 @@ class LocalExecutor:
             if job.job_id in done:
                 continue
             if job.rounds > 1 and job.kind == "cells":
-                target = job.engine.config.target.name
-                group = [j for j in jobs if j.rounds > 1 and j.kind == "cells" and j.engine.config.target.name == target]
+                target = base_target(job.engine.config.target.name)  # an A/B run: both arms together
+                group = [j for j in jobs if j.rounds > 1 and j.kind == "cells"
+                         and base_target(j.engine.config.target.name) == target]
                 done |= {j.job_id for j in group}
-                run_interleaved(group, emit, placement, self.follow_up, kept=self.kept)
+                run_interleaved(group, emit, placement, self.follow_up, kept=self.kept, round_hook=self.round_hook)
             else:
                 run_job(job, emit, placement, self.follow_up, kept=self.kept)
 

@@ -1,0 +1,186 @@
+"""An A/B run's records read as paired rounds, and its verdicts (pure: records in, models out; issue 36).
+
+An A/B run (``specbench ab``) holds every target twice, ``T@a`` and ``T@b`` (specbench.config.arms);
+its groups pair by the group id with the arm left out. Per group and round, a speed metric's value in
+each arm is computed over that round's requests of the arm (:func:`round_values`, the definitions of
+docs/ab-decision.md), and its ``log(B/A)`` is one paired observation for
+:func:`specbench.analysis.ab_decision.decide`. Everything here is recomputed from ``records.jsonl``
+and ``cells.jsonl``: ``specbench ab`` decides with it after every round, and the stored ``ab.json``
+is the same computation over the finished run.
+
+Deterministic comparisons (CPU float32: the engine is deterministic there) sit beside the speed
+verdicts: τ of each arm (vLLM's definition, ``1 + accepted / drafts`` over the cell), and B's token
+identity to A's outputs (share of requests whose output tokens are equal).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from specbench.analysis.ab_decision import ABRule, ABVerdict, decide, decide_pooled, log_ratios
+from specbench.analysis.step_time import decode_time, decoding_steps
+from specbench.config.arms import ARM_SEP, arm_of, base_target
+from specbench.results.counters import tau
+from specbench.results.records import CellRecord, RequestRecord
+
+#: The speed metrics an A/B decides by default (catalogue names).
+AB_METRICS = ("tpot_s", "output_tps")
+
+
+def round_values(recs: Sequence[RequestRecord], speculative: bool) -> dict[str, float]:
+    """The speed metrics of one arm's requests in one round: TPOT = Σ decode time / Σ (tokens − 1), time
+    per decoding step = Σ decode time / Σ steps, output tok/s per stream = Σ output tokens / Σ latency."""
+    ok = [r for r in recs if r.error is None and r.latency_s]
+    dec = [(decode_time(r), r.num_output_tokens - 1, decoding_steps(r, speculative)) for r in ok]
+    good = [(d, t, s) for d, t, s in dec if d is not None and t > 0]
+    out: dict[str, float] = {}
+    if good:
+        out["tpot_s"] = sum(d for d, _, _ in good) / sum(t for _, t, _ in good)
+        if all(s for _, _, s in good):
+            out["step_time_s"] = sum(d for d, _, _ in good) / sum(s for _, _, s in good)  # type: ignore[misc]
+    if ok:
+        out["output_tps"] = sum(r.num_output_tokens for r in ok) / sum(r.latency_s for r in ok)  # type: ignore[misc]
+    return out
+
+
+def group_of(cell_id: str) -> tuple[str, str | None]:
+    """``(group id without the arm, arm)`` of a cell (``tiny@b/eagle3/he/T0/b1/r0`` → ``tiny/eagle3/he/T0/b1``, b)."""
+    group = cell_id.rsplit("/", 1)[0]
+    target, _, rest = group.partition("/")
+    return f"{base_target(target)}/{rest}", arm_of(target)
+
+
+def method_of(group: str) -> str:
+    """The method a group belongs to (``tiny/eagle3/he/T0/b1`` → ``tiny/eagle3``), the unit of pooling."""
+    return "/".join(group.split("/")[:2])
+
+
+def paired_rounds(records: Iterable[RequestRecord]) -> dict[str, dict[str, list[float]]]:
+    """``{metric: {group: [log(B/A) per round]}}`` over the rounds both arms finished, in round order."""
+    by: dict[tuple[str, str, int], list[RequestRecord]] = defaultdict(list)
+    for r in records:
+        group, arm = group_of(r.cell_id)
+        if arm is not None:
+            by[(group, arm, r.round or 0)].append(r)
+    out: dict[str, dict[str, list[float]]] = defaultdict(dict)
+    for group in sorted({g for g, _, _ in by}):
+        speculative = "/baseline/" not in f"/{group}/"
+        rounds = sorted({rd for g, arm, rd in by if g == group and arm == "a"}
+                        & {rd for g, arm, rd in by if g == group and arm == "b"})
+        per: dict[str, tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
+        for rd in rounds:
+            va, vb = round_values(by[(group, "a", rd)], speculative), round_values(by[(group, "b", rd)], speculative)
+            for m in va.keys() & vb.keys():
+                if va[m] > 0 and vb[m] > 0:
+                    per[m][0].append(va[m])
+                    per[m][1].append(vb[m])
+        for m, (a, b) in per.items():
+            out[m][group] = [float(x) for x in log_ratios(a, b)]
+    return dict(out)
+
+
+class GroupExact(BaseModel):
+    """A group's deterministic comparison: τ of each arm (None: no drafts) and B's token identity to A."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    group: str
+    tau_a: float | None = None
+    tau_b: float | None = None
+    identical: int = 0  # requests (prompt, sample) whose output tokens are equal in both arms
+    compared: int = 0  # requests both arms ran
+
+    @property
+    def tau_equal(self) -> bool:
+        return self.tau_a == self.tau_b
+
+
+class ABResult(BaseModel):
+    """What ``specbench ab`` decided: per group and per method pooled, a verdict per gated metric."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rule: ABRule
+    metrics: list[str]
+    arms: dict[str, str] = Field(default_factory=dict)  # arm -> how it is described
+    groups: list[ABVerdict] = Field(default_factory=list)  # per (group, metric); ABVerdict.metric, group in label
+    group_ids: list[str] = Field(default_factory=list)  # the group of each entry of ``groups``
+    pooled: list[ABVerdict] = Field(default_factory=list)
+    pooled_ids: list[str] = Field(default_factory=list)  # the method of each entry of ``pooled``
+    exact: list[GroupExact] = Field(default_factory=list)
+    rounds_run: int = 0
+    budget_s: float | None = None
+    budget_ended: bool = False
+
+    def verdicts(self) -> list[tuple[str, ABVerdict]]:
+        return [*zip(self.group_ids, self.groups, strict=True), *zip(self.pooled_ids, self.pooled, strict=True)]
+
+    @property
+    def regressions(self) -> list[tuple[str, ABVerdict]]:
+        return [(g, v) for g, v in self.verdicts() if v.verdict == "different"]
+
+    @property
+    def undecided(self) -> list[tuple[str, ABVerdict]]:
+        return [(g, v) for g, v in self.verdicts() if v.verdict == "undecided"]
+
+
+def decide_groups(paired: dict[str, dict[str, list[float]]], metrics: Sequence[str], rule: ABRule
+                  ) -> tuple[list[tuple[str, ABVerdict]], list[tuple[str, ABVerdict]]]:
+    """Per (group, metric) and per (method, metric) pooled: the verdict on the rounds so far."""
+    groups, pooled = [], []
+    for m in metrics:
+        per_group = paired.get(m, {})
+        for g in sorted(per_group):
+            groups.append((g, decide(per_group[g], m, rule)))
+        by_method: dict[str, dict[str, list[float]]] = defaultdict(dict)
+        for g, lr in per_group.items():
+            by_method[method_of(g)][g] = lr
+        for meth in sorted(by_method):
+            if len(by_method[meth]) > 1:
+                pooled.append((meth, decide_pooled(by_method[meth], m, rule)))
+    return groups, pooled
+
+
+def exact_comparisons(records: Iterable[RequestRecord], cells: Iterable[CellRecord]) -> list[GroupExact]:
+    """Per group: τ of each arm from its cells' counters, and B's token identity to A per request."""
+    out: dict[str, GroupExact] = {}
+    counters: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    for c in cells:
+        group, arm = group_of(c.cell_id)
+        if arm is None:
+            continue
+        out.setdefault(group, GroupExact(group=group))
+        if c.status == "ok" and c.counters is not None:
+            counters[(group, arm)][0] += c.counters.num_accepted_tokens
+            counters[(group, arm)][1] += c.counters.num_drafts
+    tokens: dict[tuple[str, str, int, int], dict[str, list[int]]] = defaultdict(dict)
+    for r in records:
+        group, arm = group_of(r.cell_id)
+        if arm is not None and r.error is None:
+            tokens[(group, r.prompt_id, r.sample_index, r.repeat)][arm] = r.output_token_ids
+    for (group, _p, _s, _r), arms in tokens.items():
+        g = out.setdefault(group, GroupExact(group=group))
+        if "a" in arms and "b" in arms:
+            g.compared += 1
+            g.identical += arms["a"] == arms["b"]
+    for (group, arm), (acc, drafts) in counters.items():
+        if drafts:
+            setattr(out[group], f"tau_{arm}", tau(acc, drafts))
+    return [out[g] for g in sorted(out)]
+
+
+def ab_result(records: Sequence[RequestRecord], cells: Sequence[CellRecord], rule: ABRule,
+              metrics: Sequence[str] = AB_METRICS, **extra: object) -> ABResult:
+    """The A/B result of a run's records (the decision after its last round)."""
+    groups, pooled = decide_groups(paired_rounds(records), metrics, rule)
+    rounds = max((r.round or 0) + 1 for r in records) if records else 0
+    return ABResult(rule=rule, metrics=list(metrics), groups=[v for _, v in groups], group_ids=[g for g, _ in groups],
+                    pooled=[v for _, v in pooled], pooled_ids=[g for g, _ in pooled],
+                    exact=exact_comparisons(records, cells), rounds_run=rounds, **extra)  # type: ignore[arg-type]
+
+
+__all__ = ["AB_METRICS", "ARM_SEP", "ABResult", "GroupExact", "ab_result", "decide_groups", "exact_comparisons",
+           "group_of", "method_of", "paired_rounds", "round_values"]

@@ -1,0 +1,74 @@
+"""A/B arms (issue 36): what an arm changes, the suite both arms run, and bad arms as bad input."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from support.paths import SUITES
+
+from specbench.config.arms import Arm, ArmError, MethodOverride, ab_suite, arm_of, base_target, load_arm
+from specbench.config.suite import SuiteError, load_suite
+
+
+def _suite():
+    return load_suite(SUITES / "cpu-gate.yaml")
+
+
+def test_every_target_runs_once_per_arm_with_the_arm_applied() -> None:
+    suite = _suite()
+    a = Arm()
+    b = Arm(python=sys.executable, env={"X": "1"}, engine_patches=["planted-step-delay"],
+            methods={"eagle3": MethodOverride(num_speculative_tokens=2, speculative_config={"k": 1})})
+    both = ab_suite(suite, a, b)
+    names = [t.name for t in both.targets]
+    assert names == [n for t in suite.targets for n in (f"{t.name}@a", f"{t.name}@b")]
+    ta, tb = both.targets[0], both.targets[1]
+    assert ta.python is None and ta.env == {} and ta.engine_patches == suite.targets[0].engine_patches
+    assert tb.python == sys.executable and tb.env == {"X": "1"}
+    assert tb.engine_patches == [*suite.targets[0].engine_patches, "planted-step-delay"]
+    eb = next(m for m in tb.methods if m.label == "eagle3")
+    ea = next(m for m in ta.methods if m.label == "eagle3")
+    assert eb.num_speculative_tokens == 2 and eb.speculative_config == {**ea.speculative_config, "k": 1}
+    assert ea.num_speculative_tokens != 2
+    assert [base_target(n) for n in names] == [t.name for t in suite.targets for _ in "ab"]
+    assert [arm_of(n) for n in names] == ["a", "b"] * len(suite.targets) and arm_of("tiny") is None
+
+
+def test_arms_that_cannot_apply_are_bad_input() -> None:
+    suite = _suite()
+    with pytest.raises(ArmError, match="no method 'nope'"):
+        ab_suite(suite, Arm(), Arm(methods={"nope": MethodOverride(speculator="x")}))
+    with pytest.raises(SuiteError, match="rounds"):
+        ab_suite(suite.model_copy(update={"rounds": 1}), Arm(), Arm())
+    t = suite.targets[0].model_copy(update={"name": "x@y"})
+    with pytest.raises(ArmError, match="reserved"):
+        ab_suite(suite.model_copy(update={"targets": [t]}), Arm(), Arm())
+
+
+def test_an_arm_is_nothing_an_interpreter_or_a_file_with_file_line_errors(tmp_path: Path) -> None:
+    assert load_arm(None) == Arm() and load_arm(".") == Arm()
+    assert load_arm("/opt/other/bin/python").python == "/opt/other/bin/python"
+    f = tmp_path / "b.yaml"
+    f.write_text("python: /usr/bin/python3\nengine_patches: [planted-step-delay]\nenv: {SPECBENCH_PLANTED_STEP_FRACTION: 0.1}\n")
+    arm = load_arm(str(f))
+    assert arm.env == {"SPECBENCH_PLANTED_STEP_FRACTION": "0.1"} and "patch planted-step-delay" in arm.describe()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("python: /usr/bin/python3\n\nmethod:\n  eagle3: {}\n")
+    with pytest.raises(SuiteError) as exc:
+        load_arm(str(bad))
+    assert exc.value.messages == [f"{bad}:3: method: unknown key 'method'; did you mean 'methods'?"]
+
+
+def test_a_target_python_that_is_not_there_is_reported_where_typed(tmp_path: Path) -> None:
+    text = (SUITES / "cpu-gate.yaml").read_text()
+    lines = text.splitlines()
+    i = next(n for n, line in enumerate(lines) if line.strip().startswith("- name:"))
+    indent = lines[i].index("-") + 2
+    lines.insert(i + 1, " " * indent + "python: /no/such/python")
+    s = tmp_path / "s.yaml"
+    s.write_text("\n".join(lines) + "\n")
+    with pytest.raises(SuiteError) as exc:
+        load_suite(s)
+    assert any(m.startswith(f"{s}:{i + 2}: targets[0].python:") and "not an executable" in m for m in exc.value.messages)
