@@ -1,5 +1,8 @@
 """A/A test of the speed verdicts: identical-code runs, their intervals, compare, gate and the headline (issue 22).
 
+What it measures is what speed rules comparing runs made at different times can see (a trend); the
+speed gate is ``specbench ab`` (both sides in one job), measured by ``benchmarks/ab_gate.py``.
+
 Reads N finished runs of one suite made with identical code on one machine (``--runs DIR ...``), or
 makes them (``--suite S --n N``: ``specbench run S`` N times in a row; the load average before each
 run is printed). The first ``--calibrate-on`` runs (default: half, at least 2) calibrate the speed
