@@ -41,14 +41,14 @@ class PeakMemory(threading.Thread):
 
     def __init__(self) -> None:
         super().__init__(daemon=True)
-        self.start_gib, self.peak, self._stop = mem_used_gib(), 0.0, threading.Event()
+        self.start_gib, self.peak, self._done = mem_used_gib(), 0.0, threading.Event()
 
     def run(self) -> None:
-        while not self._stop.wait(0.5):
+        while not self._done.wait(0.5):
             self.peak = max(self.peak, mem_used_gib() - self.start_gib)
 
     def stop(self) -> float:
-        self._stop.set()
+        self._done.set()
         self.join()
         return self.peak
 

@@ -336,7 +336,7 @@ def analyze(
     _print_summary(run_dir, summary)
     torn = summary.extra.torn_lines
     if torn:
-        from specbench.report.markdown import torn_lines_note
+        from specbench.report.build import torn_lines_note
 
         err.print(styled("note", "yellow", f"{run_dir}: {torn_lines_note(torn)}"), soft_wrap=True)
 

@@ -24,7 +24,8 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from specbench.report.document import Block, Para, Section, Table
-from specbench.report.markdown import _md_blocks, equivalence_entries
+from specbench.report.markdown import _md_blocks
+from specbench.report.quality import equivalence_entries
 from specbench.report.terminal import TAU_ONLY, TAU_ONLY_NOTE, headline_looped, headline_verdict, with_k
 from specbench.results.degeneracy import MARK_NOTE, mark
 from specbench.results.fmt import fmt_est, fmt_speedup, speed_intervals_note

@@ -1,7 +1,7 @@
 """The run report as ONE self-contained HTML file, and :func:`write_reports`.
 
 The HTML shows every table of the Markdown report (both come from
-:func:`specbench.report.markdown.build_report`), the figures as base64
+:func:`specbench.report.build.build_report`), the figures as base64
 ``data:`` URIs, the suite configuration and the environment. CSS is inline;
 there is no JavaScript and no external resource, so the file opens offline
 and can be attached to a CI run as is.
@@ -19,9 +19,10 @@ import jinja2
 import yaml
 from markupsafe import Markup, escape
 
+from specbench.report.build import build_report
 from specbench.report.document import Block, Details, Para, Pre, Raw, Section, Table
 from specbench.report.figure import TITLES
-from specbench.report.markdown import build_report, render_markdown
+from specbench.report.markdown import render_markdown
 from specbench.report.plots import make_figures
 from specbench.results import rundir
 from specbench.results.ab import is_ab_run, read_ab

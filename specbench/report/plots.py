@@ -38,7 +38,7 @@ from specbench.report.figure import (
     new_figure,
     to_png,
 )
-from specbench.report.markdown import serving_rows
+from specbench.report.quality import serving_rows
 from specbench.results.fmt import as_estimate
 from specbench.results.summary import GroupSummary, RunSummary
 from specbench.stats import Estimate

@@ -203,8 +203,9 @@ def test_rate_rows_reach_the_summary_and_the_report(tmp_path) -> None:
     """serving_rows on hand-built records: cell rows carry the rate, the report shows a rate table."""
     from specbench.analysis.metrics import latest_cell_records, unique_requests
     from specbench.analysis.pipeline import serving_rows
+    from specbench.report.build import build_report
     from specbench.report.document import Table
-    from specbench.report.markdown import build_report, render_markdown
+    from specbench.report.markdown import render_markdown
     from specbench.results.parts import ServingCellRow, ServingSpeedupRow
 
     cells = [_rate_cell(m, r, cap=4) for m in ("baseline", "eagle3") for r in (1.0, 8.0)]

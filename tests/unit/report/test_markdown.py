@@ -83,8 +83,8 @@ def test_speedup_rows_are_pivoted_by_load() -> None:
     summary.extra = {"serving": speedups}
     text = render_markdown(summary, manifest)
     assert "## Serving" in text and "| tiny · jsonl | ngram | tpot | 1.50× [1.40, 1.60] (n=32) |" in text
+    from specbench.report.build import build_report
     from specbench.report.document import Table
-    from specbench.report.markdown import build_report
 
     serving = next(b for b in build_report(summary, manifest, markdown=False) if getattr(b, "title", "") == "Serving")
     table = next(b for b in serving.blocks if isinstance(b, Table))
@@ -146,8 +146,8 @@ def test_html_is_self_contained_and_has_every_table() -> None:
     import html as htmllib
     import re
 
+    from specbench.report.build import build_report
     from specbench.report.html import render_html
-    from specbench.report.markdown import build_report
 
     summary, manifest = load("full")
     page = render_html(summary, manifest, figures={"tau": b"\x89PNG fake", "per_position": b"\x89PNG fake"})
