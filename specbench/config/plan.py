@@ -298,7 +298,9 @@ def expand(suite: Suite) -> Plan:
         for family, k, m in ((spec.label, k, at_k(spec, k)) for spec in t.methods for k in spec.ks):
             info = get_method(m.method)
             key = engine_key(t, m)
-            spec_cfg = info.speculative_config(k, m.speculator, m.speculative_config)
+            extra = m.speculative_config if not isinstance(m.schedule, list) else {
+                **m.speculative_config, "num_speculative_tokens_per_batch_size": m.schedule}  # vLLM's dynamic SD
+            spec_cfg = info.speculative_config(k, m.speculator, extra)
             engines.append(
                 EngineConfig(key=key, target=t, method=m, vllm_method=info.vllm_method, speculative_config=spec_cfg)
             )

@@ -20,7 +20,7 @@ from pydantic_core import PydanticCustomError
 from specbench.config.dataset_kinds import KINDS
 from specbench.config.methods import closest
 from specbench.config.stop_rule import StopRule
-from specbench.config.suite_checks import check_semantics, unknown_name
+from specbench.config.suite_checks import check_semantics, resolve_schedule_files, unknown_name
 from specbench.config.suite_checks import resolve_path as resolve_path  # where datasets and api look for it
 from specbench.errors import SpecbenchError, SpecbenchWarning
 
@@ -29,6 +29,15 @@ ENGINES = ("vllm-offline", "vllm-server", "reference")
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class ScheduleFrom(Strict):
+    """A schedule taken from a run's schedule file (``specbench schedule RUN``: ``schedule.json``)."""
+
+    file: str = Field(description="the schedule file (relative to the suite file)")
+    method: str | None = Field(None, description="the workload's method label (default: this method's label)")
+    dataset: str | None = Field(None, description="the workload's dataset (needed when the file has several)")
+    temperature: float | None = Field(None, description="the workload's temperature (needed when several)")
 
 
 class MethodSpec(Strict):
@@ -47,6 +56,12 @@ class MethodSpec(Strict):
         "each K's groups are labelled '<name>-k<K>')",
     )
     speculative_config: dict[str, Any] = Field(default_factory=dict)
+    schedule: list[list[int]] | ScheduleFrom | None = Field(
+        None,
+        description="vLLM's dynamic speculative decoding: [[lo, hi, K], ...] (K by the batch size of each step; "
+        "speculative_config.num_speculative_tokens_per_batch_size), or {file: schedule.json, ...} from "
+        "`specbench schedule RUN`; read once when the suite loads",
+    )
     stop: StopRule | None = Field(None, description="this method's cells stop early (overrides the suite's stop)")
     note: str | None = None
 
@@ -456,7 +471,8 @@ def load_suite(path: str | Path) -> Suite:
     shown = str(path)
     suite, root = load_yaml_model(path, Suite, "suite", "targets, datasets")
     suite.source_path = str(p.resolve())
-    problems = check_semantics(suite, base_dir=p.resolve().parent)
+    problems = resolve_schedule_files(suite, base_dir=p.resolve().parent)
+    problems += check_semantics(suite, base_dir=p.resolve().parent)
     if problems:
         raise SuiteError([f"{shown}:{_line(root, loc)}: {_fmt_loc(loc)}: {msg}" for loc, msg in problems])
     for ri, r in enumerate(suite.references):

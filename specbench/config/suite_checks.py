@@ -123,6 +123,7 @@ def check_semantics(suite: Suite, base_dir: Path) -> list[tuple[tuple[Any, ...],
                 problems.append(((*loc, "speculator"), f"speculator path {m.speculator!r} does not exist"))
             if m.speculator and m.speculator.startswith("tiny:") and t.model != "tiny":
                 problems.append(((*loc, "speculator"), "'tiny:' speculators only pair with model: tiny"))
+            _check_schedule(t, m, loc, problems)
         _check_labels(t, loc_t, problems)
     _check_compare_to(suite, problems)
     _check_load(suite, problems)
@@ -184,6 +185,62 @@ def _check_labels(t: TargetSpec, loc_t: tuple[Any, ...], problems: list) -> None
             if m.label_at(k) in plain:
                 problems.append(((*loc_t, "methods", mi, "num_speculative_tokens"),
                                  f"the K sweep's label {m.label_at(k)!r} is also another method's name"))
+
+
+SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
+#: vLLM's default max_num_seqs on CPU (vllm/engine/arg_utils.py): the offline LLM class, the API server.
+CPU_MAX_NUM_SEQS = {"vllm-offline": 256, "vllm-server": 128}
+
+
+def _check_schedule(t: TargetSpec, m: Any, loc: tuple[Any, ...], problems: list) -> None:
+    """A dynamic-speculation schedule (``schedule:`` or the key in ``speculative_config``) as vLLM reads it:
+    what vLLM would refuse or silently change (a first range not at 1, overlaps, a K above the method's,
+    a range past max_num_seqs) is a suite error at the schedule's line."""
+    from specbench.config.dynamic_sd import validate_schedule
+
+    given = [((*loc, "schedule"), m.schedule)] if isinstance(m.schedule, list) else []
+    if SCHEDULE_KEY in m.speculative_config:
+        given.append(((*loc, "speculative_config", SCHEDULE_KEY), m.speculative_config[SCHEDULE_KEY]))
+    if len(given) > 1:
+        problems.append(((*loc, "schedule"), f"give the schedule once: schedule or speculative_config.{SCHEDULE_KEY}"))
+    for where, schedule in given[:1]:
+        if m.num_speculative_tokens is None or m.sweeps_k:
+            problems.append((where, "a schedule needs one num_speculative_tokens (the largest K it may pick)"))
+            continue
+        k = m.ks[0]
+        max_seqs = t.engine_args.get("max_num_seqs")
+        if max_seqs is None and t.hardware == "cpu":
+            max_seqs = CPU_MAX_NUM_SEQS.get(t.engine)
+        problems += [(where, f"{p}") for p in validate_schedule(schedule, k, max_seqs)]
+
+
+def resolve_schedule_files(suite: Suite, base_dir: Path) -> list[tuple[tuple[Any, ...], str]]:
+    """Replace each ``schedule: {file: ...}`` by the schedule it names (the suite then holds the triples it
+    runs: the stored suite of a run is explicit). Problems as ``(loc, message)``."""
+    import json
+
+    problems: list[tuple[tuple[Any, ...], str]] = []
+    for ti, t in enumerate(suite.targets):
+        for mi, m in enumerate(t.methods):
+            ref = m.schedule
+            if ref is None or isinstance(ref, list):
+                continue
+            loc = ("targets", ti, "methods", mi, "schedule")
+            path = resolve_path(ref.file, base_dir)
+            try:
+                entries = json.loads(path.read_text())["schedules"]
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                problems.append(((*loc, "file"), f"cannot read schedule file {ref.file!r}: {exc}"))
+                continue
+            want = {"method": ref.method or m.label, "dataset": ref.dataset, "temperature": ref.temperature}
+            hits = [e for e in entries if all(v is None or e.get(k) == v for k, v in want.items())]
+            if len(hits) != 1:
+                have = ", ".join(f"{e.get('method')}/{e.get('dataset')}/T{e.get('temperature'):g}" for e in entries) or "none"
+                problems.append((loc, f"{len(hits)} schedules in {ref.file!r} match {want} (the file has: {have}); "
+                                      "name method, dataset and temperature"))
+                continue
+            m.schedule = [list(x) for x in hits[0][SCHEDULE_KEY]]
+    return problems
 
 
 def _check_compare_to(suite: Suite, problems: list) -> None:
