@@ -12,6 +12,7 @@ them); the runner stops a group's rounds once it is decided.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +117,10 @@ def ab_suite(suite: Suite, a: Arm, b: Arm) -> Suite:
     if suite.rounds < 2:
         raise SuiteError([f"{suite.source_path or suite.name}: an A/B run needs rounds: N (N ≥ 2, the cap on "
                           "rounds per group); the suite has rounds: 1"])
+    # Both arms' engines start the same way, through an interpreter (engines.interpreter): "this environment"
+    # is this interpreter named as such, not multiprocessing's spawn, whose child sets its environment
+    # later and sits otherwise beside the other arm's engines (an A/A run saw 8 % between the two paths).
+    a, b = (arm if arm.python else arm.model_copy(update={"python": sys.executable}) for arm in (a, b))
     targets = [_apply(t, arm, spec) for t in suite.targets for arm, spec in zip(ARMS, (a, b), strict=True)]
     return suite.model_copy(update={"targets": targets, "name": suite.name})
 

@@ -197,16 +197,26 @@ def _run_set(group: list[EngineJob], rounds: int, seed: int, emit: Emit, placeme
         for r in range(rounds):
             order = ab_round_order(keys, pairs, arms, r, seed) if any(arms.values()) else round_order(keys, r, seed)
             this_round.clear()
-            for key in order:
-                res = up[key]
-                t0 = wall_now()
-                for work in res.runner.job.cells:
+            # One step per engine, running its cells' round r; in an A/B run one step per pair and cell, the
+            # pair's two engines back to back on that cell (a group's A and B then run seconds apart at most).
+            steps = [[(key, i) for i in range(len(up[key].runner.job.cells))] for key in order]
+            if any(arms.values()):
+                units = {u: [k for k in order if pairs[k] == u] for u in dict.fromkeys(pairs[k] for k in order)}
+                steps = [[(key, i) for key in members] for members in units.values()
+                         for i in range(max(len(up[k].runner.job.cells) for k in members))]
+            for step in steps:
+                for key, i in step:
+                    res = up[key]
+                    if i >= len(res.runner.job.cells):
+                        continue
+                    work = res.runner.job.cells[i]
                     if work.request.cell.stop is not None or work.request.cell.cell_id in finished:
                         continue
+                    t0 = wall_now()
                     spans = round_spans(len(work.request.prompts), rounds, work.request.cell.batch_size)
                     if r < len(spans):
                         res.run_round(work, spans[r], r)
-                res.runner._phase("cells", t0)
+                    res.runner._phase("cells", t0)
             if round_hook is not None:
                 finished |= round_hook(r, list(this_round))
                 if measured <= finished:

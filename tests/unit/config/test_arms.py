@@ -25,7 +25,8 @@ def test_every_target_runs_once_per_arm_with_the_arm_applied() -> None:
     names = [t.name for t in both.targets]
     assert names == [n for t in suite.targets for n in (f"{t.name}@a", f"{t.name}@b")]
     ta, tb = both.targets[0], both.targets[1]
-    assert ta.python is None and ta.env == {} and ta.engine_patches == suite.targets[0].engine_patches
+    assert ta.python == sys.executable  # this environment: its interpreter, started as the other arm's is
+    assert ta.env == {} and ta.engine_patches == suite.targets[0].engine_patches
     assert tb.python == sys.executable and tb.env == {"X": "1"}
     assert tb.engine_patches == [*suite.targets[0].engine_patches, "planted-step-delay"]
     eb = next(m for m in tb.methods if m.label == "eagle3")

@@ -52,8 +52,8 @@ def test_arms_alternate_abba_and_each_goes_first_half_the_time() -> None:
 
 def _round(r: int, slow_b: float) -> list:
     out = []
-    for arm, f in (("a", 1.0), ("b", slow_b)):
-        j = 1 + 0.02 * ((r * 7) % 5)
+    for arm, f, step in (("a", 1.0, 7), ("b", slow_b, 3)):
+        j = 1 + 0.02 * ((r * step) % 5)  # each arm its own round-to-round noise
         out.append(request(f"tiny@{arm}/baseline/he/T0/b1/r0", f"p{r}", tokens=11, round=r,
                            ttft_s=0.2 * j * f, latency_s=1.2 * j * f))
     return out
