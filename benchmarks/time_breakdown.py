@@ -21,7 +21,8 @@ from pathlib import Path
 from specbench.analysis.timing import breakdown, fmt_duration
 from specbench.analysis.timing_estimate import engine_spans, ready_times, run_spans
 from specbench.engines.vllm_forks import FORK_HINT
-from specbench.report.markdown import _md_blocks, time_section
+from specbench.report.build import time_section
+from specbench.report.markdown import _md_blocks
 from specbench.report.terminal import time_line
 from specbench.results import rundir
 from specbench.results.manifest import TimeBreakdown
