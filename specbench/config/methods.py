@@ -133,6 +133,12 @@ def closest(name: str, options: list[str]) -> str | None:
     return hits[0] if hits else None
 
 
+def unknown_name(kind: str, value: str, options: list[str]) -> str:
+    """``unknown <kind> '<value>'``, with the closest option as a 'did you mean' hint."""
+    hint = closest(value, options)
+    return f"unknown {kind} {value!r}" + (f"; did you mean {hint!r}?" if hint else "")
+
+
 def get_method(name: str) -> MethodInfo:
     try:
         return METHODS[name]

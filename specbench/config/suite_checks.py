@@ -4,24 +4,21 @@ settings that must agree, input lengths that must fit), run by :func:`specbench.
 after the models validated.
 
 :func:`check_semantics` returns ``(loc, message)`` pairs; the loader turns each ``loc`` into the
-suite file's line (``file:line: loc: message``). The models are in :mod:`specbench.config.suite`;
-this module only reads them (imported for types alone, so the loader can import the checks).
+suite file's line (``file:line: loc: message``). The models are in :mod:`specbench.config.suite_models`;
+this module only reads them.
 """
 
 from __future__ import annotations
 
-import difflib
 import math
 import os
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from specbench.config.dataset_kinds import KINDS, DatasetKind, kind_named, names_where
-from specbench.config.methods import ENGINE_PATCHES, METHODS, closest
-
-if TYPE_CHECKING:
-    from specbench.config.suite import DatasetSpec, Suite, TargetSpec
+from specbench.config.methods import ENGINE_PATCHES, METHODS, closest, unknown_name
+from specbench.config.suite_models import DatasetSpec, Suite, TargetSpec
 
 #: The shortest input length (context and question) a dataset's ``input_tokens`` may ask for.
 MIN_INPUT_TOKENS = 32
@@ -371,11 +368,6 @@ def _check_fits(suite: Suite, n: int, loc: tuple[Any, ...], what: str, problems:
         if t.max_model_len is not None and n > t.max_model_len - room:
             problems.append((loc, f"{what} does not fit target {t.name!r}: max_model_len {t.max_model_len} − "
                              f"max_tokens {room} leaves {t.max_model_len - room}"))
-
-
-def unknown_name(kind: str, value: str, options: list[str]) -> str:
-    hits = difflib.get_close_matches(value, options, n=1, cutoff=0.4)
-    return f"unknown {kind} {value!r}" + (f"; did you mean {hits[0]!r}?" if hits else "")
 
 
 def _unique(names: list[str], loc: tuple[Any, ...], what: str, problems: list) -> None:
