@@ -151,6 +151,16 @@ def ab_round_order(keys: list[str], pairs: dict[str, str], arms: dict[str, str],
     return out
 
 
+def ab_batch_order(span: tuple[int, int], batch_size: int) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """A pair's round ``span`` of one cell in batches of ``batch_size``, each with the order its two engines
+    run it in: (0, 1), (1, 0), (0, 1), … (ABBA by batch, the first engine first; the round's order of the pair
+    already alternates round by round)."""
+    a, b = span
+    unit = max(1, batch_size)
+    chunks = [(s, min(b, s + unit)) for s in range(a, b, unit)]
+    return [(c, (0, 1) if j % 2 == 0 else (1, 0)) for j, c in enumerate(chunks)]
+
+
 def run_interleaved(jobs: Sequence[EngineJob], emit: Emit, placement: Placement,
                     follow_up: FollowUp | None = None, free_gib: float | None = None,
                     kept: KeptEngines | None = None, round_hook: RoundHook | None = None) -> None:
@@ -205,6 +215,7 @@ def _run_set(group: list[EngineJob], rounds: int, seed: int, emit: Emit, placeme
                 steps = [[(key, i) for key in members] for members in units.values()
                          for i in range(max(len(up[k].runner.job.cells) for k in members))]
             for step in steps:
+                runs: list[tuple[str, CellWork, tuple[int, int]]] = []
                 for key, i in step:
                     res = up[key]
                     if i >= len(res.runner.job.cells):
@@ -212,11 +223,18 @@ def _run_set(group: list[EngineJob], rounds: int, seed: int, emit: Emit, placeme
                     work = res.runner.job.cells[i]
                     if work.request.cell.stop is not None or work.request.cell.cell_id in finished:
                         continue
-                    t0 = wall_now()
                     spans = round_spans(len(work.request.prompts), rounds, work.request.cell.batch_size)
                     if r < len(spans):
-                        res.run_round(work, spans[r], r)
-                    res.runner._phase("cells", t0)
+                        runs.append((key, work, spans[r]))
+                if len(runs) == 2 and any(arms.values()):
+                    # A pair's cell in this round: its batches alternate between the arms (A B | B A | …), so
+                    # that both arms see the machine of the same second (its bursts last about one).
+                    runs = [(runs[o][0], runs[o][1], chunk) for chunk, order in
+                            ab_batch_order(runs[0][2], runs[0][1].request.cell.batch_size) for o in order]
+                for key, work, span in runs:
+                    t0 = wall_now()
+                    up[key].run_round(work, span, r)
+                    up[key].runner._phase("cells", t0)
             if round_hook is not None:
                 finished |= round_hook(r, list(this_round))
                 if measured <= finished:
