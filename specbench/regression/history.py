@@ -11,6 +11,13 @@ works (PostgreSQL is tested). Tables:
 * ``metrics``: one row per (run, group, metric): value, interval, n and how
   the interval was computed; equivalence verdicts carry ``verdict`` text.
 
+An A/B run (``specbench ab``, its ``ab.json``) also stores its decisions: per A/B group (group id
+``ab:`` and the group's id without the arm, ``method_kind`` ``ab``) and per method pooled
+(``ab:<target>/<method> (pooled)``) one
+``ab.<metric>`` row per gated metric (B/A, its confidence-sequence interval, the rounds it rests on
+as ``n``, the verdict: same / different / improved / undecided), and per group ``ab.tau_a``,
+``ab.tau_b`` and ``ab.identical`` (the share of B's requests token-identical to A's, ``n`` compared).
+
 Adding a run that is already stored changes nothing. Runs of an older
 schema are read through :mod:`specbench.results.migrations`'s loaders.
 """
@@ -27,10 +34,12 @@ from typing import Any
 import sqlalchemy as sa
 from pydantic import BaseModel
 
+from specbench.analysis.ab_rounds import ABResult
 from specbench.errors import SpecbenchError
 from specbench.regression.run_diff import equivalence_verdict, estimates_of
 from specbench.results import metric_catalog as catalog
 from specbench.results import rundir
+from specbench.results.ab import is_ab_run, read_ab
 from specbench.results.manifest import RunManifest
 from specbench.results.parts import ServingCellRow
 from specbench.results.records import now_iso
@@ -201,9 +210,11 @@ class History:
             summary, summary_schema = rundir.read_summary_versioned(run_dir)
         else:
             summary_schema = summary.schema_version
-        return self.add(manifest, summary, summary_schema=summary_schema)
+        ab = read_ab(run_dir, ABResult) if is_ab_run(run_dir) else None
+        return self.add(manifest, summary, summary_schema=summary_schema, ab=ab)
 
-    def add(self, manifest: RunManifest, summary: RunSummary, *, summary_schema: int | None = None) -> AddResult:
+    def add(self, manifest: RunManifest, summary: RunSummary, *, summary_schema: int | None = None,
+            ab: ABResult | None = None) -> AddResult:
         run_id = summary.run_id
         with self.engine.begin() as conn:
             if conn.execute(sa.select(runs_t.c.run_id).where(runs_t.c.run_id == run_id)).first():
@@ -239,6 +250,8 @@ class History:
                     metric_rows.append(dict(run_id=run_id, group_id=g.group_id, metric=f"equivalence.{test}",
                                             value=None, ci_low=None, ci_high=None, n=None, ci_method=None,
                                             verdict=verdict))
+            if ab is not None:
+                _ab_rows(run_id, ab, group_rows, metric_rows)
             if group_rows:
                 conn.execute(groups_t.insert(), group_rows)
             if metric_rows:
@@ -287,6 +300,29 @@ class History:
         for pts in out.values():
             pts.sort(key=lambda p: order[p.run.run_id])
         return dict(sorted(out.items()))
+
+
+def _ab_rows(run_id: str, ab: ABResult, group_rows: list[dict], metric_rows: list[dict]) -> None:
+    """An A/B run's decisions as group and metric rows (see the module)."""
+    groups: dict[str, list[tuple[str, float | None, float | None, float | None, int | None, str | None, str | None]]] = {}
+    for gid, v in [*zip(ab.group_ids, ab.groups, strict=True),
+                   *((f"{p} (pooled)", v) for p, v in zip(ab.pooled_ids, ab.pooled, strict=True))]:
+        r = v.ratio
+        groups.setdefault(gid, []).append((f"ab.{v.metric}", r.value, r.ci_low, r.ci_high, v.rounds, r.method, v.verdict))
+    for e in ab.exact:
+        rows = groups.setdefault(e.group, [])
+        rows += [("ab.tau_a", e.tau_a, None, None, None, None, None), ("ab.tau_b", e.tau_b, None, None, None, None, None)]
+        if e.compared:
+            rows.append(("ab.identical", e.identical / e.compared, None, None, e.compared, None, None))
+    for gid, rows in groups.items():
+        parts = gid.removesuffix(" (pooled)").split("/")
+        group_rows.append(dict(run_id=run_id, group_id=f"ab:{gid}", target=parts[0],
+                               method=parts[1] if len(parts) > 1 else None, method_kind="ab",
+                               k=None, dataset=parts[2] if len(parts) > 2 else None, temperature=None,
+                               batch_size=None, request_rate=None, status="ok", checkpoint=None, n_requests=None))
+        for metric, value, lo, hi, n, method, verdict in rows:
+            metric_rows.append(dict(run_id=run_id, group_id=f"ab:{gid}", metric=metric, value=value, ci_low=lo,
+                                    ci_high=hi, n=n, ci_method=method, verdict=verdict))
 
 
 def _verdicts(g: GroupSummary) -> list[tuple[str, str]]:

@@ -287,3 +287,34 @@ def test_history_add_analyzes_a_run_without_its_summary(tmp_path: Path, db: str)
     res = CliRunner().invoke(app, ["history", "add", str(d), "--db", db])
     assert res.exit_code == 0 and "added" in res.output, res.output
     assert (d / "summary.json").exists()
+
+
+def test_an_ab_run_stores_its_verdicts_tau_and_identity(tmp_path: Path, db: str) -> None:
+    from specbench.analysis.ab_decision import ABRule, ABVerdict
+    from specbench.analysis.ab_rounds import ABResult, GroupExact
+    from specbench.stats import Estimate
+
+    run = make_run(tmp_path, 0)
+    g = "tiny/baseline/humaneval/T0/b1"
+    verdict = ABVerdict(metric="tpot_s", verdict="different", ratio=Estimate(value=1.09, ci_low=1.035, ci_high=1.146,
+                        n=19, method="cs"), rounds=19, margin=0.03, alpha=0.01, spread=0.05, more_rounds_help=False,
+                        rounds_to_decide=None)
+    pooled = verdict.model_copy(update={"verdict": "undecided", "groups": 2})
+    ab = ABResult(rule=ABRule(), metrics=["tpot_s"], groups=[verdict], group_ids=[g], pooled=[pooled],
+                  pooled_ids=["tiny/baseline"], exact=[GroupExact(group=g, tau_a=None, tau_b=None, identical=3, compared=4)],
+                  rounds_run=24)
+    (run / "ab.json").write_text(ab.model_dump_json())
+    with History(db) as hist:
+        assert hist.add_run(run).added
+        with hist.engine.connect() as c:
+            rows = {(r.group_id, r.metric): r for r in c.execute(sa.select(metrics_t).where(metrics_t.c.metric.like("ab.%")))}
+            kinds = dict(c.execute(sa.select(groups_t.c.group_id, groups_t.c.method_kind)).all())
+    got = rows[(f"ab:{g}", "ab.tpot_s")]
+    assert (got.value, got.ci_low, got.ci_high, got.n, got.verdict) == (1.09, 1.035, 1.146, 19, "different")
+    assert rows[("ab:tiny/baseline (pooled)", "ab.tpot_s")].verdict == "undecided"
+    assert rows[(f"ab:{g}", "ab.identical")].value == 0.75 and rows[(f"ab:{g}", "ab.identical")].n == 4
+    assert kinds[f"ab:{g}"] == kinds["ab:tiny/baseline (pooled)"] == "ab"
+    res = CliRunner().invoke(app, ["trend", "--db", db, "--out", str(tmp_path / "trend")])
+    assert res.exit_code == 0, res.output
+    md = "".join(p.read_text() for p in (tmp_path / "trend").glob("*.md"))
+    assert f"ab:{g}" in md and "different" in md, md
