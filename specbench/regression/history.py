@@ -243,13 +243,10 @@ class History:
                 if g.status not in ("ok", "partial"):
                     continue
                 for name, e in {**group_metrics(g), **serving.get(g.group_id, {})}.items():
-                    metric_rows.append(dict(run_id=run_id, group_id=g.group_id, metric=name, value=e.value,
-                                            ci_low=e.ci_low, ci_high=e.ci_high, n=e.n, ci_method=e.method,
-                                            verdict=None))
+                    metric_rows.append(_metric_row(run_id, g.group_id, name, e.value, ci_low=e.ci_low,
+                                                   ci_high=e.ci_high, n=e.n, ci_method=e.method))
                 for test, verdict in _verdicts(g):
-                    metric_rows.append(dict(run_id=run_id, group_id=g.group_id, metric=f"equivalence.{test}",
-                                            value=None, ci_low=None, ci_high=None, n=None, ci_method=None,
-                                            verdict=verdict))
+                    metric_rows.append(_metric_row(run_id, g.group_id, f"equivalence.{test}", verdict=verdict))
             if ab is not None:
                 _ab_rows(run_id, ab, group_rows, metric_rows)
             if group_rows:
@@ -302,27 +299,37 @@ class History:
         return dict(sorted(out.items()))
 
 
+def _metric_row(run_id: str, group_id: str, metric: str, value: float | None = None, *, ci_low: float | None = None,
+                ci_high: float | None = None, n: int | None = None, ci_method: str | None = None,
+                verdict: str | None = None) -> dict[str, Any]:
+    """One ``metrics`` row (every column given: the rows are inserted together)."""
+    return dict(run_id=run_id, group_id=group_id, metric=metric, value=value, ci_low=ci_low, ci_high=ci_high, n=n,
+                ci_method=ci_method, verdict=verdict)
+
+
 def _ab_rows(run_id: str, ab: ABResult, group_rows: list[dict], metric_rows: list[dict]) -> None:
     """An A/B run's decisions as group and metric rows (see the module)."""
-    groups: dict[str, list[tuple[str, float | None, float | None, float | None, int | None, str | None, str | None]]] = {}
-    for gid, v in [*zip(ab.group_ids, ab.groups, strict=True),
-                   *((f"{p} (pooled)", v) for p, v in zip(ab.pooled_ids, ab.pooled, strict=True))]:
+    gids: list[str] = []
+    verdicts = [*zip(ab.group_ids, ab.groups, strict=True),
+                *((f"{p} (pooled)", v) for p, v in zip(ab.pooled_ids, ab.pooled, strict=True))]
+    for gid, v in verdicts:
+        gids.append(gid)
         r = v.ratio
-        groups.setdefault(gid, []).append((f"ab.{v.metric}", r.value, r.ci_low, r.ci_high, v.rounds, r.method, v.verdict))
+        metric_rows.append(_metric_row(run_id, f"ab:{gid}", f"ab.{v.metric}", r.value, ci_low=r.ci_low,
+                                       ci_high=r.ci_high, n=v.rounds, ci_method=r.method, verdict=v.verdict))
     for e in ab.exact:
-        rows = groups.setdefault(e.group, [])
-        rows += [("ab.tau_a", e.tau_a, None, None, None, None, None), ("ab.tau_b", e.tau_b, None, None, None, None, None)]
+        gids.append(e.group)
+        metric_rows += [_metric_row(run_id, f"ab:{e.group}", "ab.tau_a", e.tau_a),
+                        _metric_row(run_id, f"ab:{e.group}", "ab.tau_b", e.tau_b)]
         if e.compared:
-            rows.append(("ab.identical", e.identical / e.compared, None, None, e.compared, None, None))
-    for gid, rows in groups.items():
+            metric_rows.append(_metric_row(run_id, f"ab:{e.group}", "ab.identical", e.identical / e.compared,
+                                           n=e.compared))
+    for gid in dict.fromkeys(gids):
         parts = gid.removesuffix(" (pooled)").split("/")
         group_rows.append(dict(run_id=run_id, group_id=f"ab:{gid}", target=parts[0],
                                method=parts[1] if len(parts) > 1 else None, method_kind="ab",
                                k=None, dataset=parts[2] if len(parts) > 2 else None, temperature=None,
                                batch_size=None, request_rate=None, status="ok", checkpoint=None, n_requests=None))
-        for metric, value, lo, hi, n, method, verdict in rows:
-            metric_rows.append(dict(run_id=run_id, group_id=f"ab:{gid}", metric=metric, value=value, ci_low=lo,
-                                    ci_high=hi, n=n, ci_method=method, verdict=verdict))
 
 
 def _verdicts(g: GroupSummary) -> list[tuple[str, str]]:
