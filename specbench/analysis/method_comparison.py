@@ -10,10 +10,14 @@ and load, each arm at its best K there:
   with the reference in the baseline's place;
 * ``tau_ratio`` = pooled τ of the method / pooled τ of the reference over the
   same shared prompts, from the per-request counters, bootstrapped over prompts;
-* verdict: *faster* / *slower* when the speedup ratio's 95% interval lies
-  above / below 1, else *not distinguishable*. In a run with speed rounds that
-  interval is the round bootstrap (drift between rounds widens it), and a K
-  sweep's best K says in how many rounds it was also the fastest (``best_k_wins``).
+* verdict, in a run with speed rounds (the method against the reference inside one run is an A/B,
+  issue 36): the interval is the round bootstrap (rounds resampled, then prompts within them; the two
+  arms of a prompt share a round), and the verdict is three-way as in ``specbench ab``: *faster* /
+  *slower* when it lies beyond ±:data:`HEADLINE_MARGIN`, *same* when it lies within, else
+  *undecided*; the row keeps the rounds it rests on. In a run of one round (the arms measured minutes
+  apart, not interleaved): *faster* / *slower* when the prompt bootstrap's 95 % interval lies above /
+  below 1, else *not distinguishable*. A K sweep's best K says in how many rounds it was also the
+  fastest (``best_k_wins``).
 
 A K sweep (a method run at several K) gets, per load, its points, the best K
 (highest per-stream output tok/s, with a bootstrap interval over prompts) and
@@ -60,9 +64,25 @@ def best_group(groups: Sequence[GroupSummary]) -> GroupSummary:
     return max(groups, key=lambda g: (_rate(g), tau(g), -(g.k or 0)))
 
 
-def verdict(ratio: Estimate) -> Verdict:
+#: The headline's margin (issue 36): a method is *faster* / *slower* than the reference only beyond ±5 %, the
+#: *same* when the interval lies within (docs/speed.md, "The headline's verdicts").
+HEADLINE_MARGIN = 0.05
+
+
+def verdict(ratio: Estimate, rounds: int | None = None) -> Verdict:
+    """The verdict of a speedup ratio (method over reference): measured in ``rounds`` interleaved rounds,
+    the A/B rule's three ways with :data:`HEADLINE_MARGIN`; measured in one go, whether the interval holds 1."""
     if ratio.value is None:
         return "no data"
+    if rounds is not None:
+        m = HEADLINE_MARGIN
+        lo = ratio.ci_low if ratio.ci_low is not None else 0.0
+        hi = ratio.ci_high if ratio.ci_high is not None else float("inf")
+        if lo > 1 + m:
+            return "faster"
+        if hi < 1 / (1 + m):
+            return "slower"
+        return "same" if lo > 1 / (1 + m) and hi < 1 + m else "undecided"
     if ratio.ci_low is not None and ratio.ci_low > 1:
         return "faster"
     if ratio.ci_high is not None and ratio.ci_high < 1:
@@ -113,6 +133,14 @@ def _claims(published: Sequence[dict], target: str, method: str, g: GroupSummary
     ]
 
 
+def paired_rounds(method: Sequence[RequestRecord], reference: Sequence[RequestRecord]) -> int | None:
+    """The speed rounds in which both arms measured a request (None: fewer than two, a run of one go)."""
+    ref = {(r.prompt_id, r.sample_index, r.repeat) for r in reference if r.error is None and r.latency_s}
+    rounds = {r.round for r in method if r.error is None and r.latency_s and r.round is not None
+              and (r.prompt_id, r.sample_index, r.repeat) in ref}
+    return len(rounds) if len(rounds) >= 2 else None
+
+
 def headline(
     groups: Sequence[GroupSummary],
     group_requests: dict[str, list[RequestRecord]],
@@ -136,15 +164,15 @@ def headline(
                 continue
             g = best_group(arms)
             m_reqs, r_reqs = group_requests.get(g.group_id, []), group_requests.get(ref.group_id, [])
-            sp = paired_speedup(m_reqs, r_reqs)
+            sp, rounds = paired_speedup(m_reqs, r_reqs), paired_rounds(m_reqs, r_reqs)
             tau = paired_tau_ratio(m_reqs, r_reqs)
             out.append(
                 HeadlineRow(
                     target=target, dataset=g.dataset, temperature=g.temperature, batch_size=g.batch_size,
                     request_rate=g.request_rate, method=name, method_kind=g.method_kind, method_group=g.group_id,
                     method_k=g.k, reference=ref_name, reference_group=ref.group_id, reference_k=ref.k,
-                    n_prompts=max(sp.n, tau.n), tau_ratio=tau, speedup_ratio=sp, method_speedup=g.speedup,
-                    reference_speedup=ref.speedup, verdict=verdict(sp),
+                    n_prompts=max(sp.n, tau.n), tau_ratio=tau, speedup_ratio=sp,
+                    method_speedup=g.speedup, reference_speedup=ref.speedup, verdict=verdict(sp, rounds), rounds=rounds,
                     published=_claims(published, target, name, g),
                 )
             )

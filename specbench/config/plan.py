@@ -14,6 +14,7 @@ requests in flight (``load.max_concurrency``; 0 = no cap).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -335,17 +336,25 @@ def input_lengths(d: DatasetSpec) -> list[int | None]:
     return list(d.input_tokens) if d.input_tokens else [None]
 
 
-def round_spans(n_prompts: int, rounds: int, batch_size: int) -> list[tuple[int, int]]:
+def prompts_per_batch(batch_size: int, samples_per_prompt: int = 1) -> int:
+    """The fewest prompts whose samples fill whole batches: an engine batches a cell's (prompt, sample)
+    pairs in order, ``batch_size`` at a time (4 samples at batch 4: one prompt; 1 sample at batch 4: four)."""
+    bs, s = max(1, batch_size), max(1, samples_per_prompt)
+    return math.lcm(bs, s) // s
+
+
+def round_spans(n_prompts: int, rounds: int, batch_size: int, samples_per_prompt: int = 1) -> list[tuple[int, int]]:
     """``[start, end)`` of each round's prompts in a cell's prompt list (contiguous, in order).
 
     A cell's prompts are split, not repeated: together the rounds run exactly the prompts of
     one go. Each round takes a whole number of batches where it can (the batches a round sends
-    are then the batches one go would have sent); rounds that would be empty are dropped, so a
-    cell with fewer batches than rounds has fewer rounds.
+    are then the batches one go would have sent; a batch holds ``batch_size`` (prompt, sample)
+    pairs, so a sampled cell's prompts split as finely as :func:`prompts_per_batch`); rounds that
+    would be empty are dropped, so a cell with fewer batches than rounds has fewer rounds.
     """
     if n_prompts <= 0:
         return []
-    unit = max(1, batch_size)
+    unit = prompts_per_batch(batch_size, samples_per_prompt)
     batches = -(-n_prompts // unit)
     per = -(-batches // max(1, rounds))
     spans = [(r * per * unit, min(n_prompts, (r + 1) * per * unit)) for r in range(rounds)]
@@ -353,13 +362,15 @@ def round_spans(n_prompts: int, rounds: int, batch_size: int) -> list[tuple[int,
 
 
 def round_order(keys: list[str], round_index: int, seed: int) -> list[str]:
-    """The seeded order the engines ``keys`` run in round ``round_index`` (a new permutation each round,
-    the same for the same seed): drift that grows over a round does not always hit the same engine last."""
+    """The order the engines ``keys`` run in round ``round_index``: a seeded permutation per pair of
+    rounds, run forwards in the even round and backwards in the odd one (ABBA), so that over each pair
+    of rounds every two engines have each gone first once and every engine's mean place is the same
+    (drift that grows over a round hits no engine more); the same seed gives the same schedule."""
     import random
 
     order = list(keys)
-    random.Random(f"{seed}:{round_index}").shuffle(order)
-    return order
+    random.Random(f"{seed}:{round_index // 2}").shuffle(order)
+    return order if round_index % 2 == 0 else order[::-1]
 
 
 def sampled_equivalence_temperature(suite: Suite) -> float | None:

@@ -24,7 +24,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from specbench.config.arms import arm_of, base_target
-from specbench.config.plan import round_order, round_spans
+from specbench.config.plan import prompts_per_batch, round_order, round_spans
 from specbench.engines.kept import KeptEngines
 from specbench.engines.procs import available_gib
 from specbench.engines.protocol import CellFailed, Engine, EngineUnavailable
@@ -151,12 +151,12 @@ def ab_round_order(keys: list[str], pairs: dict[str, str], arms: dict[str, str],
     return out
 
 
-def ab_batch_order(span: tuple[int, int], batch_size: int) -> list[tuple[tuple[int, int], tuple[int, int]]]:
-    """A pair's round ``span`` of one cell in batches of ``batch_size``, each with the order its two engines
-    run it in: (0, 1), (1, 0), (0, 1), … (ABBA by batch, the first engine first; the round's order of the pair
-    already alternates round by round)."""
+def ab_batch_order(span: tuple[int, int], unit: int) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """A pair's round ``span`` of one cell in batches of ``unit`` prompts (:func:`~specbench.config.plan.prompts_per_batch`),
+    each with the order its two engines run it in: (0, 1), (1, 0), (0, 1), … (ABBA by batch, the first engine
+    first; the round's order of the pair already alternates round by round)."""
     a, b = span
-    unit = max(1, batch_size)
+    unit = max(1, unit)
     chunks = [(s, min(b, s + unit)) for s in range(a, b, unit)]
     return [(c, (0, 1) if j % 2 == 0 else (1, 0)) for j, c in enumerate(chunks)]
 
@@ -223,14 +223,17 @@ def _run_set(group: list[EngineJob], rounds: int, seed: int, emit: Emit, placeme
                     work = res.runner.job.cells[i]
                     if work.request.cell.stop is not None or work.request.cell.cell_id in finished:
                         continue
-                    spans = round_spans(len(work.request.prompts), rounds, work.request.cell.batch_size)
+                    spans = round_spans(len(work.request.prompts), rounds, work.request.cell.batch_size,
+                                        work.request.sampling.samples_per_prompt)
                     if r < len(spans):
                         runs.append((key, work, spans[r]))
                 if len(runs) == 2 and any(arms.values()):
                     # A pair's cell in this round: its batches alternate between the arms (A B | B A | …), so
                     # that both arms see the machine of the same second (its bursts last about one).
                     runs = [(runs[o][0], runs[o][1], chunk) for chunk, order in
-                            ab_batch_order(runs[0][2], runs[0][1].request.cell.batch_size) for o in order]
+                            ab_batch_order(runs[0][2], prompts_per_batch(runs[0][1].request.cell.batch_size,
+                                                                         runs[0][1].request.sampling.samples_per_prompt))
+                            for o in order]
                 for key, work, span in runs:
                     t0 = wall_now()
                     up[key].run_round(work, span, r)

@@ -66,10 +66,13 @@ def headline_section(summary: RunSummary, refs: Refs) -> Section | None:
                 r.request_rate or r.batch_size)].append(r)
     blocks: list[Block] = [Para(
         "Each method against the target's reference method (`compare_to`; default its EAGLE-3), each at its "
-        "best K at that load (highest per-stream tok/s; highest τ where the engine records no timings). Ratios are paired by prompt over the prompts both "
-        "measured, with 95% bootstrap intervals over those prompts: speedup ratio = per-stream output tok/s "
-        "of the method over the reference's; τ ratio = pooled τ over pooled τ. Verdict: faster / slower when "
-        "the speedup ratio's interval excludes 1, else not distinguishable"
+        "best K at that load (highest per-stream tok/s; highest τ where the engine records no timings). Ratios "
+        "are paired by prompt over the prompts both measured: speedup ratio = per-stream output tok/s of the "
+        "method over the reference's; τ ratio = pooled τ over pooled τ. In a run with speed rounds the two "
+        "arms of a prompt share a round and the interval is the round bootstrap (95 %); the verdict is "
+        "three-way, as in `specbench ab`: faster / slower when the speedup ratio's interval lies beyond ±5 %, "
+        "same when it lies within, else undecided, over the rounds shown. In a run of one round (the arms "
+        "measured minutes apart): faster / slower when the interval excludes 1, else not distinguishable"
         + (f"; {TAU_ONLY_NOTE}" if any(r.tau_only for r in summary.headline) else "")
         + ". " + speed_intervals_note(summary)
         + (f" {MARK_NOTE}." if any(headline_looped(summary, r) for r in summary.headline) else ""))]
@@ -84,7 +87,8 @@ def headline_section(summary: RunSummary, refs: Refs) -> Section | None:
              "Published"],
             [[r.method, str(r.method_k if r.method_k is not None else "–"), str(r.n_prompts),
               fmt_speedup(r.speedup_ratio), fmt_metric("tau_ratio", r.tau_ratio, unit="×"),
-              mark(headline_verdict(r), headline_looped(summary, r)),
+              mark(headline_verdict(r) + (f" ({r.rounds} rounds)" if r.rounds is not None else ""),
+                   headline_looped(summary, r)),
               f"{fmt_speedup(r.method_speedup)} / {fmt_speedup(r.reference_speedup)}", _claims(r, refs)]
              for r in sorted(rows, key=lambda r: r.method)],
         ))

@@ -99,13 +99,17 @@ def closing_rows(summary: RunSummary) -> dict[str, list[tuple[str, ...]]]:
 
 
 HEADLINE_HEADER = ("dataset T·load", "against", "method", "speedup ratio", "τ ratio", "verdict")
-HEADLINE_WIDTHS = (22, 10, 14, 18, 18, 7)
+HEADLINE_WIDTHS = (22, 10, 14, 18, 18, 10)
 #: The verdict of a row that compares τ only (:attr:`HeadlineRow.tau_only`): no speed was measured.
 TAU_ONLY = "τ only"
-SHORT_VERDICT = {"faster": "faster", "slower": "slower", "not distinguishable": "n.d.", "no data": "–",
-                 TAU_ONLY: TAU_ONLY}
-HEADLINE_NOTE = ("ratios paired by prompt, 95% intervals; each arm at its best K at that load; "
-                 "n.d.: not distinguishable (the speedup interval holds 1)")
+SHORT_VERDICT = {"faster": "faster", "slower": "slower", "same": "same", "undecided": "undecided",
+                 "not distinguishable": "n.d.", "no data": "–", TAU_ONLY: TAU_ONLY}
+HEADLINE_NOTE = "each arm at its best K at that load"
+#: How a row measured in speed rounds reads (analysis.method_comparison.HEADLINE_MARGIN).
+ROUNDS_NOTE = ("ratios paired by prompt within {rounds}, 95% round-bootstrap intervals; faster / slower "
+               "beyond ±5 %, same within, else undecided")
+#: How a row of a run without rounds reads (the arms measured minutes apart).
+PROMPTS_NOTE = "ratios paired by prompt, 95% intervals; n.d.: not distinguishable (the speedup interval holds 1)"
 TAU_ONLY_NOTE = "τ only: an engine that measures τ, not speed (the reference simulator)"
 
 
@@ -120,7 +124,16 @@ def headline_note(summary: RunSummary, target: str) -> str:
     rows = [r for r in summary.headline if r.target == target]
     tau_only = any(r.tau_only for r in rows)
     looped = any(headline_looped(summary, r) for r in rows)
-    return HEADLINE_NOTE + (f"; {TAU_ONLY_NOTE}" if tau_only else "") + (f"; {MARK_NOTE}" if looped else "")
+    rounds = sorted({r.rounds for r in rows if r.rounds is not None})
+    how = [ROUNDS_NOTE.format(rounds=rounds_said(rounds))] if rounds else []
+    how += [PROMPTS_NOTE] if any(r.rounds is None and not r.tau_only for r in rows) else []
+    return "; ".join([HEADLINE_NOTE, *how]) + (f"; {TAU_ONLY_NOTE}" if tau_only else "") + (
+        f"; {MARK_NOTE}" if looped else "")
+
+
+def rounds_said(rounds: list[int]) -> str:
+    """'4 rounds' / '2–4 rounds' (the rounds the headline's verdicts rest on)."""
+    return f"{rounds[0]} rounds" if len(rounds) == 1 else f"{rounds[0]}–{rounds[-1]} rounds"
 
 
 def closing_note(summary: RunSummary, target: str) -> str | None:

@@ -21,7 +21,10 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 from specbench.results.noise_calibration import NoiseCalibration
 from specbench.stats import Estimate
 
-Verdict = Literal["faster", "slower", "not distinguishable", "no data"]
+#: A headline row's verdict. In a run with speed rounds three-way with a margin, as an A/B (faster / slower /
+#: same / undecided, :data:`specbench.analysis.method_comparison.HEADLINE_MARGIN`); in a run of one round
+#: whether the interval holds 1 (faster / slower / not distinguishable: the two arms measured minutes apart).
+Verdict = Literal["faster", "slower", "same", "undecided", "not distinguishable", "no data"]
 
 
 class _Model(BaseModel):
@@ -122,6 +125,7 @@ class HeadlineRow(_Model):
     method_speedup: Estimate | None = None  # over no speculation, as in the results table
     reference_speedup: Estimate | None = None
     verdict: Verdict
+    rounds: int | None = None  # the speed rounds the verdict rests on (None: a run of one round)
     published: list[PublishedClaim] = Field(default_factory=list)
 
     @property

@@ -201,6 +201,7 @@ def test_headline_ratios_recompute_from_records(smoke_run):
     assert all(r.reference == "eagle3" for r in rows)
     cells = {g.group_id: {c.cell_id for c in g.cells} for g in s.groups}
     records = [r for r in rundir.read_requests(run_dir) if r.error is None]
+    assert {r.rounds for r in rows if r.temperature > 0} == {2}
 
     def by_prompt(gid):
         out = {}
@@ -220,7 +221,10 @@ def test_headline_ratios_recompute_from_records(smoke_run):
         tau_r = 1 + sum(ref[p][0] for p in shared) / sum(ref[p][1] for p in shared)
         assert row.tau_ratio.value == pytest.approx(tau_m / tau_r, rel=1e-9), row
         assert row.speedup_ratio.n == len(shared) == row.n_prompts
-        assert row.verdict in ("faster", "slower", "not distinguishable")
+        if row.rounds is None:  # T=0 with 2 prompts: one batch, one round
+            assert row.temperature == 0 and row.verdict in ("faster", "slower", "not distinguishable"), row
+        else:  # T=0.5: 2 prompts × 4 samples at batch 4 split into a round per prompt, decided three ways
+            assert row.rounds == 2 and row.verdict in ("faster", "slower", "same", "undecided"), row
         gm, gr = s.group(row.method_group), s.group(row.reference_group)
         if len(shared) == len(m) == len(ref):  # every prompt shared: the groups' own pooled τ
             assert row.tau_ratio.value == pytest.approx(gm.tau.value / gr.tau.value, rel=1e-9)
