@@ -10,6 +10,11 @@ A/A *different* is a false alarm; planted *different* is a catch. τ and token i
 
     .venv/bin/python benchmarks/ab_gate.py --aa 10 --planted 10 --fraction 0.1 [--mode busy]
     .venv/bin/python benchmarks/ab_gate.py --smoke     # one A/A and one planted invocation of a tiny suite, at once
+    .venv/bin/python benchmarks/ab_gate.py --runs /tmp/specbench-ab-gate/cpu-gate/*   # the tables of finished runs
+
+``--runs`` reads finished invocations (an interrupted study, or runs made by hand): each is A/A or planted
+by its arm B's label, its exit code is recomputed from ``ab.json`` (1 when a gated metric is *different*),
+its wall is the manifest's, and its peak memory is not known (–).
 """
 
 from __future__ import annotations
@@ -87,6 +92,16 @@ def invoke(suite: Path, arm_b: str, out: Path, rules: Path | None, budget: float
     return {"exit": proc.returncode, "wall_s": wall, "peak_gib": peak, "ab": ab}
 
 
+def from_run(run_dir: Path) -> tuple[str, dict]:
+    """A finished invocation read back: ('aa' | 'planted', the entry :func:`invoke` returns)."""
+    ab = json.loads((run_dir / "ab.json").read_text())
+    wall = json.loads((run_dir / "manifest.json").read_text()).get("time_breakdown", {}).get("wall_s", float("nan"))
+    gated = [v for v in ab["groups"] + ab["pooled"] if v["metric"] in ab["metrics"]]
+    code = 1 if any(v["verdict"] == "different" for v in gated) else (0 if gated else 3)
+    kind = "planted" if "planted" in str(ab["arms"].get("b", "")) else "aa"
+    return kind, {"exit": code, "wall_s": wall, "peak_gib": None, "ab": ab}
+
+
 def verdicts(ab: dict) -> dict[tuple[str, str], tuple[str, float | None, int]]:
     out = {}
     for ids, vs in ((ab["group_ids"], ab["groups"]), (ab["pooled_ids"], ab["pooled"])):
@@ -104,7 +119,8 @@ def report(kind: str, runs: list[dict]) -> None:
         ex = r["ab"]["exact"]
         tau_eq = sum(g["tau_a"] == g["tau_b"] for g in ex)
         ident = f"{sum(g['identical'] for g in ex)} / {sum(g['compared'] for g in ex)}"
-        print(f"| {i} | {r['exit']} | {r['ab']['rounds_run']} | {r['wall_s']:.0f} | {r['peak_gib']:.1f} | "
+        peak = "–" if r["peak_gib"] is None else f"{r['peak_gib']:.1f}"
+        print(f"| {i} | {r['exit']} | {r['ab']['rounds_run']} | {r['wall_s']:.0f} | {peak} | "
               f"{sum(x[0] == 'different' for x in v)} | {sum(x[0] == 'undecided' for x in v)} | {tau_eq} / {len(ex)} | {ident} |")
     counts: dict[tuple[str, str], Counter] = defaultdict(Counter)
     ratios: dict[tuple[str, str], list[float]] = defaultdict(list)
@@ -133,7 +149,20 @@ def main() -> int:
     ap.add_argument("--python", help="arm B's interpreter (default: a layered environment made now)")
     ap.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "specbench-ab-gate")
     ap.add_argument("--smoke", action="store_true", help="one A/A and one planted invocation of a tiny suite")
+    ap.add_argument("--runs", nargs="+", type=Path, help="report finished invocations instead of running")
     args = ap.parse_args()
+    if args.runs:
+        done = [d for d in sorted(args.runs) if (d / "ab.json").is_file()]
+        if len(done) < len(args.runs):
+            print(f"{len(args.runs) - len(done)} run(s) without ab.json (unfinished) left out")
+        read = [from_run(d) for d in done]
+        runs = {k: [r for kind, r in read if kind == k] for k in ("aa", "planted")}
+        report("A/A (identical arms)", runs["aa"])
+        labels = sorted({str(r["ab"]["arms"].get("b")) for r in runs["planted"]})
+        report(f"planted slowdown ({'; '.join(labels)})", runs["planted"])
+        print(f"\nA/A invocations failing: {sum(r['exit'] == 1 for r in runs['aa'])} / {len(runs['aa'])}; planted "
+              f"invocations caught (exit 1): {sum(r['exit'] == 1 for r in runs['planted'])} / {len(runs['planted'])}")
+        return 0
     tmp = Path(tempfile.mkdtemp(prefix="ab-gate-"))
     suite, rules = (args.suite, args.rules) if not args.smoke else smoke_suite(tmp)
     if args.smoke:
