@@ -2,10 +2,12 @@
 
 With ``rounds: R`` (the plan's :attr:`~specbench.config.plan.Plan.rounds`), each cell's prompts
 are split into R contiguous rounds (:func:`~specbench.config.plan.round_spans`: the same prompts
-and batches as one go). The engines of one target start once and stay up; in round r each
-engine, in a seeded order that changes per round (:func:`~specbench.config.plan.round_order`),
-runs round r of each of its cells. A method's round r and the baseline's round r are then
-measured minutes apart at most, and the analysis pairs them (records carry ``round``).
+and batches as one go). The engines of one target start once and stay up; in round r the cells
+that are compared with each other (one :func:`slot_of`: the same prompts and load) run together,
+their batches alternating between the slot's engines (:func:`batch_order`), in a seeded order
+balanced over pairs of rounds (:func:`~specbench.config.plan.round_order`). A method's round r and
+the baseline's round r are then measured seconds apart, and the analysis pairs them (records
+carry ``round``).
 
 Resident set: a vLLM CPU engine holds its KV cache space (``VLLM_CPU_KVCACHE_SPACE`` GiB) plus
 about 1 GiB (weights of a small model, the worker); on a GPU each holds its
@@ -151,14 +153,25 @@ def ab_round_order(keys: list[str], pairs: dict[str, str], arms: dict[str, str],
     return out
 
 
-def ab_batch_order(span: tuple[int, int], unit: int) -> list[tuple[tuple[int, int], tuple[int, int]]]:
-    """A pair's round ``span`` of one cell in batches of ``unit`` prompts (:func:`~specbench.config.plan.prompts_per_batch`),
-    each with the order its two engines run it in: (0, 1), (1, 0), (0, 1), … (ABBA by batch, the first engine
-    first; the round's order of the pair already alternates round by round)."""
+def batch_order(span: tuple[int, int], unit: int, members: int = 2) -> list[tuple[tuple[int, int], tuple[int, ...]]]:
+    """A round ``span`` of cells that ``members`` engines run on the same prompts, in batches of ``unit``
+    prompts (:func:`~specbench.config.plan.prompts_per_batch`), each with the order the engines run it in:
+    forwards, backwards, forwards, … (ABBA by batch: over two batches every engine has the same mean place,
+    and every two engines have each gone first once; the round's order already alternates round by round).
+    An A/B pair is two members: (0, 1), (1, 0), (0, 1), …"""
     a, b = span
     unit = max(1, unit)
     chunks = [(s, min(b, s + unit)) for s in range(a, b, unit)]
-    return [(c, (0, 1) if j % 2 == 0 else (1, 0)) for j, c in enumerate(chunks)]
+    fwd = tuple(range(members))
+    return [(c, fwd if j % 2 == 0 else fwd[::-1]) for j, c in enumerate(chunks)]
+
+
+def slot_of(work: CellWork) -> tuple:
+    """Cells of one round that a normal run interleaves by batch: the same prompts at the same load (a
+    method, its reference and the baseline on one dataset, temperature, load and repeat: what the headline
+    and the speedups pair)."""
+    c = work.request.cell
+    return (*c.baseline_group_key, c.repeat)
 
 
 def run_interleaved(jobs: Sequence[EngineJob], emit: Emit, placement: Placement,
@@ -207,9 +220,14 @@ def _run_set(group: list[EngineJob], rounds: int, seed: int, emit: Emit, placeme
         for r in range(rounds):
             order = ab_round_order(keys, pairs, arms, r, seed) if any(arms.values()) else round_order(keys, r, seed)
             this_round.clear()
-            # One step per engine, running its cells' round r; in an A/B run one step per pair and cell, the
-            # pair's two engines back to back on that cell (a group's A and B then run seconds apart at most).
-            steps = [[(key, i) for i in range(len(up[key].runner.job.cells))] for key in order]
+            # One step per slot (the cells of the engines that share prompts and load: what is compared with
+            # each other), its engines in the round's order; in an A/B run one step per pair and cell. A step's
+            # batches alternate between its engines (below): what is compared runs seconds apart at most.
+            slots: dict[tuple, list[tuple[str, int]]] = {}
+            for key in order:
+                for i, w in enumerate(up[key].runner.job.cells):
+                    slots.setdefault(slot_of(w), []).append((key, i))
+            steps = list(slots.values())
             if any(arms.values()):
                 units = {u: [k for k in order if pairs[k] == u] for u in dict.fromkeys(pairs[k] for k in order)}
                 steps = [[(key, i) for key in members] for members in units.values()
@@ -227,13 +245,13 @@ def _run_set(group: list[EngineJob], rounds: int, seed: int, emit: Emit, placeme
                                         work.request.sampling.samples_per_prompt)
                     if r < len(spans):
                         runs.append((key, work, spans[r]))
-                if len(runs) == 2 and any(arms.values()):
-                    # A pair's cell in this round: its batches alternate between the arms (A B | B A | …), so
-                    # that both arms see the machine of the same second (its bursts last about one).
-                    runs = [(runs[o][0], runs[o][1], chunk) for chunk, order in
-                            ab_batch_order(runs[0][2], prompts_per_batch(runs[0][1].request.cell.batch_size,
-                                                                         runs[0][1].request.sampling.samples_per_prompt))
-                            for o in order]
+                sizes = {prompts_per_batch(w.request.cell.batch_size, w.request.sampling.samples_per_prompt)
+                         for _, w, _ in runs}
+                if len(runs) >= 2 and len({sp for _, _, sp in runs}) == 1 and len(sizes) == 1:
+                    # The step's batches alternate between its engines (A B | B A | … for an A/B pair), so
+                    # that they see the machine of the same second (its bursts last about one).
+                    runs = [(runs[o][0], runs[o][1], chunk)
+                            for chunk, order in batch_order(runs[0][2], sizes.pop(), len(runs)) for o in order]
                 for key, work, span in runs:
                     t0 = wall_now()
                     up[key].run_round(work, span, r)

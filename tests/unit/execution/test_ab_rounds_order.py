@@ -14,7 +14,7 @@ from specbench.config.suite import MethodSpec, TargetSpec
 from specbench.engines.factory import ResolvedEngine
 from specbench.execution.ab import RoundDecisions
 from specbench.execution.jobs import EngineJob
-from specbench.execution.rounds import ab_batch_order, ab_round_order, pair_key, resident_sets
+from specbench.execution.rounds import ab_round_order, batch_order, pair_key, resident_sets
 
 
 def _job(target: str, method: str) -> EngineJob:
@@ -61,11 +61,14 @@ def _round(r: int, slow_b: float) -> list:
 
 def test_a_pairs_round_alternates_by_batch_and_covers_the_span_once() -> None:
     # batch 1, prompts 8..12: A B | B A | A B | B A — each arm first in half the batches
-    order = ab_batch_order((8, 12), 1)
+    order = batch_order((8, 12), 1)
     assert order == [((8, 9), (0, 1)), ((9, 10), (1, 0)), ((10, 11), (0, 1)), ((11, 12), (1, 0))]
     # batch 4 with a short last batch: whole batches, as one go would send them
-    assert ab_batch_order((0, 10), 4) == [((0, 4), (0, 1)), ((4, 8), (1, 0)), ((8, 10), (0, 1))]
-    assert ab_batch_order((3, 3), 4) == []
+    assert batch_order((0, 10), 4) == [((0, 4), (0, 1)), ((4, 8), (1, 0)), ((8, 10), (0, 1))]
+    assert batch_order((3, 3), 4) == []
+    # a normal run's slot (the baseline, a method and its reference on the same prompts): forwards, then
+    # backwards, so over two batches every engine has the same mean place
+    assert batch_order((0, 8), 4, 3) == [((0, 4), (0, 1, 2)), ((4, 8), (2, 1, 0))]
 
 
 def test_decided_groups_get_no_more_rounds_and_the_budget_ends_them_all() -> None:
