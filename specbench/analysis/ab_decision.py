@@ -184,6 +184,14 @@ def pool_rounds(per_group: Mapping[str, Sequence[float]]) -> np.ndarray:
 _CODES = np.array(["undecided", "same", "different", "improved"], dtype=object)
 
 
+def margin_code(lo: np.ndarray | float, hi: np.ndarray | float, log_margin: float) -> np.ndarray:
+    """Where an interval of log ratios on the regression side (positive: B worse) lies against ±margin, as an
+    index into ``_CODES``: 2 *different* (past +margin), 3 *improved* (past −margin), 1 *same* (inside), else 0."""
+    m = log_margin
+    lo, hi = np.asarray(lo, float), np.asarray(hi, float)
+    return np.where(lo > m, 2, np.where(hi < -m, 3, np.where((lo > -m) & (hi < m), 1, 0)))
+
+
 def _path_codes(worse: np.ndarray, rule: ABRule) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Mean, half-width and verdict code (index into ``_CODES``) after every round, along the last axis
     of ``worse`` (log ratios on the regression side: positive means B worse; any leading axes are
@@ -198,9 +206,7 @@ def _path_codes(worse: np.ndarray, rule: ABRule) -> tuple[np.ndarray, np.ndarray
         sd = np.sqrt(np.clip(var, 0, None))
         half = sd * rule.multiplier(n)
     half = np.where((n < 2) | (sd <= ZERO_SPREAD), np.inf, half)  # rounds all alike: no width to trust
-    m = rule.log_margin
-    lo, hi = mean - half, mean + half
-    code = np.where(lo > m, 2, np.where(hi < -m, 3, np.where((lo > -m) & (hi < m), 1, 0)))
+    code = margin_code(mean - half, mean + half, rule.log_margin)
     code = np.where(n < rule.min_rounds, 0, code)
     return mean, half, code
 

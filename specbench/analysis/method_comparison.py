@@ -27,6 +27,7 @@ bootstrapped over the prompts measured at every K.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -34,6 +35,7 @@ import numpy as np
 
 from specbench import stats
 from specbench.analysis import step_time
+from specbench.analysis.ab_decision import margin_code
 from specbench.analysis.metrics import paired_speedup
 from specbench.results import counters
 from specbench.results.parts import HeadlineRow, KPoint, KSweep, PublishedClaim, Verdict
@@ -74,15 +76,12 @@ def verdict(ratio: Estimate, rounds: int | None = None) -> Verdict:
     the A/B rule's three ways with :data:`HEADLINE_MARGIN`; measured in one go, whether the interval holds 1."""
     if ratio.value is None:
         return "no data"
-    if rounds is not None:
-        m = HEADLINE_MARGIN
-        lo = ratio.ci_low if ratio.ci_low is not None else 0.0
-        hi = ratio.ci_high if ratio.ci_high is not None else float("inf")
-        if lo > 1 + m:
-            return "faster"
-        if hi < 1 / (1 + m):
-            return "slower"
-        return "same" if lo > 1 / (1 + m) and hi < 1 + m else "undecided"
+    if rounds is not None:  # the method is B, and a lower throughput is the regression side: worse = −log(ratio)
+        lo, hi = ratio.ci_low or 0.0, ratio.ci_high if ratio.ci_high is not None else math.inf
+        worse_lo = -math.log(hi) if hi > 0 else math.inf
+        worse_hi = -math.log(lo) if lo > 0 else math.inf
+        code = int(margin_code(worse_lo, worse_hi, math.log1p(HEADLINE_MARGIN)))
+        return ("undecided", "same", "slower", "faster")[code]
     if ratio.ci_low is not None and ratio.ci_low > 1:
         return "faster"
     if ratio.ci_high is not None and ratio.ci_high < 1:
