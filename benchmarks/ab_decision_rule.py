@@ -15,6 +15,10 @@ rounds :func:`~specbench.analysis.ab_decision.rounds_for_power` sizes for 90 % p
 power within that cap. The tables are docs/ab-decision.md's.
 
     .venv/bin/python benchmarks/ab_decision_rule.py [--sims 2000] [--block 3] [--smoke]
+    .venv/bin/python benchmarks/ab_decision_rule.py --fixture tests/fixtures/ab/aa_rounds_idle.json --no-t
+
+One fixture file is one condition (aa_rounds.json: the first runner on a shared machine; aa_rounds_idle.json:
+``specbench ab`` A/A invocations of suites/cpu-gate.yaml on an idle machine); run it on each.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The A/B speed decision rule (specbench.analysis.ab_decision; issue 36).
 
-On block-bootstrap resamples of recorded A/A rounds (tests/fixtures/ab/aa_rounds.json, per-round B/A of
-real identical-arm runs): false *different* ≤ 1 % per group and per method pooled; a planted 10 %
+On block-bootstrap resamples of recorded A/A rounds (per-round B/A of real identical-arm runs, one
+condition per fixture: tests/fixtures/ab/aa_rounds.json, the first runner on a shared machine;
+aa_rounds_idle.json, ``specbench ab`` invocations of suites/cpu-gate.yaml on an idle one): false *different* ≤ 1 % per group and per method pooled; a planted 10 %
 slowdown is called *different* in ≥ 90 % within the round cap rounds_for_power sizes from the group's
 spread. Then hand-made cases for every verdict, the direction of each metric, and the round counts.
 """
@@ -30,6 +31,7 @@ from specbench.analysis.ab_decision import (
 )
 
 FIXTURE = FIXTURES / "ab" / "aa_rounds.json"
+FIXTURE_FILES = (FIXTURE, FIXTURES / "ab" / "aa_rounds_idle.json")
 SIMS = 1000
 POWER_SIMS = 300  # the sized caps run to thousands of rounds on the recorded spread
 MIN_SERIES = 12
@@ -39,9 +41,19 @@ def _recorded() -> tuple[list[tuple[str, str, np.ndarray]], list[tuple[str, str,
     """Per (metric, group) the recorded log B/A rounds, centred (the A/A null imposed: identical arms
     have B/A = 1, so a series' own mean is noise); per (metric, method) its groups' rounds aligned.
     Time per decoding step is left out: on identical arms both take the same steps, so its per-round
-    ratio is TPOT's."""
-    series = json.loads(FIXTURE.read_text())["series"]
+    ratio is TPOT's. Each fixture file is its own condition: its series are never joined with another's."""
     single, pooled = [], []
+    for path in FIXTURE_FILES:
+        s, p = _recorded_in(path)
+        single += s
+        pooled += p
+    return single, pooled
+
+
+def _recorded_in(path) -> tuple[list[tuple[str, str, np.ndarray]], list[tuple[str, str, np.ndarray]]]:
+    series = json.loads(path.read_text())["series"]
+    single, pooled = [], []
+    tag = path.stem.removeprefix("aa_rounds").lstrip("_") or "shared"
     for metric in ("tpot_s", "output_tps"):
         by_method: dict[str, list[np.ndarray]] = defaultdict(list)
         for group, ratios in series[metric].items():
@@ -49,28 +61,30 @@ def _recorded() -> tuple[list[tuple[str, str, np.ndarray]], list[tuple[str, str,
                 continue
             lr = np.log(np.asarray(ratios, float))
             lr = lr - lr.mean()
-            single.append((f"{metric}:{group}", metric, lr))
+            single.append((f"{tag}:{metric}:{group}", metric, lr))
             by_method[group.split("/")[1]].append(lr)
         for method, rounds in by_method.items():
             n = min(r.size for r in rounds)
             if len(rounds) > 1:
-                pooled.append((f"{metric}:{method} pooled", metric, np.stack([r[:n] for r in rounds])))
+                pooled.append((f"{tag}:{metric}:{method} pooled", metric, np.stack([r[:n] for r in rounds])))
     return single, pooled
 
 
 SINGLE, POOLED = _recorded()
 
 
-def test_the_fixture_holds_real_aa_rounds():
-    data = json.loads(FIXTURE.read_text())
+@pytest.mark.parametrize("path", FIXTURE_FILES, ids=[p.stem for p in FIXTURE_FILES])
+def test_the_fixture_holds_real_aa_rounds(path):
+    data = json.loads(path.read_text())
     assert data["runs"] and all(r["command"] and r["machine"] and r["recorded"] for r in data["runs"])
     assert sum(len(v) for r in data["runs"] for v in r["ratios"]["tpot_s"].values()) == sum(
         len(v) for v in data["series"]["tpot_s"].values())
-    assert {m for _, m, _ in SINGLE} == {"tpot_s", "output_tps"} and len(SINGLE) >= 6 and POOLED
+    single, pooled = _recorded_in(path)
+    assert {m for _, m, _ in single} == {"tpot_s", "output_tps"} and len(single) >= 6 and pooled
     assert data["series"]["step_time_s"]["tiny/eagle3/humaneval/T0/b4"] == data["series"]["tpot_s"][
         "tiny/eagle3/humaneval/T0/b4"]  # identical arms take identical steps
     # real timings: every series moves round to round (nothing synthetic and constant)
-    assert all(np.std(lr) > 1e-3 for _, _, lr in SINGLE)
+    assert all(np.std(lr) > 1e-3 for _, _, lr in single)
 
 
 @pytest.mark.parametrize("label,metric,lr", SINGLE + POOLED, ids=[s[0] for s in SINGLE + POOLED])
@@ -80,9 +94,11 @@ def test_false_alarms_on_resampled_aa_rounds_per_series(label, metric, lr):
     assert sim.same + sim.undecided + sim.improved + sim.different == pytest.approx(1)
 
 
-def test_false_alarms_on_resampled_aa_rounds():
-    """≤ 1 % over every recorded group and method pooled (each series weighing the same)."""
-    rates = [simulate(lr, m, ABRule(), sims=SIMS, seed=1).different for _, m, lr in SINGLE + POOLED]
+@pytest.mark.parametrize("path", FIXTURE_FILES, ids=[p.stem for p in FIXTURE_FILES])
+def test_false_alarms_on_resampled_aa_rounds(path):
+    """≤ 1 % over every recorded group and method pooled of one condition (each series weighing the same)."""
+    single, pooled = _recorded_in(path)
+    rates = [simulate(lr, m, ABRule(), sims=SIMS, seed=1).different for _, m, lr in single + pooled]
     assert np.mean(rates) <= 0.01, rates
 
 
