@@ -518,7 +518,7 @@ def ab(suite: Suite | Path | str, a: str | Path | None = None, b: str | Path | N
     together, undecided groups given more rounds until decided, the suite's ``rounds`` or ``budget_s``
     (seconds, from now). Writes ``ab.json`` and ``ab.md`` in the run directory."""
     from specbench.analysis.ab_decision import ABRule
-    from specbench.analysis.ab_rounds import ab_result
+    from specbench.analysis.ab_rounds import ab_result, arm_vllm_versions
     from specbench.config.arms import ab_suite, load_arm
     from specbench.execution.ab import RoundDecisions
     from specbench.regression.ab_gate import ab_outcome
@@ -538,8 +538,11 @@ def ab(suite: Suite | Path | str, a: str | Path | None = None, b: str | Path | N
         run_dir = _run(planned, out=out, limit=None, progress=progress, platform=platform, allow_code_exec=None,
                        executor="local", ray_address=None, max_parallel_engines=None,
                        timeline=timeline if timeline is not None else Timeline(), round_hook=decisions)
+    arms = {"a": arm_a.describe(), "b": arm_b.describe()}
+    for arm, version in arm_vllm_versions(rundir.read_manifest(run_dir)).items():
+        arms[arm] += f" (vLLM {version})"
     result = ab_result(rundir.read_requests(run_dir), rundir.read_cells(run_dir), rule, gate_rules.metrics,
-                       arms={"a": arm_a.describe(), "b": arm_b.describe()}, budget_s=budget_s,
+                       arms=arms, budget_s=budget_s,
                        budget_ended=decisions.budget_ended)
     outcome = ab_outcome(result, gate_rules, strict=strict)
     md = render_ab_markdown(result, outcome, base.name)

@@ -24,10 +24,22 @@ from specbench.analysis.ab_decision import ABRule, ABVerdict, decide, decide_poo
 from specbench.analysis.step_time import decode_time, decoding_steps
 from specbench.config.arms import ARM_SEP, arm_of, base_target
 from specbench.results.counters import tau
+from specbench.results.manifest import RunManifest
 from specbench.results.records import CellRecord, RequestRecord
 
 #: The speed metrics an A/B decides by default (catalogue names).
 AB_METRICS = ("tpot_s", "output_tps")
+
+
+def arm_vllm_versions(manifest: RunManifest) -> dict[str, str]:
+    """Per arm, the vLLM release(s) its engines reported once started (``{"a": "0.32.0", "b": "0.31.0"}``);
+    an arm none of whose engines started is left out."""
+    seen: dict[str, set[str]] = {}
+    for e in manifest.engines:
+        arm = arm_of((e.key or "").split("--", 1)[0])
+        if arm is not None and e.describe is not None and e.describe.vllm_version:
+            seen.setdefault(arm, set()).add(e.describe.vllm_version)
+    return {arm: ", ".join(sorted(v)) for arm, v in seen.items()}
 
 
 def round_values(recs: Sequence[RequestRecord], speculative: bool) -> dict[str, float]:

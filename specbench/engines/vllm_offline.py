@@ -272,7 +272,9 @@ def _serve(conn: Any, engine_kwargs: dict[str, Any], env: dict[str, str], import
         return
     tokenizer = llm.get_tokenizer()
     # The dtype vLLM resolved ("auto" → the checkpoint's): it sets the greedy near-tie tolerance.
-    conn.send(("ready", {"dtype": str(llm.llm_engine.model_config.dtype).removeprefix("torch.")}))
+    # and the vLLM release it runs (an A/B arm's interpreter may have another one than the harness).
+    conn.send(("ready", {"dtype": str(llm.llm_engine.model_config.dtype).removeprefix("torch."),
+                         "vllm_version": getattr(sys.modules.get("vllm"), "__version__", None)}))
     k = num_speculative_tokens(engine_kwargs)
     method = (engine_kwargs.get("speculative_config") or {}).get("method")
     ngram = _ngram_propose(llm)
@@ -353,6 +355,7 @@ class VllmOfflineEngine:
         self._live: int | None = None  # this worker's entry in procs.LIVE
         self._busy = False  # a cell or scoring request is in the worker's hands
         self.dtype: str | None = None  # as vLLM resolved it, once started
+        self.vllm_version: str | None = None  # the release the worker imported, once started
         # (CPU) Another offline engine with this environment follows: a zygote imports vLLM for it meanwhile.
         self.prepare_next = prepare_next
 
@@ -364,6 +367,8 @@ class VllmOfflineEngine:
         out: dict[str, Any] = {"engine": "vllm-offline", "llm_kwargs": self.engine_kwargs}
         if self.dtype is not None:
             out["dtype"] = self.dtype
+        if self.vllm_version is not None:
+            out["vllm_version"] = self.vllm_version
         return out
 
     @property
@@ -404,6 +409,7 @@ class VllmOfflineEngine:
             raise EngineUnavailable(payload, log_tail=tail(self.log_path))
         if kind == "ready" and isinstance(payload, dict):
             self.dtype = payload.get("dtype")
+            self.vllm_version = payload.get("vllm_version")
 
     def _recv(self, timeout: float, starting: bool = False) -> tuple[str, Any]:
         deadline = time.monotonic() + timeout

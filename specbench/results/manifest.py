@@ -87,6 +87,7 @@ class EngineDescription(InOrder):
 
     engine: str | None = None  # vllm-offline | vllm-server | reference
     dtype: str | None = None  # the dtype vLLM resolved ("auto" made concrete)
+    vllm_version: str | None = None  # the vLLM release the engine's process imported (an A/B arm's may differ)
     llm_kwargs: VllmPassthrough | None = None  # vLLM's own arguments, as handed to it
     kept_from: str | None = None  # a kept engine (api.run(keep=...)): the log of the run that started it
 

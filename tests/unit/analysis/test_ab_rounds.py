@@ -9,7 +9,15 @@ import pytest
 from support.factories import cell_record, counters, request
 
 from specbench.analysis.ab_decision import ABRule
-from specbench.analysis.ab_rounds import ab_result, exact_comparisons, group_of, paired_rounds, round_values
+from specbench.analysis.ab_rounds import (
+    ab_result,
+    arm_vllm_versions,
+    exact_comparisons,
+    group_of,
+    paired_rounds,
+    round_values,
+)
+from specbench.results.manifest import RunManifest
 
 RULE = ABRule(min_rounds=4, planned_rounds=4, max_rounds=20)
 
@@ -68,3 +76,15 @@ def test_exact_comparisons_give_tau_per_arm_and_token_identity() -> None:
             request(cid.format("a"), "p1", tokens=[1, 2]), request(cid.format("b"), "p1", tokens=[1, 9])]
     (g,) = exact_comparisons(recs, cells)
     assert (g.tau_a, g.tau_b) == (3.0, 2.5) and (g.identical, g.compared) == (1, 2) and not g.tau_equal
+
+
+def test_each_arm_says_which_vllm_its_engines_ran() -> None:
+    """An arm's interpreter may carry another vLLM release than the harness: the engines report theirs."""
+    man = RunManifest.load({"run_id": "r", "suite_name": "s", "engines": [
+        {"key": "tiny@a--baseline", "describe": {"engine": "vllm-offline", "vllm_version": "0.32.0"}},
+        {"key": "tiny@a--eagle3", "describe": {"engine": "vllm-offline", "vllm_version": "0.32.0"}},
+        {"key": "tiny@b--baseline", "describe": {"engine": "vllm-offline", "vllm_version": "0.31.0"}},
+        {"key": "tiny@b--eagle3", "status": "skipped", "describe": None},
+        {"key": "tiny--baseline", "describe": {"engine": "vllm-offline", "vllm_version": "0.32.0"}},  # not an arm
+    ]})
+    assert arm_vllm_versions(man) == {"a": "0.32.0", "b": "0.31.0"}
