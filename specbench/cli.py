@@ -149,7 +149,7 @@ def _headline(reason: str) -> str:
 class _RichProgress:
     """Adapts runner progress events to a rich progress bar."""
 
-    def __init__(self, progress: Progress, total: int):
+    def __init__(self, progress: Progress, total: int | None):
         self.p = progress
         self.task = progress.add_task("cells", total=total)
 

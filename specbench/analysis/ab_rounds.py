@@ -51,8 +51,9 @@ def round_values(recs: Sequence[RequestRecord], speculative: bool) -> dict[str, 
     out: dict[str, float] = {}
     if good:
         out["tpot_s"] = sum(d for d, _, _ in good) / sum(t for _, t, _ in good)
-        if all(s for _, _, s in good):
-            out["step_time_s"] = sum(d for d, _, _ in good) / sum(s for _, _, s in good)  # type: ignore[misc]
+        steps = [s for _, _, s in good if s]
+        if len(steps) == len(good):
+            out["step_time_s"] = sum(d for d, _, _ in good) / sum(steps)
     if ok:
         out["output_tps"] = sum(r.num_output_tokens for r in ok) / sum(r.latency_s for r in ok)  # type: ignore[misc]
     return out

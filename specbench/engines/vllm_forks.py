@@ -33,9 +33,12 @@ import time
 import traceback
 from collections.abc import Callable
 from multiprocessing import reduction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specbench.engines.procs import LIVE, end_process, group_dies_with_parent
+
+if TYPE_CHECKING:
+    from specbench.engines.interpreter import InterpreterProcess
 
 Serve = Callable[[Any, dict[str, Any], dict[str, str]], None]
 VOLATILE = frozenset({"PYTEST_CURRENT_TEST"})  # rewritten by pytest in every test phase
@@ -192,6 +195,7 @@ class ForkedProcess:
 
 class _Zygote:
     def __init__(self, env: dict[str, str], serve: Serve, python: str | None = None):
+        self.proc: InterpreterProcess | multiprocessing.process.BaseProcess
         if python is not None:  # another environment's interpreter (specbench.engines.interpreter)
             from specbench.engines.interpreter import start_in
 
@@ -199,9 +203,10 @@ class _Zygote:
         else:
             ctx = mp.get_context("spawn")
             self._ctl, child = ctx.Pipe()
-            self.proc = ctx.Process(target=_zygote_main, args=(child, dict(env), serve), daemon=False,
-                                    name="specbench-vllm-zygote")
-            self.proc.start()
+            proc = ctx.Process(target=_zygote_main, args=(child, dict(env), serve), daemon=False,
+                               name="specbench-vllm-zygote")
+            proc.start()
+            self.proc = proc
             child.close()
         self._lock = threading.Lock()  # one request on the pipe at a time (jobs run in threads)
         self._imported: bool | None = None

@@ -37,6 +37,7 @@ from specbench.execution.jobs import (
     CellWork,
     EngineJob,
     EngineState,
+    Event,
     Placement,
     RequestDone,
     wall_now,
@@ -192,7 +193,7 @@ def _run_set(group: list[EngineJob], rounds: int, seed: int, emit: Emit, placeme
     if round_hook is not None:
         inner_emit = emit
 
-        def emit(ev: object) -> None:  # noqa: F811 - the round's records, kept for the hook
+        def emit(ev: Event) -> None:  # noqa: F811 - the round's records, kept for the hook
             if isinstance(ev, RequestDone):
                 this_round.append(ev.record)
             inner_emit(ev)

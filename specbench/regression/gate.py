@@ -222,12 +222,14 @@ class RatioRule(_Strict):
         return f"{self.method} {self.metric.replace('_ratio', '')} over {self.over} >= {self.min:g} ({self.require})"
 
 
+ABMetric = Literal["tpot_s", "output_tps", "step_time_s"]
+
+
 class ABGateRules(_Strict):
     """``specbench ab``'s speed rules (docs/ab-decision.md): the gated speed metrics of the catalogue and
     the decision rule's margin, α and first-verdict round (the cap on rounds is the suite's ``rounds``)."""
 
-    metrics: list[Literal["tpot_s", "output_tps", "step_time_s"]] = Field(
-        default_factory=lambda: ["tpot_s", "output_tps"])
+    metrics: list[ABMetric] = Field(default_factory=lambda: list[ABMetric](["tpot_s", "output_tps"]))
     margin: float = Field(0.03, gt=0, lt=1)
     alpha: float = Field(0.01, gt=0, lt=1)
     min_rounds: int = Field(12, ge=2)
