@@ -519,7 +519,7 @@ def ab(suite: Suite | Path | str, a: str | Path | None = None, b: str | Path | N
     (seconds, from now). Writes ``ab.json`` and ``ab.md`` in the run directory."""
     from specbench.analysis.ab_decision import ABRule
     from specbench.analysis.ab_rounds import ab_result, arm_vllm_versions
-    from specbench.config.arms import ab_suite, load_arm
+    from specbench.config.arms import ArmError, ab_suite, gpu_pair_problems, load_arm
     from specbench.execution.ab import RoundDecisions
     from specbench.regression.ab_gate import ab_outcome
     from specbench.regression.gate import load_rules
@@ -530,6 +530,8 @@ def ab(suite: Suite | Path | str, a: str | Path | None = None, b: str | Path | N
     arm_a, arm_b = load_arm(a), load_arm(b)
     gate_rules = load_rules(rules).ab
     both = ab_suite(base, arm_a, arm_b)
+    if (platform or detect_platform()) != "cpu" and (problems := gpu_pair_problems(base)):
+        raise ArmError("; ".join(problems))
     rule = ABRule(margin=gate_rules.margin, alpha=gate_rules.alpha, min_rounds=min(gate_rules.min_rounds, both.rounds),
                   max_rounds=both.rounds, planned_rounds=min(gate_rules.min_rounds, both.rounds))
     decisions = RoundDecisions(rule, gate_rules.metrics, budget_s)

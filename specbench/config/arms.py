@@ -106,6 +106,28 @@ def _apply(target: TargetSpec, arm_name: str, arm: Arm) -> TargetSpec:
     })
 
 
+#: vLLM's default ``gpu_memory_utilization``: the share of a GPU an engine takes when its target does not say.
+VLLM_DEFAULT_GPU_SHARE = 0.9
+
+
+def gpu_pair_problems(suite: Suite) -> list[str]:
+    """On a GPU an engine and its counterpart in the other arm are resident together, so each target's
+    ``gpu_memory_utilization`` must leave room for two (at most 0.5). Taking turns with vLLM's sleep mode
+    instead is not implemented: a target that needs it is named here, with the fix (docs/ab.md)."""
+    out = []
+    for t in suite.targets:
+        if t.engine == "reference":
+            continue
+        share = t.gpu_memory_utilization if t.gpu_memory_utilization is not None else VLLM_DEFAULT_GPU_SHARE
+        if 2 * share > 1:
+            said = f"gpu_memory_utilization: {share:g}" if t.gpu_memory_utilization is not None else \
+                f"no gpu_memory_utilization (vLLM's default {VLLM_DEFAULT_GPU_SHARE:g})"
+            out.append(f"target {t.name!r}: {said}, so its two arms' engines do not fit on one GPU together; set "
+                       "gpu_memory_utilization: 0.45 (or less) for it, since taking turns with vLLM's sleep mode "
+                       "is not implemented in specbench ab")
+    return out
+
+
 def ab_suite(suite: Suite, a: Arm, b: Arm) -> Suite:
     """The suite an A/B comparison runs: each target once per arm (``T@a``, ``T@b``), speed rounds on."""
     bad = [t.name for t in suite.targets if ARM_SEP in t.name]

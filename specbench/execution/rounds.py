@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from specbench.config.arms import arm_of, base_target
+from specbench.config.arms import VLLM_DEFAULT_GPU_SHARE, arm_of, base_target
 from specbench.config.plan import prompts_per_batch, round_order, round_spans
 from specbench.engines.kept import KeptEngines
 from specbench.engines.procs import available_gib
@@ -61,7 +61,7 @@ def resident_cap(jobs: Sequence[EngineJob], free_gib: float, gpu_fraction: float
         return 1
     if jobs[0].platform == "cpu":
         return max(1, math.floor(0.8 * free_gib / max(engine_gib(j) for j in jobs)))
-    share = max(float(j.engine.engine_kwargs.get("gpu_memory_utilization", 0.9)) for j in jobs)
+    share = max(float(j.engine.engine_kwargs.get("gpu_memory_utilization", VLLM_DEFAULT_GPU_SHARE)) for j in jobs)
     return max(1, math.floor(gpu_fraction / share))
 
 

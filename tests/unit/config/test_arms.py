@@ -8,7 +8,17 @@ from pathlib import Path
 import pytest
 from support.paths import SUITES
 
-from specbench.config.arms import Arm, ArmError, MethodOverride, ab_suite, arm_of, base_target, load_arm
+from specbench import api
+from specbench.config.arms import (
+    Arm,
+    ArmError,
+    MethodOverride,
+    ab_suite,
+    arm_of,
+    base_target,
+    gpu_pair_problems,
+    load_arm,
+)
 from specbench.config.suite import SuiteError, load_suite
 
 
@@ -73,3 +83,20 @@ def test_a_target_python_that_is_not_there_is_reported_where_typed(tmp_path: Pat
     with pytest.raises(SuiteError) as exc:
         load_suite(s)
     assert any(m.startswith(f"{s}:{i + 2}: targets[0].python:") and "not an executable" in m for m in exc.value.messages)
+
+
+def test_on_a_gpu_both_arms_engines_must_fit_together_or_the_run_is_refused(tmp_path: Path) -> None:
+    """Sleep mode (arms taking turns on one GPU) is not implemented: a pair that cannot be resident together
+    is bad input naming the target and the fix, before any engine starts; on CPU nothing is asked."""
+    suite = _suite()
+    (unset,) = gpu_pair_problems(suite)  # cpu-gate says nothing: vLLM's default share, 0.9
+    assert "'tiny'" in unset and "vLLM's default 0.9" in unset and "gpu_memory_utilization: 0.45" in unset
+    def at(share: float):
+        return suite.model_copy(update={"targets": [t.model_copy(update={"gpu_memory_utilization": share})
+                                                    for t in suite.targets]})
+    assert gpu_pair_problems(at(0.45)) == [] and gpu_pair_problems(at(0.5)) == []
+    (over,) = gpu_pair_problems(at(0.6))
+    assert "gpu_memory_utilization: 0.6," in over and "sleep mode" in over
+    with pytest.raises(ArmError, match="do not fit on one GPU together"):
+        api.ab(suite, out=tmp_path, platform="cuda")
+    assert not any(tmp_path.iterdir())  # refused before a run directory or an engine
