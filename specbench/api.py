@@ -54,11 +54,11 @@ __all__ = [
     # K per batch size for vLLM's dynamic speculative decoding, predicted from a run
     "schedule",
     # across runs
-    "compare", "gate", "ab", "calibrate", "history_add", "history_runs", "trend",
+    "compare", "gate", "ab_plan", "ab", "calibrate", "history_add", "history_runs", "trend",
     # the tiny zoo; what a suite can name
     "assets", "methods", "dataset_kinds",
     # types, and what a front end shows a run with
-    "RunPlan", "Suite", "RunSummary", "Validation", "GateReport", "ABReport", "KeptEngines", "Timeline", "NoiseCalibration", "RunProgress",
+    "RunPlan", "Suite", "RunSummary", "Validation", "GateReport", "ABPlan", "ABReport", "KeptEngines", "Timeline", "NoiseCalibration", "RunProgress",
     "StopRequested", "STOP_SIGNALS",
     # errors: every one a SpecbenchError (bad input, exit 2 in the CLI)
     "SpecbenchError", "SuiteError", "InputError", "RunRefused", "NoiseError", "DataChanged", "DatasetError",
@@ -509,6 +509,37 @@ class ABReport(NamedTuple):
     exit_code: int
 
 
+class ABPlan(NamedTuple):
+    """What ``specbench ab`` runs: the suite with each target once per arm, planned; the two arms; and,
+    in words, how each engine pair shares the machine (``--dry-run`` prints it)."""
+
+    plan: RunPlan
+    arms: tuple[Any, Any]  # (arm A, arm B): specbench.config.arms.Arm
+    residency: str
+
+
+def ab_plan(suite: Suite | Path | str, a: str | Path | None = None, b: str | Path | None = None,
+            platform: str | None = None) -> ABPlan:
+    """Plan an A/B run (:func:`ab`) without starting anything. On a GPU both engines of a pair must fit
+    together (vLLM's sleep mode, taking turns, is not implemented): a target that does not is bad input
+    (:class:`~specbench.config.arms.ArmError`, exit 2)."""
+    from specbench.config.arms import ArmError, ab_suite, gpu_pair_problems, load_arm
+
+    base = suite if isinstance(suite, Suite) else load_suite(suite)
+    arm_a, arm_b = load_arm(a), load_arm(b)
+    both = ab_suite(base, arm_a, arm_b)
+    if (platform or detect_platform()) == "cpu":
+        residency = ("CPU: each engine and its counterpart in the other arm are up together, as many pairs at "
+                     "once as 80 % of the free memory holds (an engine: its KV cache space plus about 1 GiB)")
+    elif problems := gpu_pair_problems(base):
+        raise ArmError("; ".join(problems))
+    else:
+        shares = sorted({t.gpu_memory_utilization for t in base.targets if t.engine != "reference"}, key=str)
+        residency = (f"GPU: each engine and its counterpart share one GPU (gpu_memory_utilization "
+                     f"{', '.join(f'{x:g}' for x in shares)} each); vLLM's sleep mode is not used")
+    return ABPlan(plan(both), (arm_a, arm_b), residency)
+
+
 def ab(suite: Suite | Path | str, a: str | Path | None = None, b: str | Path | None = None, *,
        out: Path | None = None, budget_s: float | None = None, rules: Path | None = None, strict: bool = False,
        progress: Progress | None = None, platform: str | None = None, timeline: Timeline | None = None) -> ABReport:
@@ -519,23 +550,18 @@ def ab(suite: Suite | Path | str, a: str | Path | None = None, b: str | Path | N
     (seconds, from now). Writes ``ab.json`` and ``ab.md`` in the run directory."""
     from specbench.analysis.ab_decision import ABRule
     from specbench.analysis.ab_rounds import ab_result, arm_vllm_versions
-    from specbench.config.arms import ArmError, ab_suite, gpu_pair_problems, load_arm
     from specbench.execution.ab import RoundDecisions
     from specbench.regression.ab_gate import ab_outcome
     from specbench.regression.gate import load_rules
     from specbench.report.ab import render_ab_markdown
     from specbench.results.ab import write_ab
 
-    base = suite if isinstance(suite, Suite) else load_suite(suite)
-    arm_a, arm_b = load_arm(a), load_arm(b)
+    planned, (arm_a, arm_b), _ = ab_plan(suite, a, b, platform)
     gate_rules = load_rules(rules).ab
-    both = ab_suite(base, arm_a, arm_b)
-    if (platform or detect_platform()) != "cpu" and (problems := gpu_pair_problems(base)):
-        raise ArmError("; ".join(problems))
-    rule = ABRule(margin=gate_rules.margin, alpha=gate_rules.alpha, min_rounds=min(gate_rules.min_rounds, both.rounds),
-                  max_rounds=both.rounds, planned_rounds=min(gate_rules.min_rounds, both.rounds))
+    cap = planned.suite.rounds
+    rule = ABRule(margin=gate_rules.margin, alpha=gate_rules.alpha, min_rounds=min(gate_rules.min_rounds, cap),
+                  max_rounds=cap, planned_rounds=min(gate_rules.min_rounds, cap))
     decisions = RoundDecisions(rule, gate_rules.metrics, budget_s)
-    planned = plan(both)
     with stop_on_signals():
         run_dir = _run(planned, out=out, limit=None, progress=progress, platform=platform, allow_code_exec=None,
                        executor="local", ray_address=None, max_parallel_engines=None,
@@ -547,7 +573,7 @@ def ab(suite: Suite | Path | str, a: str | Path | None = None, b: str | Path | N
                        arms=arms, budget_s=budget_s,
                        budget_ended=decisions.budget_ended)
     outcome = ab_outcome(result, gate_rules, strict=strict)
-    md = render_ab_markdown(result, outcome, base.name)
+    md = render_ab_markdown(result, outcome, planned.suite.name)
     write_ab(run_dir, result, md)
     return ABReport(run_dir, result, md, outcome.exit_code)
 

@@ -215,20 +215,7 @@ def run(
             console.print("dataset " + line, highlight=False, soft_wrap=True)
         for line in api.equivalence_plan(planned.suite):
             console.print("equivalence " + line, highlight=False, soft_wrap=True)
-        for e in api.dry_run(planned, platform=platform):
-            console.rule(f"engine {e['engine']} ({e['kind']}, {e['cells']} cells)")
-            for line in e["cell_lines"]:
-                console.print("cells " + line, highlight=False, soft_wrap=True)
-            for r in e["references"]:
-                t = f", T={r['temperature']:g}" if r.get("temperature") is not None else ""
-                console.print(f"reference {r['metric']} {r['value']:g} on {r.get('dataset') or 'any dataset'}{t}: "
-                              f"{r['source']}", highlight=False, soft_wrap=True)
-            console.print("speculative_config:", highlight=False)
-            console.print(json.dumps(e["speculative_config"], indent=2, sort_keys=True), highlight=False)
-            console.print(f"LLM(**{json.dumps(e['llm_kwargs'], sort_keys=True)})", highlight=False, soft_wrap=True)
-            if e["env"]:
-                console.print("env: " + " ".join(f"{k}={v}" for k, v in e["env"].items()), highlight=False)
-            console.print(e["server_command"], highlight=False, soft_wrap=True)
+        _print_engine_configs(planned, platform)
         return
     timeline = api.Timeline()  # where the time goes (issue 16): the manifest's time_breakdown, the closing line
     try:
@@ -249,6 +236,24 @@ def run(
         for kind, path in api.report(run_dir, timeline=timeline, summary=summary).items():
             console.print(f"{kind} report: {path}", soft_wrap=True)
     _print_time(run_dir)
+
+
+def _print_engine_configs(planned: api.RunPlan, platform: str | None) -> None:
+    """``--dry-run``: each engine's cells, references, speculative_config, vLLM arguments and server command."""
+    for e in api.dry_run(planned, platform=platform):
+        console.rule(f"engine {e['engine']} ({e['kind']}, {e['cells']} cells)")
+        for line in e["cell_lines"]:
+            console.print("cells " + line, highlight=False, soft_wrap=True)
+        for r in e["references"]:
+            t = f", T={r['temperature']:g}" if r.get("temperature") is not None else ""
+            console.print(f"reference {r['metric']} {r['value']:g} on {r.get('dataset') or 'any dataset'}{t}: "
+                          f"{r['source']}", highlight=False, soft_wrap=True)
+        console.print("speculative_config:", highlight=False)
+        console.print(json.dumps(e["speculative_config"], indent=2, sort_keys=True), highlight=False)
+        console.print(f"LLM(**{json.dumps(e['llm_kwargs'], sort_keys=True)})", highlight=False, soft_wrap=True)
+        if e["env"]:
+            console.print("env: " + " ".join(f"{k}={v}" for k, v in e["env"].items()), highlight=False)
+        console.print(e["server_command"], highlight=False, soft_wrap=True)
 
 
 def _print_time(run_dir: Path) -> None:
@@ -460,15 +465,25 @@ def ab(
     strict: Annotated[bool, typer.Option("--strict", help="fail when a verdict is still undecided at the end")] = False,
     out: Annotated[Path | None, typer.Option(help="results root (default ./results)")] = None,
     step_summary: StepSummary = True,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="print how the pairs share the machine and each "
+                                          "engine's exact configuration, start nothing")] = False,
+    platform: Annotated[str | None, typer.Option(help="cpu | cuda (default: detected)")] = None,
 ) -> None:
     """A/B in one job: both arms' engines, interleaved rounds, sequential verdicts. Exit 0 no regression,
     1 regression, 2 bad input, 3 nothing measured."""
+    if dry_run:
+        planned = api.ab_plan(suite, a, b, platform)
+        for arm, name in zip(planned.arms, "AB", strict=True):
+            console.print(f"arm {name}: {arm.describe()}", highlight=False, soft_wrap=True)
+        console.print(f"residency: {planned.residency}", highlight=False, soft_wrap=True)
+        _print_engine_configs(planned.plan, platform)
+        return
     timeline = api.Timeline()
     try:
         with Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=console) as p:
             report = api.ab(suite, a, b, out=out, budget_s=budget, rules=rules, strict=strict,
-                            progress=_RichProgress(p, None), timeline=timeline)
+                            progress=_RichProgress(p, None), platform=platform, timeline=timeline)
     except api.StopRequested as stop:
         for sig in api.STOP_SIGNALS:
             signal.signal(sig, signal.SIG_IGN)

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 from support.paths import SUITES
+from typer.testing import CliRunner
 
 from specbench import api
+from specbench.cli import app
 from specbench.config.arms import (
     Arm,
     ArmError,
@@ -100,3 +102,9 @@ def test_on_a_gpu_both_arms_engines_must_fit_together_or_the_run_is_refused(tmp_
     with pytest.raises(ArmError, match="do not fit on one GPU together"):
         api.ab(suite, out=tmp_path, platform="cuda")
     assert not any(tmp_path.iterdir())  # refused before a run directory or an engine
+    fits = api.ab_plan(at(0.45), platform="cuda")  # what --dry-run says is used
+    assert fits.residency.startswith("GPU:") and "0.45" in fits.residency and "sleep mode is not used" in fits.residency
+    assert [t.name for t in fits.plan.suite.targets] == ["tiny@a", "tiny@b"]
+    assert api.ab_plan(suite, platform="cpu").residency.startswith("CPU:")
+    cli = CliRunner().invoke(app, ["ab", str(SUITES / "cpu-gate.yaml"), "--dry-run", "--platform", "cuda"])
+    assert cli.exit_code == 2 and "target 'tiny': no gpu_memory_utilization" in cli.output, cli.output
