@@ -524,13 +524,15 @@ def ab_plan(suite: Suite | Path | str, a: str | Path | None = None, b: str | Pat
     together (vLLM's sleep mode, taking turns, is not implemented): a target that does not is bad input
     (:class:`~specbench.config.arms.ArmError`, exit 2)."""
     from specbench.config.arms import ArmError, ab_suite, gpu_pair_problems, load_arm
+    from specbench.execution.rounds import ENGINE_OVERHEAD_GIB, RESIDENT_MEMORY_SHARE
 
     base = suite if isinstance(suite, Suite) else load_suite(suite)
     arm_a, arm_b = load_arm(a), load_arm(b)
     both = ab_suite(base, arm_a, arm_b)
     if (platform or detect_platform()) == "cpu":
         residency = ("CPU: each engine and its counterpart in the other arm are up together, as many pairs at "
-                     "once as 80 % of the free memory holds (an engine: its KV cache space plus about 1 GiB)")
+                     f"once as {RESIDENT_MEMORY_SHARE:.0%} of the free memory holds (an engine: its KV cache space "
+                     f"plus about {ENGINE_OVERHEAD_GIB:g} GiB)")
     elif problems := gpu_pair_problems(base):
         raise ArmError("; ".join(problems))
     else:

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from specbench.analysis.ab_decision import ABRule, ABVerdict, decide, decide_pooled, log_ratios
 from specbench.analysis.step_time import decode_time, decoding_steps
 from specbench.config.arms import ARM_SEP, arm_of, base_target
+from specbench.config.plan import key_target
 from specbench.results.counters import tau
 from specbench.results.manifest import RunManifest
 from specbench.results.records import CellRecord, RequestRecord
@@ -36,7 +37,7 @@ def arm_vllm_versions(manifest: RunManifest) -> dict[str, str]:
     an arm none of whose engines started is left out."""
     seen: dict[str, set[str]] = {}
     for e in manifest.engines:
-        arm = arm_of((e.key or "").split("--", 1)[0])
+        arm = arm_of(key_target(e.key or ""))
         if arm is not None and e.describe is not None and e.describe.vllm_version:
             seen.setdefault(arm, set()).add(e.describe.vllm_version)
     return {arm: ", ".join(sorted(v)) for arm, v in seen.items()}

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from specbench.analysis.timing import Span, parse_time, spans_from_phases
-from specbench.config.plan import Plan, group_id
+from specbench.config.plan import Plan, group_id, key_target
 from specbench.results import rundir
 from specbench.results.manifest import RunManifest
 
@@ -88,7 +88,7 @@ def engine_spans(run_dir: Path, *, since: float | None = None, manifest: RunMani
         logs = [k for k in rundir.engine_log_keys(run_dir) if k.endswith("--teacher-forcing")]
         tf_key = logs[0] if len(logs) == 1 else None
         spans.append(Span(phase="teacher_forcing", start=prev, end=eq.stat().st_mtime, engine=tf_key,
-                          gpus=_gpus(manifest, tf_key.split("--")[0]) if tf_key else None))
+                          gpus=_gpus(manifest, key_target(tf_key)) if tf_key else None))
     return spans
 
 

@@ -239,8 +239,16 @@ def with_decisions(stored: Plan, suite: Suite) -> Plan:
     return stored.model_copy(update={"run": run_decisions(suite)})
 
 
+ENGINE_KEY_SEP = "--"  # an engine's key: <target>--<method label>
+
+
 def engine_key(target: TargetSpec, method: MethodSpec) -> str:
-    return f"{target.name}--{method.label}"
+    return f"{target.name}{ENGINE_KEY_SEP}{method.label}"
+
+
+def key_target(key: str) -> str:
+    """The target name of an engine key (:func:`engine_key`)."""
+    return key.split(ENGINE_KEY_SEP, 1)[0]
 
 
 def at_k(method: MethodSpec, k: int | None) -> MethodSpec:

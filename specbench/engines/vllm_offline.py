@@ -271,8 +271,8 @@ def _serve(conn: Any, engine_kwargs: dict[str, Any], env: dict[str, str], import
         conn.send(("start_error", f"{type(exc).__name__}: {exc}"))
         return
     tokenizer = llm.get_tokenizer()
-    # The dtype vLLM resolved ("auto" → the checkpoint's): it sets the greedy near-tie tolerance.
-    # and the vLLM release it runs (an A/B arm's interpreter may have another one than the harness).
+    # The dtype vLLM resolved ("auto" → the checkpoint's; it sets the greedy near-tie tolerance) and the
+    # vLLM release this worker imported (an A/B arm's interpreter may have another one than the harness).
     conn.send(("ready", {"dtype": str(llm.llm_engine.model_config.dtype).removeprefix("torch."),
                          "vllm_version": getattr(sys.modules.get("vllm"), "__version__", None)}))
     k = num_speculative_tokens(engine_kwargs)

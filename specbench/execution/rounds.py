@@ -47,6 +47,7 @@ from specbench.results.records import CellRecord, RequestRecord
 from specbench.results.requests import CellOutcome
 
 ENGINE_OVERHEAD_GIB = 1.0  # a vLLM CPU engine beside its KV cache (measured: docs/measurements.md, Speed rounds)
+RESIDENT_MEMORY_SHARE = 0.8  # of the free memory, what resident CPU engines may take together
 
 
 def engine_gib(job: EngineJob) -> float:
@@ -60,7 +61,7 @@ def resident_cap(jobs: Sequence[EngineJob], free_gib: float, gpu_fraction: float
     if not jobs:
         return 1
     if jobs[0].platform == "cpu":
-        return max(1, math.floor(0.8 * free_gib / max(engine_gib(j) for j in jobs)))
+        return max(1, math.floor(RESIDENT_MEMORY_SHARE * free_gib / max(engine_gib(j) for j in jobs)))
     share = max(float(j.engine.engine_kwargs.get("gpu_memory_utilization", VLLM_DEFAULT_GPU_SHARE)) for j in jobs)
     return max(1, math.floor(gpu_fraction / share))
 
