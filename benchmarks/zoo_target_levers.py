@@ -114,7 +114,7 @@ def main() -> None:
     torch.manual_seed(args.seed)
     model = assets.build_target(tok)
     cpu0 = time.process_time()
-    info = train_target(model, tok, seed=args.seed, cfg=cfg, progress=False)
+    info = train_target(model, tok, seed=args.seed, cfg=cfg, progress=True)
     info["cpu_seconds"] = round(time.process_time() - cpu0, 1)
     model.eval()
     res = measure(model, tok, args.prompts, args.max_tokens, args.show)
