@@ -278,9 +278,9 @@ def build_tokenizer(out_dir: Path, mix: dict[str, Any] | None = None):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    if mix is None:
-        from specbench.zoo import CORPUS_MIX as mix
-    bpe.train_from_iterator(training_texts(mix), trainer=trainer)
+    from specbench.zoo import CORPUS_MIX
+
+    bpe.train_from_iterator(training_texts(CORPUS_MIX if mix is None else mix), trainer=trainer)
     tok = PreTrainedTokenizerFast(
         tokenizer_object=bpe,
         eos_token="<|endoftext|>",
