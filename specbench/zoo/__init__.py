@@ -9,8 +9,16 @@ from __future__ import annotations
 
 from typing import Any
 
-TRAIN_VERSION = "6"
+TRAIN_VERSION = "7"
 QUICK_DRAFTER_STEPS = 12
+
+#: The target's (and the tokenizer's) training text, by source (:mod:`specbench.zoo.corpus`):
+#: each batch of windows is split across sources by these weights; ``chat_docs`` conversations
+#: are generated per chat source and split.
+CORPUS_MIX: dict[str, Any] = {
+    "weights": {"python": 0.4, "math": 0.25, "code": 0.2, "prose": 0.15},
+    "chat_docs": 2000,
+}
 
 
 def train_config(quick: bool = False) -> dict[str, Any]:
@@ -22,6 +30,7 @@ def train_config(quick: bool = False) -> dict[str, Any]:
         "lr": 3e-3,
         "weight_decay": 0.1,
         "eval_batches": 2 if quick else 8,
+        "mix": CORPUS_MIX,
     }
     drafters: dict[str, Any] = {
         "doc_len": 256,
@@ -35,6 +44,7 @@ def train_config(quick: bool = False) -> dict[str, Any]:
         "num_depths": 4,
         "block_size": 4,
         "gamma": 4.0,
+        "mix": CORPUS_MIX,  # prompts and real documents drawn as the target's are
         # Per drafter: steps (a fixed budget, so the zoo under one cache key is the
         # same on every machine however busy; about 60-100 s each on an idle
         # 2-core machine), learning rate, documents packed per step, anchors per

@@ -29,7 +29,7 @@ from typing import Any
 
 from specbench.settings import settings
 
-ASSET_VERSION = "2"
+ASSET_VERSION = "3"  # 3: the tokenizer is trained on the corpus mix
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|mask|>", "<|pad|>"]
 VOCAB_SIZE = 4096
@@ -86,6 +86,7 @@ def default_cache_dir() -> Path:
 
 def asset_config(*, train: bool, quick: bool) -> dict[str, Any]:
     """Everything that determines the built files (hashed into the cache key)."""
+    from specbench.zoo import CORPUS_MIX
     from specbench.zoo.data import corpus_fingerprint
 
     cfg: dict[str, Any] = {
@@ -97,6 +98,7 @@ def asset_config(*, train: bool, quick: bool) -> dict[str, Any]:
         "drafters": DRAFTER_KINDS,
         "chat_template": CHAT_TEMPLATE,
         "corpus": corpus_fingerprint(),
+        "corpus_mix": CORPUS_MIX,  # the tokenizer is trained on it, trained or not
         "python": f"{sys.version_info.major}.{sys.version_info.minor}",
         "train": bool(train),
         "quick": bool(quick) if train else False,
@@ -259,12 +261,13 @@ def _size_mb(path: Path) -> float:
     return round(sum(f.stat().st_size for f in path.rglob("*.safetensors")) / 1e6, 2)
 
 
-def build_tokenizer(out_dir: Path):
-    """Byte-level BPE (4096 tokens) trained on the stdlib training split."""
+def build_tokenizer(out_dir: Path, mix: dict[str, Any] | None = None):
+    """Byte-level BPE (4096 tokens) trained on the training split of the corpus ``mix``
+    (:mod:`specbench.zoo.corpus`; default: the zoo's)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from specbench.zoo.data import iter_texts
+    from specbench.zoo.corpus import training_texts
 
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -275,7 +278,9 @@ def build_tokenizer(out_dir: Path):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    bpe.train_from_iterator(iter_texts("train"), trainer=trainer)
+    from specbench.zoo import CORPUS_MIX
+
+    bpe.train_from_iterator(training_texts(CORPUS_MIX if mix is None else mix), trainer=trainer)
     tok = PreTrainedTokenizerFast(
         tokenizer_object=bpe,
         eos_token="<|endoftext|>",

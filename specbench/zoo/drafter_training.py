@@ -2,7 +2,8 @@
 
 Data: a pool of 256-token documents, part the target's own greedy
 continuations of training-split prompts (what a drafter sees when serving
-greedy requests), part real training text. The target's states for every
+greedy requests), part real training text, both drawn from the target's
+corpus mix (:mod:`specbench.zoo.corpus`). The target's states for every
 document are captured once (:mod:`specbench.zoo.capture`) and shared by all
 drafters. Each step packs a few documents into one sequence with
 ``document_ids`` (as speculators' trainer does) and calls the drafter's own
@@ -30,19 +31,20 @@ from specbench.zoo.target_training import lr_at
 def build_pool(target, tok, *, seed: int, cfg: dict[str, Any]) -> dict[str, torch.Tensor]:
     """Documents (``ids`` [N, L]) with the target's ``aux`` and ``last`` states."""
     from specbench.zoo.capture import capture_states, greedy_continue
-    from specbench.zoo.data import random_windows, token_stream
+    from specbench.zoo.corpus import mixed_windows, streams
 
     gen = torch.Generator().manual_seed(seed + 1)
-    stream = token_stream(tok, "train")
+    mix = cfg["mix"]
+    train = streams(tok, mix, "train", seed=seed)
     L, P = cfg["doc_len"], cfg["prompt_len"]
     docs = []
     target.eval()
     for i in range(0, cfg["self_docs"], cfg["gen_batch"]):
         n = min(cfg["gen_batch"], cfg["self_docs"] - i)
-        prompts = random_windows(stream, n, P, gen)
+        prompts = mixed_windows(train, mix["weights"], n, P, gen)
         docs.append(torch.cat([prompts, greedy_continue(target, prompts, L - P)], dim=1))
     if cfg["real_docs"]:
-        docs.append(random_windows(stream, cfg["real_docs"], L, gen))
+        docs.append(mixed_windows(train, mix["weights"], cfg["real_docs"], L, gen))
     ids = torch.cat(docs)
     aux, last = [], []
     for chunk in ids.split(8):

@@ -1,8 +1,11 @@
-"""Train the tiny target LM on standard-library text for a fixed token budget.
+"""Train the tiny target LM on the zoo's corpus mix for a fixed token budget.
 
 AdamW with a linear warm-up and cosine decay, random 256-token windows of
-the tokenized training split, batches of 16. The budget is in tokens (not
-seconds) so that the target is the same on every machine for a seed.
+the tokenized training split of each source (:mod:`specbench.zoo.corpus`; a
+batch of 16 holds each source's share of windows). The budget is in tokens
+(not seconds) so that the target is the same on every machine for a seed.
+The held-out loss is measured on the standard library's held-out files
+(``heldout_loss``, comparable across mixes) and per source on held-out text.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ def heldout_loss(model, stream, *, batches: int, batch_size: int, seq_len: int, 
 
     from specbench.zoo.data import random_windows
 
+    was_training = model.training
     gen = torch.Generator().manual_seed(seed + 12345)
     model.eval()
     total = 0.0
@@ -34,7 +38,7 @@ def heldout_loss(model, stream, *, batches: int, batch_size: int, seq_len: int, 
         for _ in range(batches):
             x = random_windows(stream, batch_size, seq_len, gen)
             total += float(model(input_ids=x, labels=x).loss)
-    model.train()
+    model.train(was_training)
     return total / batches
 
 
@@ -42,11 +46,12 @@ def train_target(model, tok, *, seed: int, cfg: dict[str, Any], progress: bool =
     """Train ``model`` in place; returns losses, steps and seconds."""
     import torch
 
-    from specbench.zoo.data import random_windows, token_stream
+    from specbench.zoo.corpus import mixed_windows, streams
 
     t0 = time.perf_counter()
-    train_ids = token_stream(tok, "train")
-    held_ids = token_stream(tok, "heldout")
+    mix = cfg["mix"]
+    train_streams = streams(tok, mix, "train", seed=seed)
+    held_streams = streams(tok, mix, "heldout", seed=seed)
     bs, seq, steps = (
         cfg["batch_size"],
         cfg["seq_len"],
@@ -65,7 +70,7 @@ def train_target(model, tok, *, seed: int, cfg: dict[str, Any], progress: bool =
         for step in range(steps):
             for g in opt.param_groups:
                 g["lr"] = lr_at(step / steps, cfg["lr"])
-            x = random_windows(train_ids, bs, seq, gen)
+            x = mixed_windows(train_streams, mix["weights"], bs, seq, gen)
             loss = model(input_ids=x, labels=x).loss
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -75,13 +80,17 @@ def train_target(model, tok, *, seed: int, cfg: dict[str, Any], progress: bool =
             p.update(task, advance=1, status=f"loss {losses[-1]:.2f}")
     train_s = time.perf_counter() - t_train
     model.eval()
-    held = heldout_loss(model, held_ids, batches=cfg["eval_batches"], batch_size=bs, seq_len=seq, seed=seed)
+    held = {
+        s: round(heldout_loss(model, ids, batches=cfg["eval_batches"], batch_size=bs, seq_len=seq, seed=seed), 3)
+        for s, ids in held_streams.items()
+    }
     return {
         "steps": steps,
         "tokens": steps * bs * seq,
-        "train_tokens_available": int(train_ids.numel()),
+        "train_tokens_available": {s: int(ids.numel()) for s, ids in train_streams.items()},
         "train_seconds": round(train_s, 1),
         "seconds": round(time.perf_counter() - t0, 1),
         "final_train_loss": round(sum(losses[-10:]) / len(losses[-10:]), 3),
-        "heldout_loss": round(held, 3),
+        "heldout_loss": held["python"],
+        "heldout_loss_per_source": held,
     }
