@@ -5,7 +5,7 @@ Builds the tokenizer for the recipe's corpus mix, trains the target with
 transformers (no vLLM) the first prompts of the CPU suites, as the suites send them: GSM8k in
 GSM8k's instruction as a chat turn (cpu-smoke), HumanEval prompts raw (cpu-smoke) and Spec-Bench
 writing/coding/translation questions as chat turns in cpu-workloads' stub template. Each output is
-judged by :mod:`specbench.analysis.degeneracy`. Prints one JSON line.
+judged by :mod:`specbench.results.degeneracy`. Prints one JSON line.
 
     nice -n 5 .venv/bin/python benchmarks/zoo_target_levers.py --label mix \\
         --set 'mix={"weights": {"python": 1, "math": 1}, "chat_docs": 2000}'
@@ -56,7 +56,7 @@ def greedy(model, ids: list[int], max_tokens: int, eos: int) -> list[int]:
 
 
 def measure(model, tok, n: int, max_tokens: int, show: int) -> dict:
-    from specbench.analysis.degeneracy import judge
+    from specbench.results.degeneracy import judge
 
     eos = tok.convert_tokens_to_ids("<|endoftext|>")
     res = {}

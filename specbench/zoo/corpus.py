@@ -1,10 +1,11 @@
-"""The zoo's training mix: standard-library Python plus chat-templated questions and answers.
+"""The zoo's training mix: standard-library Python, generated functions, and chat-templated questions and answers.
 
 Sources (``SOURCES``): ``python`` (:mod:`specbench.zoo.data`'s standard-library files, joined with
-``<|endoftext|>``) and the chat sources of :mod:`specbench.zoo.chat_corpus` (``math``, ``code``,
-``prose``; conversations joined back to back). Each source is tokenized into its own stream; a batch
-takes a fixed number of random windows from each, in proportion to the mix's weights, so every
-batch has the same composition and the whole draw is deterministic from the generator's seed.
+``<|endoftext|>``), ``funcs`` (:mod:`specbench.zoo.code_problems`' generated modules, joined back to
+back) and the chat sources of :mod:`specbench.zoo.chat_corpus` (``math``, ``code``, ``prose``;
+conversations joined back to back). Each source is tokenized into its own stream; a batch takes a
+fixed number of random windows from each, in proportion to the mix's weights, so every batch has
+the same composition and the whole draw is deterministic from the generator's seed.
 
 A mix is a ``{"weights": {source: weight}, "chat_docs": n}`` mapping (part of the zoo's training
 configuration, hence of its cache key).
@@ -18,14 +19,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-SOURCES = ("python", "math", "code", "prose")
+SOURCES = ("python", "funcs", "math", "code", "prose")
+RAW_SOURCES = ("python", "funcs")  # plain text, not conversations
 TOKENIZER_SEED = 0  # the chat text the tokenizer is trained on does not depend on the zoo's seed
 
 _STREAMS: dict[tuple[int, str, str, int, int], torch.Tensor] = {}
 
 
 def chat_sources(mix: Mapping[str, Any]) -> list[str]:
-    return [s for s in SOURCES[1:] if mix["weights"].get(s, 0) > 0]
+    return [s for s in SOURCES if s not in RAW_SOURCES and mix["weights"].get(s, 0) > 0]
 
 
 def training_texts(mix: Mapping[str, Any]) -> Iterator[str]:
@@ -34,6 +36,10 @@ def training_texts(mix: Mapping[str, Any]) -> Iterator[str]:
     from specbench.zoo.data import iter_texts
 
     yield from iter_texts("train")
+    if mix["weights"].get("funcs", 0) > 0:
+        from specbench.zoo.code_problems import code_texts
+
+        yield from code_texts(split="train", n=mix["chat_docs"], seed=TOKENIZER_SEED)
     for source in chat_sources(mix):
         yield from chat_texts(source, split="train", n=mix["chat_docs"], seed=TOKENIZER_SEED)
 
@@ -51,10 +57,14 @@ def source_stream(tok, source: str, split: str, *, docs: int, seed: int) -> torc
     key = (id(tok), source, split, docs, seed)
     if key not in _STREAMS:
         from specbench.zoo.chat_corpus import chat_texts
+        from specbench.zoo.code_problems import code_texts
 
-        texts = chat_texts(source, split=split, n=docs, seed=seed)
         eos = tok.convert_tokens_to_ids("<|endoftext|>")
         ids = [eos]
+        # Generated modules and conversations are joined without an end-of-text token: after a
+        # function or a reply the target goes on writing (another one) rather than stopping early.
+        texts = (code_texts(split=split, n=docs, seed=seed) if source == "funcs"
+                 else chat_texts(source, split=split, n=docs, seed=seed))
         for e in tok.backend_tokenizer.encode_batch(texts, add_special_tokens=False):
             ids.extend(e.ids)
         if len(_STREAMS) > 16:

@@ -287,6 +287,37 @@ def test_verdicts_resting_on_loops_are_marked(smoke_run, tmp_path):
           + ", ".join(f"{gid} {v:.2f}" for gid, v in sorted(share.items()) if "/T0/" in gid))
 
 
+def test_the_zoo_target_writes_varied_text_at_t0(smoke_run):
+    """Issue 34's checks on the zoo, from records.jsonl: at T=0 each dataset's baseline outputs are
+    degenerate at most a quarter of the time by the primary measure (final loop > half the output) and
+    by the independent one (< half distinct 4-grams in the second half), and short (< 32 tokens) at
+    most a tenth; no model drafter reaches a τ within 0.01 of K+1 on a T=0 dataset (only self-drafting
+    may: a drafter at the ceiling is drafting loops)."""
+    from specbench.analysis.metrics import unique_requests
+    from specbench.results import degeneracy as dg
+
+    run_dir, s = smoke_run
+    records = [r for r in unique_requests(rundir.read_requests(run_dir)) if r.error is None]
+    baselines = [g for g in s.whole_groups if g.target == VLLM and g.method_kind == "baseline" and g.temperature == 0]
+    assert {g.dataset for g in baselines} == {"gsm8k", "humaneval"}
+    for g in baselines:
+        ids = {c.cell_id for c in g.cells}
+        judged = [dg.judge(r.output_token_ids) for r in records if r.cell_id in ids]
+        n = len(judged)
+        assert n == g.n_requests > 0
+        summary = (f"{g.dataset}: degenerate {sum(j.degenerate for j in judged)}/{n}, repetitive "
+                   f"{sum(j.repetitive for j in judged)}/{n}, short {sum(j.short for j in judged)}/{n}")
+        print(summary)
+        assert sum(j.degenerate for j in judged) <= n / 4, summary
+        assert sum(j.repetitive for j in judged) <= n / 4, summary
+        assert sum(j.short for j in judged) <= n / 10, summary
+    drafters = [g for target in (VLLM, REF) for m in (*LEARNED, "dspark") for g in greedy(s, target, m)
+                if g.status == "ok" and g.tau is not None and g.slice is None]
+    assert drafters
+    for g in drafters:
+        assert g.tau.value < g.k + 1 - 0.01, (g.group_id, g.tau.value)
+
+
 def test_report_opens_with_the_headline(smoke_run, tmp_path):
     run_dir, _ = smoke_run
     md = api.report(run_dir, tmp_path)["markdown"].read_text()

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from specbench.zoo import CORPUS_MIX, train_config
+from specbench.zoo.code_problems import code_texts
 from specbench.zoo.corpus import SOURCES, mixed_windows, window_counts
 from specbench.zoo.word_problems import TEMPLATES, word_problem
 
@@ -27,11 +28,12 @@ def test_mixed_windows_are_deterministic_and_from_each_source():
     weights = {s: 1.0 for s in SOURCES}
 
     def draw(seed: int) -> torch.Tensor:
-        return mixed_windows(streams, weights, 8, 16, torch.Generator().manual_seed(seed))
+        return mixed_windows(streams, weights, 2 * len(SOURCES), 16, torch.Generator().manual_seed(seed))
 
     a = draw(0)
-    assert a.shape == (8, 16) and torch.equal(a, draw(0)) and not torch.equal(a, draw(1))
-    assert sorted({int(row[0]) // 10_000 for row in a}) == [0, 1, 2, 3]  # two windows from each source
+    assert a.shape == (2 * len(SOURCES), 16) and torch.equal(a, draw(0)) and not torch.equal(a, draw(1))
+    sources = [int(row[0]) // 10_000 for row in a]
+    assert sorted(sources) == sorted(2 * list(range(len(SOURCES))))  # two windows from each source
     assert all(torch.equal(row, torch.arange(int(row[0]), int(row[0]) + 16)) for row in a)  # contiguous
 
 
@@ -49,6 +51,26 @@ def test_word_problems_answer_what_they_ask():
             assert eval(expr) == float(value), (expr, value)  # noqa: S307 - our own arithmetic
         seen.add(q)
     assert len(TEMPLATES) >= 10 and len(seen) > 390  # hardly a question twice
+
+
+def test_generated_functions_pass_their_own_doctests():
+    """Every docstring example of a generated module is what its body returns, and modules vary."""
+    import doctest
+    import types
+
+    texts = code_texts(split="train", n=60, seed=0)
+    assert texts == code_texts(split="train", n=60, seed=0)
+    assert not set(texts) & set(code_texts(split="heldout", n=60, seed=0))
+    assert len(set(texts)) == len(texts)
+    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
+    for i, text in enumerate(texts):
+        assert text.endswith("\n\n") and "<|endoftext|>" not in text  # joined back to back
+        mod = types.ModuleType(f"generated{i}")
+        exec(compile(text, f"<module {i}>", "exec"), mod.__dict__)  # noqa: S102 - our own generated code
+        for test in doctest.DocTestFinder().find(mod):
+            runner.run(test)
+    result = runner.summarize(verbose=False)
+    assert result.failed == 0 and result.attempted >= 2 * 60
 
 
 def test_the_cache_key_follows_the_recipe(monkeypatch):

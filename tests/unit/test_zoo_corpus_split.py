@@ -24,6 +24,7 @@ import yaml
 
 from specbench.zoo import CORPUS_MIX
 from specbench.zoo.chat_corpus import CODE_STUB_TEMPLATE, GSM8K_TEMPLATE, chat_texts
+from specbench.zoo.code_problems import code_texts
 from specbench.zoo.corpus import TOKENIZER_SEED, chat_sources
 from specbench.zoo.data import iter_texts
 
@@ -95,6 +96,12 @@ def prompts() -> dict[str, str]:
 @pytest.mark.parametrize("source", chat_sources(CORPUS_MIX))
 def test_chat_sources_hold_no_measured_prompt(prompts, source):
     texts = chat_texts(source, split="train", n=CORPUS_MIX["chat_docs"], seed=TOKENIZER_SEED)
+    assert texts
+    assert verdict(prompts, texts) == []
+
+
+def test_generated_functions_hold_no_measured_prompt(prompts):
+    texts = code_texts(split="train", n=CORPUS_MIX["chat_docs"], seed=TOKENIZER_SEED)
     assert texts
     assert verdict(prompts, texts) == []
 
