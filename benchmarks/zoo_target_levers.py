@@ -86,7 +86,11 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--show", type=int, default=0, help="print this many outputs per suite")
     ap.add_argument("--threads", type=int, default=2, help="torch threads (1 on a crowded machine)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="the whole path at the smallest size: 4 steps, 50 documents a source, 2 prompts, 8 tokens")
     args = ap.parse_args()
+    if args.smoke:
+        args.prompts, args.max_tokens = 2, 8
 
     import torch
 
@@ -97,6 +101,9 @@ def main() -> None:
     for kv in args.set:
         k, v = kv.split("=", 1)
         cfg[k] = json.loads(v)
+    if args.smoke:
+        cfg.update(tokens=4 * cfg["batch_size"] * cfg["seq_len"], eval_batches=1,
+                   mix={**cfg["mix"], "chat_docs": 50})
     assets.TARGET_CONFIG.update(json.loads(args.model))
     torch.set_num_threads(args.threads)
     if args.load:

@@ -545,23 +545,50 @@ def evaluate_gate(new: RunSummary, baseline: RunSummary | ExpectedValues, rules:
         result.checks.append(GateCheck(group_id=gid, metric=name, rule=f"{metric_family(name)}: {limit}",
                                        passed=not failed, message=_describe(gid, c, limit, failed), change=c))
 
-    for gid, g in gated_new.items():
+    eq_groups = {gid: g for gid, g in gated_new.items()
+                 if rules.for_group(gid).equivalence is not None and equivalence_verdict(g) is not None and _measured(g)}
+    # Sampled tests are p-values at their own α each: family-wise, a divergence counts only at α / m over
+    # the m sampled tests gated (Bonferroni, as the metric comparisons are), so that an unchanged suite
+    # with many sampled groups still passes >= `confidence` of the time. Greedy divergence is not a test.
+    m_sampled = sum(_sampled_p(g) is not None for g in eq_groups.values()) if rules.family_wise else 1
+    for gid, g in eq_groups.items():
         eq_rule = rules.for_group(gid).equivalence
+        assert eq_rule is not None
         verdict = equivalence_verdict(g)
-        if eq_rule is None or verdict is None or not _measured(g):
-            continue
+        note = ""
+        if verdict == "divergent" and m_sampled > 1 and _only_sampled_divergent(g):
+            p, alpha = _sampled_p(g)  # type: ignore[misc]
+            if p > alpha / m_sampled:
+                verdict = "not shown equivalent"
+                note = (f"; divergent at α={alpha:g} alone (p={p:.3g}), not at α/{m_sampled}={alpha / m_sampled:.2g} "
+                        f"over the {m_sampled} sampled tests gated (family-wise)")
         bad = {"divergent"} | ({"not shown equivalent"} if eq_rule.require == "equivalent" else set())
         failed = verdict in bad
         result.checks.append(GateCheck(
             group_id=gid, metric="equivalence", rule=f"equivalence: {eq_rule.require.replace('_', ' ')}",
             passed=not failed, message=f"{'FAIL' if failed else 'ok'} equivalence on {gid}: {verdict} "
-            f"(required: {eq_rule.require.replace('_', ' ')})"))
+            f"(required: {eq_rule.require.replace('_', ' ')}){note}"))
     _limit_checks(result, gated_new, rules)
     result.notes += _detectable(todo, result.widen)
     _ratio_checks(result, new, rules)
     if result.failures:
         result.exit_code, result.status = 1, "regression"
     return result
+
+
+def _sampled_p(g: GroupSummary) -> tuple[float, float] | None:
+    """(p-value, α) of the group's sampled-equivalence test, when it has one."""
+    t = g.equivalence.sampled if g.equivalence is not None else None
+    p, alpha = getattr(t, "pvalue", None), getattr(t, "alpha", None)
+    if p is None or alpha is None or getattr(t, "n_tokens", None) == 0:  # nothing scored: no test
+        return None
+    return float(p), float(alpha)
+
+
+def _only_sampled_divergent(g: GroupSummary) -> bool:
+    """Whether the sampled test is the group's only divergent one."""
+    assert g.equivalence is not None
+    return [name for name, t in g.equivalence.tests(g.temperature) if t.verdict == "divergent"] == ["sampled"]
 
 
 def _limit_checks(result: GateResult, groups: dict[str, GroupSummary], rules: GateRules) -> None:

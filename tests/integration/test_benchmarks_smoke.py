@@ -124,6 +124,13 @@ def check_vllm_cpu_expand_bug(out: str) -> None:
     assert patched and int(patched.group(1)) > 0 and int(patched.group(2)) == 0, out
 
 
+def check_zoo_target_levers(out: str) -> None:
+    res = json.loads(out.strip().splitlines()[-1])
+    assert res["train"]["steps"] == 4 and res["train"]["heldout_loss"] > 0, out
+    assert {k: v["n"] for k, v in res["degeneracy"].items()} == {"gsm8k": 2, "humaneval": 2, "chat": 3}, out
+    assert all(v["short"] == v["n"] for v in res["degeneracy"].values()), out  # 8 tokens: all short
+
+
 #: script -> (extra arguments, given the shared run's directory; the check of its output)
 SMOKES = {
     "ab_gate.py": (lambda run: [], check_ab_gate),  # 2 × specbench ab at once (2 engines each), B a layered env
@@ -141,6 +148,7 @@ SMOKES = {
     "parallel_vs_eagle3.py": (lambda run: ["--runs", str(run)], check_parallel_vs_eagle3),
     "time_breakdown.py": (lambda run: [str(run)], check_time_breakdown),
     "vllm_cpu_expand_bug.py": (lambda run: [], check_vllm_cpu_expand_bug),  # 1 engine, in-process
+    "zoo_target_levers.py": (lambda run: ["--label", "smoke"], check_zoo_target_levers),  # PyTorch, no engine
 }
 
 

@@ -20,8 +20,9 @@ from specbench.results import rundir
 LENGTHS = {"code": [128, 384, 768], "context": [64, 768]}
 PER_LENGTH = {"code": 2, "context": 1}
 # The chat template's fixed overhead for the zoo's target, per dataset: HumanEval is a raw completion prompt;
-# Spec-Bench goes through '<|im_start|>user\n' … '<|im_end|>\n<|im_start|>assistant\n' (10 tokens).
-OVERHEAD = {"code": 0, "context": 10}
+# Spec-Bench goes through '<|im_start|>user\n' … '<|im_end|>\n<|im_start|>assistant\n' (8 tokens with the
+# tokenizer trained on the zoo's corpus mix: 3 special tokens, 'user', 'assistant' and 3 newlines).
+OVERHEAD = {"code": 0, "context": 8}
 
 
 def _records_by_group(run_dir, s):

@@ -63,10 +63,10 @@ def test_counters_are_consistent(smoke_run):
 
 
 def test_trained_drafters_accept_for_real(smoke_run):
-    """The zoo's drafters are trained: on HumanEval (Python, the zoo's own domain) clearly
-    above an untrained drafter's τ = 1; everywhere at most the target drafting for itself
-    (the upper reference point, K + 1). GSM8k chat prompts are out of domain for a target
-    trained on Python sources: there a drafter may accept next to nothing."""
+    """The zoo's drafters are trained: on both datasets (the zoo's target is trained on Python,
+    generated functions and word problems in GSM8k's format) clearly above an untrained drafter's
+    τ = 1; everywhere at most the target drafting for itself (the upper reference point, K + 1).
+    Measured 2026-12-04: EAGLE-3 K3 τ 1.55 (GSM8k) and 1.71 (HumanEval)."""
     _, s = smoke_run
     for method in LEARNED:
         groups = greedy(s, VLLM, method)
@@ -74,11 +74,9 @@ def test_trained_drafters_accept_for_real(smoke_run):
         for g in groups:
             upper = next(x for x in greedy(s, VLLM, "self-draft") if x.dataset == g.dataset)
             assert 1.0 <= g.tau.value <= upper.tau.value, g.group_id
-            if g.dataset == "humaneval":
-                assert g.tau.ci_low > 1.0 and g.per_position[0].value > 0, g.group_id
-    assert all(g.tau.value > 1.5 for g in greedy(s, VLLM, "eagle3"))
-    # ngram, the training-free reference point, is measured next to them (on this
-    # tiny target, which repeats itself a lot, it is a strong one)
+            assert g.tau.ci_low > 1.0 and g.per_position[0].value > 0, g.group_id
+    assert all(g.tau.value > 1.4 for g in greedy(s, VLLM, "eagle3") if g.k == 3)
+    # ngram, the training-free reference point, is measured next to them
     assert all(g.status == "ok" and g.tau is not None for g in greedy(s, VLLM, "ngram"))
 
 

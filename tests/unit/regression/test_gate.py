@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -177,3 +178,30 @@ def test_group_globs_and_require_equivalent() -> None:
                                        "rules": {"equivalence": {"require": "equivalent"}}})
     r = evaluate_gate(stored_summary("rerun"), stored_summary(), strict)
     assert failing(r) == {("llama-3.1-8b/p-eagle/gsm8k/T0/b8", "equivalence")}  # not shown equivalent
+
+
+def test_sampled_divergence_counts_family_wise() -> None:
+    """A sampled-equivalence p-value at the test's own α fails the gate only when it also clears α / m over
+    the m sampled tests gated (Bonferroni, like the metric comparisons); without family_wise, at α alone.
+    Measured 2026-12-04: 1 of 14 sampled groups of an unchanged cpu-smoke run had p = 0.0046 at α = 0.01."""
+    from specbench.results.parts import Equivalence, SampledEquivalence
+
+    def with_sampled(s: RunSummary, ps: list[float]) -> RunSummary:
+        s = s.model_copy(deep=True)
+        for g, p in zip(s.groups, ps, strict=False):
+            verdict = "divergent" if p <= 0.01 else "not shown equivalent"
+            g.equivalence = Equivalence(sampled=SampledEquivalence(verdict=verdict, pvalue=p, alpha=0.01, n_tokens=512))
+        return s
+
+    base = stored_summary()
+    n = len(base.groups)
+    assert n >= 8
+    ps = [0.0046, 1e-5] + [0.5] * (n - 2)  # one borderline, one clear divergence
+    r = evaluate_gate(with_sampled(base, ps), base, GateRules.model_validate({"rules": {}}))
+    eq = {c.group_id: c for c in r.checks if c.metric == "equivalence"}
+    first, second = (g.group_id for g in base.groups[:2])
+    assert eq[second].passed is False
+    m = re.search(r"not at α/(\d+)=", eq[first].message)
+    assert eq[first].passed is True and m and 2 <= int(m.group(1)) <= n, eq[first].message
+    alone = evaluate_gate(with_sampled(base, ps), base, GateRules.model_validate({"family_wise": False, "rules": {}}))
+    assert {c.group_id for c in alone.failures if c.metric == "equivalence"} == {first, second}
