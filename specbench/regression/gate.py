@@ -550,14 +550,16 @@ def evaluate_gate(new: RunSummary, baseline: RunSummary | ExpectedValues, rules:
     # Sampled tests are p-values at their own α each: family-wise, a divergence counts only at α / m over
     # the m sampled tests gated (Bonferroni, as the metric comparisons are), so that an unchanged suite
     # with many sampled groups still passes >= `confidence` of the time. Greedy divergence is not a test.
-    m_sampled = sum(_sampled_p(g) is not None for g in eq_groups.values()) if rules.family_wise else 1
+    sampled = {gid: _sampled_p(g) for gid, g in eq_groups.items()}
+    m_sampled = sum(v is not None for v in sampled.values()) if rules.family_wise else 1
     for gid, g in eq_groups.items():
         eq_rule = rules.for_group(gid).equivalence
         assert eq_rule is not None
         verdict = equivalence_verdict(g)
         note = ""
-        if verdict == "divergent" and m_sampled > 1 and _only_sampled_divergent(g):
-            p, alpha = _sampled_p(g)  # type: ignore[misc]
+        sp = sampled[gid]
+        if verdict == "divergent" and m_sampled > 1 and sp is not None and _only_sampled_divergent(g):
+            p, alpha = sp
             if p > alpha / m_sampled:
                 verdict = "not shown equivalent"
                 note = (f"; divergent at α={alpha:g} alone (p={p:.3g}), not at α/{m_sampled}={alpha / m_sampled:.2g} "
@@ -579,10 +581,9 @@ def evaluate_gate(new: RunSummary, baseline: RunSummary | ExpectedValues, rules:
 def _sampled_p(g: GroupSummary) -> tuple[float, float] | None:
     """(p-value, α) of the group's sampled-equivalence test, when it has one."""
     t = g.equivalence.sampled if g.equivalence is not None else None
-    p, alpha = getattr(t, "pvalue", None), getattr(t, "alpha", None)
-    if p is None or alpha is None or getattr(t, "n_tokens", None) == 0:  # nothing scored: no test
+    if t is None or t.pvalue is None or t.alpha is None or t.n_tokens == 0:  # nothing scored: no test
         return None
-    return float(p), float(alpha)
+    return t.pvalue, t.alpha
 
 
 def _only_sampled_divergent(g: GroupSummary) -> bool:

@@ -30,8 +30,8 @@ _CHARSETS = [("aeiou", "vowels"), ("0123456789", "digits"), (" ", "spaces"), (".
 _VERBS = ["keep", "pick", "select", "collect", "gather", "retain"]
 
 
-def _ints(rng: random.Random, n: int | None = None) -> list[int]:
-    return [rng.randint(-5, 20) for _ in range(n if n is not None else rng.randint(3, 6))]
+def _ints(rng: random.Random) -> list[int]:
+    return [rng.randint(-5, 20) for _ in range(rng.randint(3, 6))]
 
 
 def _words(rng: random.Random) -> str:
@@ -40,9 +40,15 @@ def _words(rng: random.Random) -> str:
     return " ".join(rng.sample(pool, rng.randint(2, 4)))
 
 
-def filter_cmp(rng: random.Random) -> tuple[str, str, str, str, str]:
+def _list_comparison(rng: random.Random) -> tuple[str, str, str, int]:
+    """A list parameter, a comparison (operator and words) and a constant (the filter and count families)."""
     arg = rng.choice(_LIST_ARGS)
     (op, words), c = rng.choice(_CMP), rng.randint(0, 9)
+    return arg, op, words, c
+
+
+def filter_cmp(rng: random.Random) -> tuple[str, str, str, str, str]:
+    arg, op, words, c = _list_comparison(rng)
     name = f"{rng.choice(_VERBS)}_{arg}_{words.split()[0]}_{c}"
     doc = f"Return the {arg} that are {words} {c}, in their original order."
     body = f"    result = []\n    for x in {arg}:\n        if x {op} {c}:\n            result.append(x)\n    return result\n"
@@ -59,8 +65,7 @@ def map_arith(rng: random.Random) -> tuple[str, str, str, str, str]:
 
 
 def count_cmp(rng: random.Random) -> tuple[str, str, str, str, str]:
-    arg = rng.choice(_LIST_ARGS)
-    (op, words), c = rng.choice(_CMP), rng.randint(0, 9)
+    arg, op, words, c = _list_comparison(rng)
     name = f"count_{arg}_{words.split()[0]}_{c}"
     doc = f"Count how many of the {arg} are {words} {c}."
     body = f"    total = 0\n    for x in {arg}:\n        if x {op} {c}:\n            total += 1\n    return total\n"

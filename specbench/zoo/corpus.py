@@ -30,18 +30,22 @@ def chat_sources(mix: Mapping[str, Any]) -> list[str]:
     return [s for s in SOURCES if s not in RAW_SOURCES and mix["weights"].get(s, 0) > 0]
 
 
+def generated_texts(source: str, split: str, *, n: int, seed: int) -> list[str]:
+    """``n`` documents of a generated source (``funcs`` or a chat source), deterministic from ``seed``."""
+    from specbench.zoo.chat_corpus import chat_texts
+    from specbench.zoo.code_problems import code_texts
+
+    return code_texts(split=split, n=n, seed=seed) if source == "funcs" else chat_texts(source, split=split, n=n, seed=seed)
+
+
 def training_texts(mix: Mapping[str, Any]) -> Iterator[str]:
     """The training split's text of every source in ``mix`` (what the tokenizer is trained on)."""
-    from specbench.zoo.chat_corpus import chat_texts
     from specbench.zoo.data import iter_texts
 
     yield from iter_texts("train")
-    if mix["weights"].get("funcs", 0) > 0:
-        from specbench.zoo.code_problems import code_texts
-
-        yield from code_texts(split="train", n=mix["chat_docs"], seed=TOKENIZER_SEED)
-    for source in chat_sources(mix):
-        yield from chat_texts(source, split="train", n=mix["chat_docs"], seed=TOKENIZER_SEED)
+    for source in SOURCES[1:]:
+        if mix["weights"].get(source, 0) > 0:
+            yield from generated_texts(source, "train", n=mix["chat_docs"], seed=TOKENIZER_SEED)
 
 
 def source_stream(tok, source: str, split: str, *, docs: int, seed: int) -> torch.Tensor:
@@ -56,15 +60,11 @@ def source_stream(tok, source: str, split: str, *, docs: int, seed: int) -> torc
         return token_stream(tok, split)
     key = (id(tok), source, split, docs, seed)
     if key not in _STREAMS:
-        from specbench.zoo.chat_corpus import chat_texts
-        from specbench.zoo.code_problems import code_texts
-
         eos = tok.convert_tokens_to_ids("<|endoftext|>")
         ids = [eos]
         # Generated modules and conversations are joined without an end-of-text token: after a
         # function or a reply the target goes on writing (another one) rather than stopping early.
-        texts = (code_texts(split=split, n=docs, seed=seed) if source == "funcs"
-                 else chat_texts(source, split=split, n=docs, seed=seed))
+        texts = generated_texts(source, split, n=docs, seed=seed)
         for e in tok.backend_tokenizer.encode_batch(texts, add_special_tokens=False):
             ids.extend(e.ids)
         if len(_STREAMS) > 16:
