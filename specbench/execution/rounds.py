@@ -23,6 +23,7 @@ check) run whole after the rounds, on the engine still up.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 
 from specbench.config.arms import VLLM_DEFAULT_GPU_SHARE, arm_of, base_target
@@ -93,6 +94,7 @@ class _Resident:
         self.outcomes: dict[str, CellOutcome] = {}
         self.failed: set[str] = set()
         self.started: dict[str, str] = {}
+        self.round_t0: dict[tuple[str, int], float] = {}  # when each cell's round sent its first batch
 
     def run_round(self, work: CellWork, span: tuple[int, int], r: int) -> None:
         job, req = self.runner.job, work.request
@@ -106,8 +108,15 @@ class _Resident:
             self.started[cid] = now_iso()
             self.runner.emit(CellStarted(job_id=job.job_id, cell_id=cid, prompts=len(req.prompts)))
 
+        # A server's send times count from the cell's round, not from this batch of it: the batches of a
+        # round are seconds apart (other engines run between them), and the step model reads who overlapped.
+        shift = time.perf_counter() - self.round_t0.setdefault((cid, r), time.perf_counter())
+
         def on_record(rec: RequestRecord) -> None:
-            self.runner.emit(RequestDone(job_id=job.job_id, record=rec.model_copy(update={"round": r})))
+            update: dict = {"round": r}
+            if rec.sent_offset_s is not None:
+                update["sent_offset_s"] = rec.sent_offset_s + shift
+            self.runner.emit(RequestDone(job_id=job.job_id, record=rec.model_copy(update=update)))
 
         part = req.model_copy(update={"prompts": req.prompts[span[0]:span[1]]})
         try:
@@ -166,6 +175,12 @@ def batch_order(span: tuple[int, int], unit: int, members: int = 2) -> list[tupl
     chunks = [(s, min(b, s + unit)) for s in range(a, b, unit)]
     fwd = tuple(range(members))
     return [(c, fwd if j % 2 == 0 else fwd[::-1]) for j, c in enumerate(chunks)]
+
+
+def interleave_unit(span: tuple[int, int], batch_unit: int, request_rate: float | None) -> int:
+    """Prompts an engine runs before the next engine of a round's step takes its turn: one batch of a
+    closed-loop cell, or the whole round of a request-rate cell (one Poisson stream, not cut)."""
+    return span[1] - span[0] if request_rate is not None else batch_unit
 
 
 def slot_of(work: CellWork) -> tuple:
@@ -251,9 +266,11 @@ def _run_set(group: list[EngineJob], rounds: int, seed: int, emit: Emit, placeme
                          for _, w, _ in runs}
                 if len(runs) >= 2 and len({sp for _, _, sp in runs}) == 1 and len(sizes) == 1:
                     # The step's batches alternate between its engines (A B | B A | … for an A/B pair), so
-                    # that they see the machine of the same second (its bursts last about one).
+                    # that they see the machine of the same second (its bursts last about one). A request-rate
+                    # cell's round is one Poisson stream: it is not cut into batches.
+                    unit = interleave_unit(runs[0][2], sizes.pop(), runs[0][1].request.cell.request_rate)
                     runs = [(runs[o][0], runs[o][1], chunk)
-                            for chunk, order in batch_order(runs[0][2], sizes.pop(), len(runs)) for o in order]
+                            for chunk, order in batch_order(runs[0][2], unit, len(runs)) for o in order]
                 for key, work, span in runs:
                     t0 = wall_now()
                     up[key].run_round(work, span, r)

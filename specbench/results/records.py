@@ -126,7 +126,8 @@ class RequestRecord(BaseModel):
     ttft_s: float | None = None
     itl_s: list[float] | None = None
     # Server engine: when the request was sent, in seconds after the cell's
-    # measured load started (open-loop cells send on a seeded schedule).
+    # measured load started (open-loop cells send on a seeded schedule); in a
+    # run with rounds, after the cell's round sent its first batch.
     sent_offset_s: float | None = None
     # Per-request spec-decode counters when the engine can attribute them
     # (offline at batch size 1; server with per-request metrics).

@@ -116,3 +116,14 @@ def test_best_k_reports_how_often_it_wins_a_round() -> None:
     assert wins is not None and wins.value == 0.75 and wins.n == 4 and wins.method == "wilson"
     no_rounds = {gid: [r.model_copy(update={"round": None}) for r in rs] for gid, rs in reqs.items()}
     assert best_k_wins([g1, g3], no_rounds, 3.0) is None
+
+
+def test_a_request_rate_cells_round_runs_as_one_stream_and_a_closed_loop_alternates_by_batch() -> None:
+    from specbench.execution.rounds import batch_order, interleave_unit
+
+    span = (16, 32)
+    closed = batch_order(span, interleave_unit(span, 4, None), 3)
+    assert [c for c, _ in closed] == [(16, 20), (20, 24), (24, 28), (28, 32)]
+    assert [o for _, o in closed] == [(0, 1, 2), (2, 1, 0)] * 2
+    rate = batch_order(span, interleave_unit(span, 1, 6.0), 3)  # a rate cell's batch unit is 1 prompt
+    assert rate == [((16, 32), (0, 1, 2))]
