@@ -26,6 +26,7 @@ import tempfile
 from pathlib import Path
 
 from specbench import api
+from specbench.report.markdown import md_blocks
 from specbench.report.schedule import schedule_table
 
 
@@ -59,7 +60,7 @@ def main() -> int:
             print(f"{kind}: {len(errs)} comparisons, mean |error| {mean_abs:.3f}, "
                   f"max |error| {max(abs(e) for e in errs):.3f}, mean error {sum(errs) / len(errs):+.3f}")
         if not args.smoke:
-            print("\n" + schedule_table(made))
+            print("\n" + "\n".join(md_blocks([schedule_table(made)])))
     print(f"\nautoregressive drafters outside the tolerance: {missed}")
     return 1 if missed and not args.smoke else 0
 

@@ -22,7 +22,7 @@ from specbench.analysis.timing import breakdown, fmt_duration
 from specbench.analysis.timing_estimate import engine_spans, ready_times, run_spans
 from specbench.engines.vllm_forks import FORK_HINT
 from specbench.report.build import time_section
-from specbench.report.markdown import _md_blocks
+from specbench.report.markdown import md_blocks
 from specbench.report.terminal import time_line
 from specbench.results import rundir
 from specbench.results.manifest import TimeBreakdown
@@ -83,7 +83,7 @@ def show(run_dir: Path, bd: TimeBreakdown, as_json: bool) -> None:
     print()
     section = time_section(rundir.read_manifest(run_dir).model_copy(update={"time_breakdown": bd}))
     assert section is not None
-    print("\n".join(_md_blocks([section])))
+    print("\n".join(md_blocks([section])))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -393,6 +393,12 @@ def _analyze(run_dir: Path, allow_code_exec: bool | None, timeline: Timeline, no
                             equivalence=equivalence, torn_lines=torn, speed_noise=speed_noise,
                             speed_noise_note=noise_note)
     rundir.write_summary(run_dir, summary)
+    if any(g.schedule is not None for g in summary.groups):  # a method ran with a schedule: checked on the engine
+        from specbench.analysis.k_schedule import schedule_run
+        from specbench.results.schedule import schedule_path, write_schedule
+
+        with timeline.span("analysis"):
+            write_schedule(schedule_path(run_dir), schedule_run(summary, requests))
     return summary
 
 

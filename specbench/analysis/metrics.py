@@ -469,6 +469,7 @@ def summarize_groups(
             temperature=c0.temperature,
             batch_size=c0.batch_size,
             request_rate=c0.request_rate,
+            schedule=c0.schedule,
             status=_group_status(statuses),
             reasons=sorted({ln.reason for ln in lines if ln.reason and ln.status != "ok"}),
             cells=lines,

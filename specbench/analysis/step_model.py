@@ -23,7 +23,7 @@ built on the model is bootstrapped over requests (:mod:`specbench.analysis.k_sch
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -35,52 +35,59 @@ from specbench.results.schedule import StepModel
 D, S, K, N, NMAX = range(5)
 
 
-def _batch_sums(steps: Sequence[int]) -> list[float]:
-    """N_i of each request of one lockstep batch."""
-    return [float(sum(min(o, s) for o in steps)) for s in steps]
-
-
-def _server_sums(rows: Sequence[tuple[float, float, float, int]]) -> list[tuple[float, int]]:
-    """(N_i, largest n_j) of each request of one server cell from (sent, ttft, latency, steps)."""
-    sent = np.array([r[0] for r in rows])
-    end = sent + np.array([r[2] for r in rows])
+def _server_counts(spans: Sequence[tuple[float, float]],
+                   rows: Sequence[tuple[float, float, float, int]]) -> list[np.ndarray]:
+    """n_j of each step of each request of one server cell from (sent, ttft, latency, steps), counting
+    every request in the engine (``spans``: each timed request's (sent, finished), steps known or not)."""
+    sent = np.array([a for a, _ in spans])
+    end = np.array([b for _, b in spans])
     out = []
     for t0, ttft, lat, s in rows:
         times = t0 + ttft + (np.arange(s) + 0.5) * (lat - ttft) / s
         n = ((sent[None, :] <= times[:, None]) & (times[:, None] < end[None, :])).sum(axis=1)
-        n = np.maximum(n, 1)
-        out.append((float(n.sum()), int(n.max())))
+        out.append(np.maximum(n, 1))
     return out
 
 
-def step_rows(requests: Sequence[RequestRecord], batch_size: int, k: int,
-              speculative: bool) -> tuple[np.ndarray, list[RequestRecord]]:
-    """One row ``[D, s, K, N, largest n]`` per request whose decode time and steps are known, from one
-    group's requests in the order they were written (see the module docstring for N), and those
-    requests in the rows' order."""
+def running_per_step(requests: Sequence[RequestRecord], batch_size: int, speculative: bool,
+                     steps_of: Callable[[RequestRecord], int | None] | None = None,
+                     ) -> list[tuple[RequestRecord, float, int, np.ndarray]]:
+    """``(record, decode time, steps, n_j of each step)`` of every request whose decode time and steps
+    are known, from one group's requests in the order they were written (see the module docstring).
+    ``steps_of``: a request's decoding steps (default :func:`decoding_steps`: exact ones only)."""
+    count = steps_of or (lambda r: decoding_steps(r, speculative))
     by_cell: dict[tuple, list[RequestRecord]] = defaultdict(list)
     for r in requests:
         by_cell[(r.cell_id, r.repeat, r.round)].append(r)
-    rows: list[list[float]] = []
-    used: list[RequestRecord] = []
+    out: list[tuple[RequestRecord, float, int, np.ndarray]] = []
     for reqs in by_cell.values():
-        known = [(r, decode_time(r), decoding_steps(r, speculative)) for r in reqs]
+        known = [(r, decode_time(r), count(r)) for r in reqs]
         if all(r.sent_offset_s is not None for r in reqs):
+            spans = [(r.sent_offset_s or 0.0, (r.sent_offset_s or 0.0) + r.latency_s) for r in reqs
+                     if r.latency_s is not None]
             ok = [(r, d, s) for r, d, s in known if d is not None and s and r.ttft_s is not None
                   and r.latency_s is not None]
-            sums = _server_sums([(r.sent_offset_s or 0.0, r.ttft_s or 0.0, r.latency_s or 0.0, s) for r, _, s in ok])
-            rows += [[d, s, k, n_sum, n_max] for (_, d, s), (n_sum, n_max) in zip(ok, sums, strict=True)]
-            used += [r for r, _, _ in ok]
+            counts = _server_counts(spans, [(r.sent_offset_s or 0.0, r.ttft_s or 0.0, r.latency_s or 0.0, s)
+                                            for r, _, s in ok])
+            out += [(r, float(d or 0.0), int(s or 0), n) for (r, d, s), n in zip(ok, counts, strict=True)]
             continue
         for i in range(0, len(known), max(1, batch_size)):
             batch = known[i:i + max(1, batch_size)]
             if any(d is None or not s for _, d, s in batch):
                 continue  # a request of the batch without steps: its neighbours' n are unknown
-            steps = [int(s or 0) for _, _, s in batch]
-            rows += [[float(d or 0.0), s, k, n_sum, len([o for o in steps if o >= 1])]
-                     for (_, d, _), s, n_sum in zip(batch, steps, _batch_sums(steps), strict=True)]
-            used += [r for r, _, _ in batch]
-    return np.array(rows, float).reshape(-1, 5), used
+            steps = np.array([int(s or 0) for _, _, s in batch])
+            out += [(r, float(d or 0.0), int(s), (steps[None, :] > np.arange(s)[:, None]).sum(axis=1))
+                    for (r, d, _), s in zip(batch, steps.tolist(), strict=True)]
+    return out
+
+
+def step_rows(requests: Sequence[RequestRecord], batch_size: int, k: int,
+              speculative: bool) -> tuple[np.ndarray, list[RequestRecord]]:
+    """One row ``[D, s, K, N, largest n]`` per request whose decode time and steps are known (see the
+    module docstring for N), and those requests in the rows' order."""
+    known = running_per_step(requests, batch_size, speculative)
+    rows = [[d, s, k, float(n.sum()), int(n.max())] for _, d, s, n in known]
+    return np.array(rows, float).reshape(-1, 5), [r for r, _, _, _ in known]
 
 
 def design(rows: np.ndarray, with_k: bool, with_n: bool) -> np.ndarray:

@@ -69,6 +69,11 @@ def validate_schedule(schedule: Any, num_speculative_tokens: int | None = None,
     return problems
 
 
+def drafts_nothing(schedule: Sequence[Sequence[int]] | None) -> bool:
+    """A schedule of K = 0 at every batch size: the drafter loaded, no drafts (None: no schedule)."""
+    return schedule is not None and all(e[2] == 0 for e in schedule)
+
+
 def expand_schedule(schedule: Sequence[Sequence[int]], max_num_seqs: int, num_speculative_tokens: int) -> list[int]:
     """vLLM's dense lookup: index ``b`` (1..max_num_seqs) holds the K a step of ``b`` requests gets
     (index 0 unused). A gap inherits the previous range's K, the tail the last range's; every K is

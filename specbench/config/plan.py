@@ -63,6 +63,8 @@ class Cell(BaseModel):
     # The prompts' requested length (a dataset's input_tokens): the cell runs that length's prompts only, and
     # its group is the input_tokens slice of the plain group (specbench.results.slices).
     input_tokens: int | None = None
+    # vLLM's dynamic speculative decoding: the method's [[lo, hi, K], ...] (K by the batch size of each step).
+    schedule: list[tuple[int, int, int]] | None = None
 
     @property
     def method_family(self) -> str:
@@ -310,6 +312,8 @@ def expand(suite: Suite) -> Plan:
             extra = m.speculative_config if not isinstance(m.schedule, list) else {
                 **m.speculative_config, "num_speculative_tokens_per_batch_size": m.schedule}  # vLLM's dynamic SD
             spec_cfg = info.speculative_config(k, m.speculator, extra)
+            sched = (spec_cfg or {}).get("num_speculative_tokens_per_batch_size")
+            sched = [tuple(int(x) for x in e) for e in sched] if sched else None
             engines.append(
                 EngineConfig(key=key, target=t, method=m, vllm_method=info.vllm_method, speculative_config=spec_cfg)
             )
@@ -334,6 +338,7 @@ def expand(suite: Suite) -> Plan:
                                 family=family if family != m.label else None,
                                 stop=None if temp == sampled_t and sampled_loads else (m.stop or suite.stop),
                                 input_tokens=length,
+                                schedule=sched,
                             )
                             cells.append(cell.model_copy(update={"cell_id": f"{cell.group_id}/r{r}"}))
     return Plan(suite_name=suite.name, engines=engines, cells=cells, run=run_decisions(suite))

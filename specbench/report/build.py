@@ -379,9 +379,10 @@ def time_section(manifest: RunManifest | None) -> Section | None:
 
 
 def build_report(summary: RunSummary, manifest: RunManifest | None = None, *, markdown: bool = True,
-                 ab: Section | None = None) -> list[Block]:
+                 ab: Section | None = None, schedule: Section | None = None) -> list[Block]:
     """The report as a list of blocks (shared by the Markdown and HTML writers); ``ab``: an A/B run's
-    section (:func:`specbench.report.ab.ab_section`), its answer, first."""
+    section (:func:`specbench.report.ab.ab_section`), its answer, first; ``schedule``: the run's schedule
+    file (:func:`specbench.report.schedule.schedule_section`), after the K sweeps."""
     refs = Refs()
     blocks: list[Block] = [*_header(summary, manifest), _overview(summary)]
     blocks += [ab] if ab is not None else []
@@ -391,7 +392,7 @@ def build_report(summary: RunSummary, manifest: RunManifest | None = None, *, ma
     loops = degenerate_section(summary)
     blocks += [loops] if loops is not None else []
     for section in (steps_section(summary), input_length_section(summary), category_section(summary),
-                    turn_section(summary), k_sweep_section(summary),
+                    turn_section(summary), k_sweep_section(summary), schedule,
                     verification_section(summary), stopping_section(summary), _accuracy(summary),
                     _equivalence(summary), _serving(summary, markdown), _cross_check(summary)):
         if section is not None:

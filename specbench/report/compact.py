@@ -24,7 +24,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from specbench.report.document import Block, Para, Section, Table
-from specbench.report.markdown import _md_blocks
+from specbench.report.markdown import md_blocks
 from specbench.report.quality import equivalence_entries
 from specbench.report.terminal import TAU_ONLY, TAU_ONLY_NOTE, headline_looped, headline_verdict, with_k
 from specbench.results.degeneracy import MARK_NOTE, mark
@@ -150,7 +150,7 @@ def _tables(blocks: list[Block]) -> list[Table]:
 
 
 def _text(summary: RunSummary, blocks: list[Block]) -> str:
-    lines = [f"# specbench · {summary.suite_name} (summary)", "", *_md_blocks(blocks)]
+    lines = [f"# specbench · {summary.suite_name} (summary)", "", *md_blocks(blocks)]
     while lines and lines[-1] == "":
         lines.pop()
     return "\n".join(lines) + "\n"

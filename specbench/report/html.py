@@ -27,6 +27,7 @@ from specbench.report.plots import make_figures
 from specbench.results import rundir
 from specbench.results.ab import is_ab_run, read_ab
 from specbench.results.manifest import RunManifest
+from specbench.results.schedule import read_schedule, schedule_path
 from specbench.results.summary import RunSummary
 
 _ENV = jinja2.Environment(
@@ -103,11 +104,11 @@ def _suite_yaml(manifest: RunManifest | None) -> str | None:
 
 
 def render_html(summary: RunSummary, manifest: RunManifest | None = None, figures: dict[str, bytes] | None = None,
-                ab: Section | None = None) -> str:
+                ab: Section | None = None, schedule: Section | None = None) -> str:
     """The report as one HTML page. ``figures`` defaults to :func:`make_figures` of the summary."""
     if figures is None:
         figures = make_figures(summary)
-    blocks = [c for c in (_ctx(b) for b in build_report(summary, manifest, markdown=False, ab=ab)) if c is not None]
+    blocks = [c for c in (_ctx(b) for b in build_report(summary, manifest, markdown=False, ab=ab, schedule=schedule)) if c is not None]
     head = [b for b in blocks if b["kind"] != "section"]
     sections = [b for b in blocks if b["kind"] == "section"]
     figs = [{"id": f"fig-{name}", "title": TITLES.get(name, name), "name": name,
@@ -161,8 +162,13 @@ def write_reports(run_dir: Path, out_dir: Path | None = None, *, summary: RunSum
         result = read_ab(run_dir, ABResult)
         section, png = ab_section(result), ab_figure(result)
         figures = {**({"ab": png} if png is not None else {}), **make_figures(summary)}
-    md.write_text(render_markdown(summary, manifest, ab=section), encoding="utf-8")
-    html.write_text(render_html(summary, manifest, figures, ab=section), encoding="utf-8")
+    sched = None
+    if schedule_path(run_dir).exists():  # the run's schedule file (`specbench schedule`, or a scheduled method's run)
+        from specbench.report.schedule import schedule_section
+
+        sched = schedule_section(read_schedule(schedule_path(run_dir)))
+    md.write_text(render_markdown(summary, manifest, ab=section, schedule=sched), encoding="utf-8")
+    html.write_text(render_html(summary, manifest, figures, ab=section, schedule=sched), encoding="utf-8")
     out = {"markdown": md, "html": html}
     from specbench.report.compact import SUFFIX, render_compact
 

@@ -29,11 +29,11 @@ def _md_table(t: Table) -> list[str]:
     return lines
 
 
-def _md_blocks(blocks: list[Block]) -> list[str]:
+def md_blocks(blocks: list[Block]) -> list[str]:
     out: list[str] = []
     for b in blocks:
         if isinstance(b, Section):
-            out += ["#" * b.level + " " + b.title, ""] + _md_blocks(b.blocks)
+            out += ["#" * b.level + " " + b.title, ""] + md_blocks(b.blocks)
             continue
         if isinstance(b, Para):
             out.append(b.text)
@@ -43,7 +43,7 @@ def _md_blocks(blocks: list[Block]) -> list[str]:
         elif isinstance(b, Table):
             out += _md_table(b)
         elif isinstance(b, Details):
-            out += ["<details>", f"<summary>{_html_escape(b.summary)}</summary>", ""] + _md_blocks(b.blocks)
+            out += ["<details>", f"<summary>{_html_escape(b.summary)}</summary>", ""] + md_blocks(b.blocks)
             out.append("</details>")
         elif isinstance(b, Raw):
             out.append(b.markdown.rstrip())
@@ -55,9 +55,10 @@ def _html_escape(s: str) -> str:
     return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def render_markdown(summary: RunSummary, manifest: RunManifest | None = None, ab: Section | None = None) -> str:
+def render_markdown(summary: RunSummary, manifest: RunManifest | None = None, ab: Section | None = None,
+                    schedule: Section | None = None) -> str:
     """The run report as GitHub-flavoured Markdown (deterministic)."""
-    lines = [f"# specbench · {summary.suite_name}", ""] + _md_blocks(build_report(summary, manifest, ab=ab))
+    lines = [f"# specbench · {summary.suite_name}", ""] + md_blocks(build_report(summary, manifest, ab=ab, schedule=schedule))
     while lines and lines[-1] == "":
         lines.pop()
     return "\n".join(lines) + "\n"

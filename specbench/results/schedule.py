@@ -115,13 +115,51 @@ class MethodSchedule(_Model):
     candidate_ks: list[int]
     num_speculative_tokens_per_batch_size: list[tuple[int, int, int]]
     ranges: list[ScheduleRange]
-    stops_paying_at: int | None = Field(None, description="the smallest batch size whose best K is 0 (None: "
-                                                          "speculation pays at every batch size measured)")
+    stops_paying_at: int | None = Field(None, description="the smallest batch size where no K's predicted speedup "
+                                                          "reaches 1 (None: speculation pays at every batch size "
+                                                          "measured)")
     method_step_model: StepModel
     baseline_step_model: StepModel
     grid: list[SpeedupCell]
     notes: list[str] = Field(default_factory=list)
     speculative_config: dict[str, Any] = Field(description="the keys to add to the method's speculative_config")
+
+
+class LoadArm(_Model):
+    """One way of running the method at one load: a fixed K (0: the drafter loaded, no drafts) or the schedule."""
+
+    label: str
+    k: int | None = Field(description="the fixed K; None for the schedule")
+    group_id: str
+    tokens_per_step: Estimate | None = None
+    tpot_s: Estimate | None = None
+    speedup: Estimate | None = Field(None, description="measured over the baseline at this load (no drafter)")
+    predicted_speedup: Estimate | None = Field(None, description="the step-time model's, at the load's batch size")
+
+
+class ScheduleLoadCheck(_Model):
+    """A scheduled method against the same drafter at each fixed K, at one load of the run (issue 37)."""
+
+    target: str
+    method: str = Field(description="the scheduled method's label")
+    family: str | None = Field(None, description="the fixed-K method its schedule is judged against")
+    dataset: str
+    temperature: float
+    batch_size: int
+    request_rate: float | None = None
+    schedule: list[tuple[int, int, int]]
+    model_batch_size: int | None = Field(None, description="the batch size the predictions are read at (a rate "
+                                                           "load: its mean requests per step)")
+    arms: list[LoadArm]
+    best_fixed_k: int | None = Field(None, description="the fixed K with the highest measured speedup")
+    within_best: bool | None = Field(None, description="the schedule's measured speedup lies inside the best "
+                                                       "fixed K's interval")
+    drafted_per_step: float | None = Field(None, description="the schedule's draft tokens per decoding step, "
+                                                             "from vLLM's per-request metrics")
+    drafted_per_step_expected: float | None = Field(None, description="what the schedule gives each step's "
+                                                                      "batch size (requests in the engine then)")
+    k_share: dict[int, float] = Field(default_factory=dict, description="share of decoding steps at each K, measured")
+    k_share_expected: dict[int, float] = Field(default_factory=dict)
 
 
 class ScheduleFile(_Model):
@@ -131,6 +169,8 @@ class ScheduleFile(_Model):
     predictions: list[KPrediction]
     schedules: list[MethodSchedule]
     skipped: list[str] = Field(default_factory=list, description="workloads without a schedule, and why")
+    checks: list[ScheduleLoadCheck] = Field(default_factory=list, description="scheduled methods the run measured, "
+                                                                             "per load, against the fixed Ks")
 
 
 def schedule_path(run_dir: Path) -> Path:

@@ -164,13 +164,13 @@ def test_the_headline_and_terminal_mark_a_verdict_resting_on_loops(three: RunSum
 
 def test_k_sweeps_category_matrix_and_input_length_tables_mark_loops(three: RunSummary) -> None:
     from specbench.report.input_length import input_length_section
-    from specbench.report.markdown import _md_blocks
+    from specbench.report.markdown import md_blocks
     from specbench.report.method_comparison import k_sweep_section
     from specbench.report.workloads import category_section
 
     swept = _run(3, (("baseline", None, None), ("eagle3-k2", 2, "eagle3"), ("eagle3-k3", 3, "eagle3")))
     assert swept.k_sweeps
-    text = "\n".join(_md_blocks([k_sweep_section(swept)]))  # type: ignore[list-item]
+    text = "\n".join(md_blocks([k_sweep_section(swept)]))  # type: ignore[list-item]
     assert degeneracy.MARK_NOTE in text
     rows = [line for line in text.splitlines() if line.startswith("| t | d | 0 | eagle3 |")]
     points, best = [r for r in rows if r.count("|") == 12], [r for r in rows if r.count("|") == 8]
@@ -181,16 +181,16 @@ def test_k_sweeps_category_matrix_and_input_length_tables_mark_loops(three: RunS
     cell = CategoryCell(target="t", dataset="d", temperature=0.0, batch_size=1, method="eagle3", method_kind="eagle3",
                         k=3, group_id=g.group_id, category="math", n_prompts=10, tau=g.tau)
     matrix = three.model_copy(update={"extra": three.extra.model_copy(update={"category_matrix": [cell]})})
-    assert degeneracy.MARK in "\n".join(_md_blocks([category_section(matrix)]))  # type: ignore[list-item]
+    assert degeneracy.MARK in "\n".join(md_blocks([category_section(matrix)]))  # type: ignore[list-item]
     clean = _run(0)
     cell0 = cell.model_copy(update={"group_id": _g(clean, "eagle3").group_id})
     clean_matrix = clean.model_copy(update={"extra": clean.extra.model_copy(update={"category_matrix": [cell0]})})
-    assert degeneracy.MARK not in "\n".join(_md_blocks([category_section(clean_matrix)]))  # type: ignore[list-item]
+    assert degeneracy.MARK not in "\n".join(md_blocks([category_section(clean_matrix)]))  # type: ignore[list-item]
     from specbench.results.slices import Slice
 
     sliced = three.model_copy(update={"groups": [x.model_copy(update={"slice": Slice(input_tokens=512)})
                                                  for x in three.groups]})
-    text = "\n".join(_md_blocks([input_length_section(sliced)]))  # type: ignore[list-item]
+    text = "\n".join(md_blocks([input_length_section(sliced)]))  # type: ignore[list-item]
     assert degeneracy.MARK_NOTE in text
     assert all(degeneracy.MARK in line for line in text.splitlines() if line.startswith(("| eagle3", "| dflash")))
 

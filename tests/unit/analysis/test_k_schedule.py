@@ -208,3 +208,94 @@ def _vllm_lookup():
                                    [[1, 3, 2], [4, 40, 0]], [[9, 12, 1], [1, 8, 3]]])
 def test_expansion_matches_vllms_own_lookup(sched):
     assert expand_schedule(sched, 20, 3) == _vllm_lookup()(sched, 20, 3)
+
+
+# -- K = 0 with the drafter loaded, and a schedule checked on the engine's records --------------------
+
+SLOW_M = (0.014, 0.001, 0.002, 0.004)  # the drafter loaded costs 4 ms a step even at K = 0
+
+
+def _off_arm(cell: str, batch: int, batches: int) -> list[RequestRecord]:
+    """K = 0 with the drafter loaded: one token a step, no drafts, at SLOW_M's K = 0 time."""
+    out = []
+    for b in range(batches):
+        steps = [8 + 4 * i + b for i in range(batch)]
+        out += [_baseline(cell, f"p{b}-{i}", s + 1, d)
+                for i, (s, d) in enumerate(zip(steps, _lockstep(steps, 0, SLOW_M), strict=True))]
+    return out
+
+
+def test_a_measured_k0_is_not_taken_as_free():
+    """A group run with the drafter loaded and a schedule of zeros enters the step model at K = 0: its
+    predicted speedup is the baseline's step time over its own (here below 1), and where no K reaches 1
+    speculation stops paying even though K = 0 is not the best."""
+    groups = {k: _group(f"t/e-k{k}/d/T0/b4", f"e-k{k}", "eagle3", k, 4, family="e") for k in (1, 3)}
+    off = _group("t/e-off/d/T0/b4", "e-off", "eagle3", 3, 4).model_copy(update={"schedule": [(1, 4, 0)]})
+    gb = _group("t/baseline/d/T0/b4", "baseline", "baseline", None, 4)
+    reqs: dict[str, list[RequestRecord]] = {gb.group_id: _base_arm("cb", 4, 3), off.group_id: _off_arm("co", 4, 3)}
+    for k, g in groups.items():
+        arm = _arm(f"c{k}", k, 4, 3)
+        for r in arm:  # SLOW_M's times
+            steps = r.steps.accepted if r.steps else []
+            r.latency_s = (r.ttft_s or 0) + (r.latency_s or 0) - (r.ttft_s or 0) + (SLOW_M[0] - TRUE_M[0]) * len(steps)
+        reqs[g.group_id] = arm
+    sf = k_schedule.schedules("r", "s", [*groups.values(), off, gb], reqs)
+    (s,) = sf.schedules
+    assert 0 in s.method_step_model.ks and s.method_step_model.a == pytest.approx(SLOW_M[0])
+    for cell in s.grid:
+        if cell.k == 0:
+            n = cell.batch_size
+            assert cell.speedup.value == pytest.approx(_t(TRUE_B, 0, n) / _t(SLOW_M, 0, n))
+    assert any("K = 0 (the drafter loaded, no drafts) measured" in note for note in s.notes)
+    best = {c.batch_size: max(x.speedup.value or 0 for x in s.grid if x.batch_size == c.batch_size) for c in s.grid}
+    assert s.stops_paying_at == min((n for n, v in best.items() if v < 1), default=None)
+    assert not sf.skipped  # the K = 0 group is the family's, not a workload of its own
+
+
+def _scheduled(cell: str, schedule: list[tuple[int, int, int]], honour: bool) -> list[RequestRecord]:
+    """One lockstep batch of 4 (steps 8, 12, 16, 20) whose step j drafts what ``schedule`` gives the
+    requests still running then (``honour``), or always K = 3; every draft accepted half (rounded down)."""
+    steps = [8, 12, 16, 20]
+    dense = expand_schedule(schedule, 4, 3)
+    out = []
+    for i, s in enumerate(steps):
+        ks = [dense[sum(o > j for o in steps)] if honour else 3 for j in range(s)]
+        drafted = [k for k in ks if k > 0]
+        acc = [k // 2 for k in drafted]
+        committed = sum(a + 1 for a in acc) + (len(ks) - len(drafted))
+        hist = [0] * 4
+        for a in acc:
+            hist[a] += 1
+        out.append(RequestRecord(
+            run_id="r", cell_id=cell, engine_key="s", prompt_id=f"p{i}", prompt_tokens=5,
+            output_token_ids=list(range(committed + 1)), output_text="x", ttft_s=0.01, latency_s=0.01 + 0.01 * s,
+            spec=counters.from_request(hist, sum(drafted), 3),
+            steps=StepTrace(drafted=drafted, accepted=acc, complete=False, source="vllm")))
+    return out
+
+
+@pytest.mark.parametrize("honour", [True, False])
+def test_the_schedule_check_sets_each_fixed_k_beside_the_schedule_and_sees_whether_vllm_honoured_it(honour):
+    from specbench.analysis.schedule_check import check_schedules
+
+    sched = [(1, 2, 1), (3, 4, 3)]
+    sp = {1: (1.10, 1.05, 1.15), 3: (1.30, 1.20, 1.40)}
+    fixed = [_group(f"t/e-k{k}/d/T0/b4", f"e-k{k}", "eagle3", k, 4, family="e").model_copy(
+        update={"speedup": Estimate(value=v, ci_low=lo, ci_high=hi)}) for k, (v, lo, hi) in sp.items()]
+    off = _group("t/e-off/d/T0/b4", "e-off", "eagle3", 3, 4).model_copy(
+        update={"schedule": [(1, 4, 0)], "speedup": Estimate(value=0.8, ci_low=0.75, ci_high=0.85)})
+    g = _group("t/e-sched/d/T0/b4", "e-sched", "eagle3", 3, 4).model_copy(
+        update={"schedule": sched, "speedup": Estimate(value=1.25, ci_low=1.2, ci_high=1.3)})
+    (c,) = check_schedules([*fixed, off, g], [], {g.group_id: _scheduled("cs", sched, honour)})
+    assert [a.label for a in c.arms] == ["K=0 (drafter, no drafts)", "K=1", "K=3", "schedule"]
+    assert c.family == "e" and c.best_fixed_k == 3 and c.within_best is True and c.model_batch_size == 4
+    # steps by hand: 56 steps; n = 4 for j < 8, 3 for j < 12 (K = 3), 2 then 1 (K = 1)
+    steps = [8, 12, 16, 20]
+    want = [expand_schedule(sched, 4, 3)[sum(o > j for o in steps)] for s in steps for j in range(s)]
+    assert c.drafted_per_step_expected == pytest.approx(sum(want) / len(want))
+    assert c.k_share_expected == pytest.approx({k: want.count(k) / len(want) for k in set(want)})
+    if honour:
+        assert c.drafted_per_step == pytest.approx(c.drafted_per_step_expected)
+        assert c.k_share == pytest.approx(c.k_share_expected)
+    else:
+        assert c.drafted_per_step == pytest.approx(3.0) and c.k_share == {3: 1.0}

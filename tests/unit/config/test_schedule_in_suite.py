@@ -65,3 +65,21 @@ def test_what_vllm_would_refuse_or_change_exits_2_at_its_line(tmp_path: Path, sc
     res = CliRunner().invoke(app, ["validate", str(path)])
     assert res.exit_code == 2, res.output
     assert f"{path}:11: targets[0].methods[0].schedule: {says}" in res.output.replace("\n", ""), res.output
+
+
+def test_synthetic_acceptance_on_cpu_exits_2_saying_vllm_cpu_refuses_it(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(SUITE.replace(
+        "        schedule: {schedule}\n",
+        "        speculative_config: {rejection_sample_method: synthetic, synthetic_acceptance_length: 2.5}\n"))
+    res = CliRunner().invoke(app, ["validate", str(path)])
+    assert res.exit_code == 2, res.output
+    out = res.output.replace("\n", "")
+    assert f"{path}:11: targets[0].methods[0].speculative_config.rejection_sample_method:" in out, res.output
+    assert "Synthetic acceptance not supported with CPU sampling" in out
+
+
+def test_a_scheduled_method_carries_its_schedule_into_its_cells_and_groups(tmp_path: Path) -> None:
+    suite = load_suite(_write(tmp_path, "[[1, 2, 3], [3, 256, 0]]"))
+    cells = expand(suite).cells
+    assert cells and all(c.schedule == [(1, 2, 3), (3, 256, 0)] for c in cells)

@@ -11,7 +11,7 @@ from support.paths import FIXTURES
 from specbench.cli import closing_tables
 from specbench.report.compact import render_compact
 from specbench.report.document import Refs
-from specbench.report.markdown import _md_blocks
+from specbench.report.markdown import md_blocks
 from specbench.report.method_comparison import headline_section
 from specbench.report.terminal import TAU_ONLY, TAU_ONLY_NOTE, closing_rows, headline_rows
 from specbench.results.manifest import RunManifest
@@ -94,7 +94,7 @@ def test_compact_summary_counts_and_names_tau_only_rows():
 
 def test_report_headline_marks_tau_only_rows():
     s = _summary()
-    text = "\n".join(_md_blocks([headline_section(s, Refs())]))
+    text = "\n".join(md_blocks([headline_section(s, Refs())]))
     assert TAU_ONLY_NOTE in text
     lines = [line for line in text.splitlines() if line.startswith("| ")]
     assert sum("| τ only |" in line for line in lines) == 2
