@@ -37,7 +37,8 @@ def _load(g: GroupSummary) -> tuple:
 def _predicted(ms: MethodSchedule | None, k: int, n: int | None) -> Estimate | None:
     if ms is None or n is None:
         return None
-    return next((c.speedup for c in ms.grid if c.k == k and c.batch_size == min(n, ms.grid[-1].batch_size)), None)
+    at = min(n, max((c.batch_size for c in ms.grid), default=n))  # past the model's batch sizes: its largest
+    return next((c.speedup for c in ms.grid if c.k == k and c.batch_size == at), None)
 
 
 def _arm(label: str, k: int | None, g: GroupSummary, predicted: Estimate | None) -> LoadArm:
@@ -52,18 +53,20 @@ def fewest_steps(r: RequestRecord) -> int | None:
     return s.steps[0] if s is not None and s.steps[0] > 0 else None
 
 
-def k_shares(g: GroupSummary, requests: Sequence[RequestRecord], k_max: int) -> tuple[
+Known = Sequence[tuple[RequestRecord, float, int, np.ndarray]]
+
+
+def k_shares(schedule: Sequence[Sequence[int]], known: Known, k_max: int) -> tuple[
         dict[int, float], dict[int, float], float | None, float | None]:
-    """(measured share of steps at each K, expected share, measured and expected draft tokens per step)."""
-    assert g.schedule is not None
+    """(measured share of steps at each K, expected share, measured and expected draft tokens per step)
+    of a scheduled group's requests with their steps' batch sizes (:func:`step_model.running_per_step`)."""
     seen: Counter[int] = Counter()
     want: Counter[int] = Counter()
     drafted = expected = 0.0
     steps_total = 0
-    known = step_model.running_per_step(requests, g.batch_size, True, steps_of=fewest_steps)
     if not known:
         return {}, {}, None, None
-    dense = expand_schedule(g.schedule, max(int(max(n.max() for *_, n in known)), 1), k_max)
+    dense = expand_schedule(schedule, max(int(max(n.max() for *_, n in known)), 1), k_max)
     for r, _, s, n in known:
         trace = r.steps
         if trace is None:
@@ -84,11 +87,10 @@ def k_shares(g: GroupSummary, requests: Sequence[RequestRecord], k_max: int) -> 
             drafted / steps_total, expected / steps_total)
 
 
-def _model_batch_size(g: GroupSummary, requests: Sequence[RequestRecord]) -> int | None:
+def _model_batch_size(g: GroupSummary, known: Known) -> int | None:
     """The load's batch size for the model: its concurrency, or for a rate load its mean requests per step."""
     if g.request_rate is None:
         return g.batch_size
-    known = step_model.running_per_step(requests, g.batch_size, True, steps_of=fewest_steps)
     n = [x for *_, arr in known for x in arr.tolist()]
     return max(1, round(float(np.mean(n)))) if n else None
 
@@ -108,20 +110,23 @@ def check_schedules(groups: Sequence[GroupSummary], schedules: Sequence[MethodSc
         family = families.pop() if len(families) == 1 else None
         ms = next((s for s in schedules if family is not None and (s.target, s.method, s.dataset, s.temperature)
                    == (g.target, family, g.dataset, g.temperature)), None)
-        reqs = group_requests.get(g.group_id, [])
-        n_model = _model_batch_size(g, reqs)
+        known = step_model.running_per_step(group_requests.get(g.group_id, []), g.batch_size, True,
+                                            steps_of=fewest_steps)
+        n_model = _model_batch_size(g, known)
         arms = [_arm("K=0 (drafter, no drafts)", 0, off[0], _predicted(ms, 0, n_model))] if len(off) == 1 else []
         arms += [_arm(f"K={k}", k, fixed[k], _predicted(ms, k, n_model)) for k in sorted(fixed)]
         k_max = g.k or 0
         sched_k = expand_schedule(g.schedule, max(n_model or 1, 1), k_max)[n_model] if n_model else None
         arms.append(_arm("schedule", None, g, _predicted(ms, sched_k, n_model) if sched_k is not None else None))
-        measured = [a for a in arms if a.k is not None and a.speedup is not None and a.speedup.value is not None]
-        best = max(measured, key=lambda a: a.speedup.value or 0.0) if measured else None  # type: ignore[union-attr]
+        measured = [(a.speedup, a) for a in arms if a.k is not None and a.speedup is not None
+                    and a.speedup.value is not None]
+        top = max(measured, key=lambda m: m[0].value or 0.0) if measured else None
+        best = top[1] if top else None
         within = None
-        if best is not None and best.speedup is not None and g.speedup is not None and g.speedup.value is not None:
-            lo, hi = best.speedup.ci_low, best.speedup.ci_high
+        if top is not None and g.speedup is not None and g.speedup.value is not None:
+            lo, hi = top[0].ci_low, top[0].ci_high
             within = lo is not None and hi is not None and lo <= g.speedup.value <= hi
-        share, share_want, drafted, drafted_want = k_shares(g, reqs, k_max)
+        share, share_want, drafted, drafted_want = k_shares(g.schedule, known, k_max)
         out.append(ScheduleLoadCheck(
             target=g.target, method=g.method, family=family, dataset=g.dataset, temperature=g.temperature,
             batch_size=g.batch_size, request_rate=g.request_rate, schedule=list(g.schedule),
