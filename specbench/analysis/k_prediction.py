@@ -112,7 +112,8 @@ def _workload(g: GroupSummary) -> tuple:
 
 def _usable(g: GroupSummary) -> bool:
     return (g.status in ("ok", "partial") and g.method_kind != "baseline" and g.k is not None and g.k > 0
-            and g.n_requests > 0 and g.slice is None and g.schedule is None)  # a schedule mixes Ks
+            and g.n_requests > 0 and g.slice is None and g.schedule is None  # a schedule mixes Ks
+            and g.lossy is None)
 
 
 def predict_workload(source: GroupSummary, requests: Sequence[RequestRecord],

@@ -49,7 +49,8 @@ def family(g: GroupSummary) -> str:
 
 
 def _usable(g: GroupSummary) -> bool:
-    return g.status in ("ok", "partial") and g.method_kind != "baseline" and g.n_requests > 0
+    """A group the headline compares: measured, speculative, and lossless (a lossy group's speedup is no drafter's)."""
+    return g.status in ("ok", "partial") and g.method_kind != "baseline" and g.n_requests > 0 and g.lossy is None
 
 
 def _rate(g: GroupSummary) -> float:

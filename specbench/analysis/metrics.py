@@ -470,6 +470,7 @@ def summarize_groups(
             batch_size=c0.batch_size,
             request_rate=c0.request_rate,
             schedule=c0.schedule,
+            lossy=c0.lossy,
             status=_group_status(statuses),
             reasons=sorted({ln.reason for ln in lines if ln.reason and ln.status != "ok"}),
             cells=lines,

@@ -98,7 +98,8 @@ def _model_batch_size(g: GroupSummary, known: Known) -> int | None:
 def check_schedules(groups: Sequence[GroupSummary], schedules: Sequence[MethodSchedule],
                     group_requests: Mapping[str, Sequence[RequestRecord]]) -> list[ScheduleLoadCheck]:
     """One :class:`ScheduleLoadCheck` per scheduled group that drafts (see the module docstring)."""
-    ok = [g for g in groups if g.slice is None and g.status in ("ok", "partial") and g.n_requests > 0]
+    ok = [g for g in groups if g.slice is None and g.status in ("ok", "partial") and g.n_requests > 0
+          and g.lossy is None]
     out: list[ScheduleLoadCheck] = []
     for g in ok:
         if g.schedule is None or drafts_nothing(g.schedule):

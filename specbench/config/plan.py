@@ -44,6 +44,10 @@ class EngineConfig(BaseModel):
     speculative_config: VllmPassthrough | None
 
 
+#: A cell's ``lossy`` under vLLM's synthetic acceptance (``rejection_sample_method: synthetic``).
+SYNTHETIC = "synthetic acceptance (drafts accepted at set rates, never checked against the target)"
+
+
 class Cell(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -65,6 +69,9 @@ class Cell(BaseModel):
     input_tokens: int | None = None
     # vLLM's dynamic speculative decoding: the method's [[lo, hi, K], ...] (K by the batch size of each step).
     schedule: list[tuple[int, int, int]] | None = None
+    # Why the method's outputs may differ from the target's by construction (None: lossless), e.g.
+    # synthetic acceptance: its speedup maps the hardware, it is no drafter's.
+    lossy: str | None = None
 
     @property
     def method_family(self) -> str:
@@ -314,6 +321,7 @@ def expand(suite: Suite) -> Plan:
             spec_cfg = info.speculative_config(k, m.speculator, extra)
             sched = (spec_cfg or {}).get("num_speculative_tokens_per_batch_size")
             sched = [tuple(int(x) for x in e) for e in sched] if sched else None
+            lossy = SYNTHETIC if (spec_cfg or {}).get("rejection_sample_method") == "synthetic" else None
             engines.append(
                 EngineConfig(key=key, target=t, method=m, vllm_method=info.vllm_method, speculative_config=spec_cfg)
             )
@@ -339,6 +347,7 @@ def expand(suite: Suite) -> Plan:
                                 stop=None if temp == sampled_t and sampled_loads else (m.stop or suite.stop),
                                 input_tokens=length,
                                 schedule=sched,
+                                lossy=lossy,
                             )
                             cells.append(cell.model_copy(update={"cell_id": f"{cell.group_id}/r{r}"}))
     return Plan(suite_name=suite.name, engines=engines, cells=cells, run=run_decisions(suite))

@@ -546,7 +546,8 @@ def evaluate_gate(new: RunSummary, baseline: RunSummary | ExpectedValues, rules:
                                        passed=not failed, message=_describe(gid, c, limit, failed), change=c))
 
     eq_groups = {gid: g for gid, g in gated_new.items()
-                 if rules.for_group(gid).equivalence is not None and equivalence_verdict(g) is not None and _measured(g)}
+                 if rules.for_group(gid).equivalence is not None and equivalence_verdict(g) is not None and _measured(g)
+                 and g.lossy is None}  # a lossy group diverges by construction (its report says why)
     # Sampled tests are p-values at their own α each: family-wise, a divergence counts only at α / m over
     # the m sampled tests gated (Bonferroni, as the metric comparisons are), so that an unchanged suite
     # with many sampled groups still passes >= `confidence` of the time. Greedy divergence is not a test.

@@ -213,6 +213,7 @@ def _method_table(groups: list[GroupSummary], show_t: bool, show_load: bool, ref
     for g in sorted(groups, key=lambda g: (g.temperature, _load_key(g))):
         n = g.n_requests
         name = g.method if g.status == "ok" else f"{g.method} ({g.status})"
+        name += " (lossy)" if g.lossy else ""
         row = [name, str(g.k) if g.k is not None else "–"]
         row += [f"{g.temperature:g}"] if show_t else []
         row += [fmt_load(g)] if show_load else []
@@ -239,6 +240,10 @@ def _method_table(groups: list[GroupSummary], show_t: bool, show_load: bool, ref
             notes.append(f"{g.method} (load {fmt_load(g)}): partial, some cells did not finish; see below.")
     if any(rests_on_loops([g]) and g.tau is not None for g in groups):
         notes.append(f"{MARK_NOTE}; τ without them: see Outputs behind the numbers.")
+    for why in dict.fromkeys(g.lossy for g in groups if g.lossy):
+        notes.append(f"(lossy): {why}. Its τ and speedup map the hardware against the acceptance it was set to; "
+                     "they are no drafter's, and it is left out of the headline, the schedule and the gate's "
+                     "equivalence.")
     if any(g.method_kind != "baseline" and g.status in ("ok", "partial") and g.speedup is None for g in groups):
         notes.append("Speedup and greedy match need an ok baseline group with the same temperature and load.")
     return Table(headers, rows, notes)

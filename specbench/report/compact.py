@@ -76,7 +76,7 @@ def _lossless(summary: RunSummary) -> Section | None:
     flagged: list[list[str]] = []
     for g in summary.whole_groups:
         for test, eq in equivalence_entries(g):
-            v = str(eq.get("verdict", "unknown"))
+            v = str(eq.get("verdict", "unknown")) + (" (lossy by construction)" if g.lossy else "")
             counts.setdefault((g.target, g.method), Counter())[v] += 1
             if v != "equivalent":
                 flagged.append([g.group_id, test, v])

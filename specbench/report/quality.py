@@ -60,7 +60,7 @@ def _equivalence(summary: RunSummary) -> Section | None:
             evidence = "; ".join(x for x in [_one_line(eq.get("reason"), 300) if eq.get("reason") else "",
                                              ", ".join(nums)] if x)
             rows.append([g.target, dataset_label(g.dataset, g.group_id), g.method, f"{g.temperature:g}", fmt_load(g), test,
-                         str(eq.get("verdict")), evidence or "–"])
+                         str(eq.get("verdict")) + (" (lossy by construction)" if g.lossy else ""), evidence or "–"])
     if not rows:
         return None
     blocks: list[Block] = [

@@ -71,6 +71,8 @@ class GroupSummary(BaseModel):
     request_rate: float | None = None  # Poisson load (requests/s) of server request-rate cells
     # The method's dynamic-speculation schedule [[lo, hi, K], ...] (vLLM picks K by each step's batch size).
     schedule: list[tuple[int, int, int]] | None = None
+    # Why its outputs may differ from the target's by construction (None: lossless): not a drafter's numbers.
+    lossy: str | None = None
     # The part of the group this summary covers (category, turn, input length, round; see
     # specbench.results.slices); None: the whole group. Its id is the group id's last segment.
     slice: Slice | None = None
