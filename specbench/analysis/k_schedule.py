@@ -238,7 +238,7 @@ def schedules(run_id: str, suite_name: str, groups: Sequence[GroupSummary],
         else:
             out.append(made)
     return ScheduleFile(run_id=run_id, suite_name=suite_name, predictions=preds, schedules=out, skipped=skipped,
-                        checks=check_schedules(groups, out, group_requests))
+                        checks=check_schedules(groups, out, group_requests, preds))
 
 
 def schedule_run(summary: RunSummary, requests: Sequence[RequestRecord]) -> ScheduleFile:

@@ -25,7 +25,7 @@ from specbench.analysis import step_model
 from specbench.analysis.steps import request_steps
 from specbench.config.dynamic_sd import drafts_nothing, expand_schedule
 from specbench.results.records import RequestRecord
-from specbench.results.schedule import LoadArm, MethodSchedule, ScheduleLoadCheck
+from specbench.results.schedule import KPrediction, LoadArm, MethodSchedule, ScheduleLoadCheck
 from specbench.results.summary import GroupSummary
 from specbench.stats import Estimate
 
@@ -34,16 +34,20 @@ def _load(g: GroupSummary) -> tuple:
     return (g.target, g.dataset, g.temperature, g.batch_size, g.request_rate)
 
 
-def _predicted(ms: MethodSchedule | None, k: int, n: int | None) -> Estimate | None:
-    if ms is None or n is None:
-        return None
-    at = min(n, max((c.batch_size for c in ms.grid), default=n))  # past the model's batch sizes: its largest
-    return next((c.speedup for c in ms.grid if c.k == k and c.batch_size == at), None)
+ONE = Estimate(value=1.0, ci_low=1.0, ci_high=1.0, method="exact")
 
 
-def _arm(label: str, k: int | None, g: GroupSummary, predicted: Estimate | None) -> LoadArm:
+def _arm(label: str, k: int | None, g: GroupSummary, at_k: int | None, n: int | None, ms: MethodSchedule | None,
+         pred: KPrediction | None) -> LoadArm:
+    """One way of running at this load: measured (``g``) and predicted at ``at_k`` and batch size ``n``."""
+    cell = None
+    if ms is not None and n is not None and at_k is not None:
+        at = min(n, max((c.batch_size for c in ms.grid), default=n))  # past the model's batch sizes: its largest
+        cell = next((c for c in ms.grid if c.k == at_k and c.batch_size == at), None)
+    tps = ONE if at_k == 0 else next((p.tokens_per_step for p in pred.points if p.k == at_k), None) if pred else None
     return LoadArm(label=label, k=k, group_id=g.group_id, tokens_per_step=g.tokens_per_step, tpot_s=g.tpot_s,
-                   speedup=g.speedup, predicted_speedup=predicted)
+                   speedup=g.speedup, predicted_speedup=cell.speedup if cell else None,
+                   predicted_tokens_per_step=tps, predicted_step_time_s=cell.step_time_s if cell else None)
 
 
 def fewest_steps(r: RequestRecord) -> int | None:
@@ -96,8 +100,10 @@ def _model_batch_size(g: GroupSummary, known: Known) -> int | None:
 
 
 def check_schedules(groups: Sequence[GroupSummary], schedules: Sequence[MethodSchedule],
-                    group_requests: Mapping[str, Sequence[RequestRecord]]) -> list[ScheduleLoadCheck]:
-    """One :class:`ScheduleLoadCheck` per scheduled group that drafts (see the module docstring)."""
+                    group_requests: Mapping[str, Sequence[RequestRecord]],
+                    predictions: Sequence[KPrediction] = ()) -> list[ScheduleLoadCheck]:
+    """One :class:`ScheduleLoadCheck` per scheduled group that drafts (see the module docstring);
+    ``predictions``: the run's τ(K) predictions, whose tokens per step(K) at the load the arms show."""
     ok = [g for g in groups if g.slice is None and g.status in ("ok", "partial") and g.n_requests > 0
           and g.lossy is None]
     out: list[ScheduleLoadCheck] = []
@@ -114,11 +120,14 @@ def check_schedules(groups: Sequence[GroupSummary], schedules: Sequence[MethodSc
         known = step_model.running_per_step(group_requests.get(g.group_id, []), g.batch_size, True,
                                             steps_of=fewest_steps)
         n_model = _model_batch_size(g, known)
-        arms = [_arm("K=0 (drafter, no drafts)", 0, off[0], _predicted(ms, 0, n_model))] if len(off) == 1 else []
-        arms += [_arm(f"K={k}", k, fixed[k], _predicted(ms, k, n_model)) for k in sorted(fixed)]
+        pred = next((p for p in predictions if family is not None and (
+            p.target, p.method, p.dataset, p.temperature, p.batch_size, p.request_rate) == (
+            g.target, family, g.dataset, g.temperature, g.batch_size, g.request_rate)), None)
+        arms = [_arm("K=0 (drafter, no drafts)", 0, off[0], 0, n_model, ms, pred)] if len(off) == 1 else []
+        arms += [_arm(f"K={k}", k, fixed[k], k, n_model, ms, pred) for k in sorted(fixed)]
         k_max = g.k or 0
         sched_k = expand_schedule(g.schedule, max(n_model or 1, 1), k_max)[n_model] if n_model else None
-        arms.append(_arm("schedule", None, g, _predicted(ms, sched_k, n_model) if sched_k is not None else None))
+        arms.append(_arm("schedule", None, g, sched_k, n_model, ms, pred))
         measured = [(a.speedup, a) for a in arms if a.k is not None and a.speedup is not None
                     and a.speedup.value is not None]
         top = max(measured, key=lambda m: m[0].value or 0.0) if measured else None

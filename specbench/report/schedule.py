@@ -69,19 +69,22 @@ def check_tables(sf: ScheduleFile) -> list[Table]:
         head = [c.target, c.method, c.dataset, f"{c.temperature:g}", _load(c)]
         for a in c.arms:
             best = "best fixed" if a.k is not None and a.k == c.best_fixed_k else ""
-            arms.append([*head, a.label, _est(a.tokens_per_step), _ms(a.tpot_s), _est(a.speedup),
-                         _est(a.predicted_speedup), best])
+            tpot = "–" if a.predicted_tpot_s is None else f"{a.predicted_tpot_s * 1e3:.2f}"
+            arms.append([*head, a.label, _est(a.tokens_per_step), _est(a.predicted_tokens_per_step), _ms(a.tpot_s),
+                         tpot, _est(a.speedup), _est(a.predicted_speedup), best])
         d = "–" if c.drafted_per_step is None else f"{c.drafted_per_step:.2f}"
         w = "–" if c.drafted_per_step_expected is None else f"{c.drafted_per_step_expected:.2f}"
         inside = "–" if c.within_best is None else ("yes" if c.within_best else "no")
         honour.append([*head, str([list(e) for e in c.schedule]), d, w, _shares(c.k_share), _shares(c.k_share_expected),
                        f"{inside} (K={c.best_fixed_k})"])
     return [
-        Table(["target", "method", "dataset", "T", "load", "run as", "tokens per step", "TPOT ms", "speedup",
-               "predicted", "best"], arms,
-              notes=["speedup: over the baseline at the same load (no drafter loaded), measured; predicted: the "
-                     "step-time model's at the load's batch size (a rate load: its mean requests per step); K=0: "
-                     "the drafter loaded, a schedule of zeros; tokens per step: committed tokens / decoding steps"]),
+        Table(["target", "method", "dataset", "T", "load", "run as", "tokens per step", "predicted", "TPOT ms",
+               "predicted", "speedup", "predicted", "best"], arms,
+              notes=["speedup: over the baseline at the same load (no drafter loaded), measured; predicted: from "
+                     "the largest K's acceptance per position (tokens per step) and the step-time model at the "
+                     "load's batch size (a rate load: its mean requests per step); predicted TPOT: the model's "
+                     "step time over the predicted tokens per step (a point value); K=0: the drafter loaded, a "
+                     "schedule of zeros; tokens per step: committed tokens / decoding steps"]),
         Table(["target", "method", "dataset", "T", "load", "schedule", "draft tokens per step", "schedule gives",
                "steps at each K", "schedule gives", "inside best fixed K"], honour,
               notes=["measured from vLLM's per-request metrics (each drafting step's draft tokens; steps without a "

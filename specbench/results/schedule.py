@@ -135,6 +135,17 @@ class LoadArm(_Model):
     tpot_s: Estimate | None = None
     speedup: Estimate | None = Field(None, description="measured over the baseline at this load (no drafter)")
     predicted_speedup: Estimate | None = Field(None, description="the step-time model's, at the load's batch size")
+    predicted_tokens_per_step: Estimate | None = Field(None, description="from the largest K's acceptance per "
+                                                                         "position at this load (K = 0: 1)")
+    predicted_step_time_s: Estimate | None = Field(None, description="the step-time model's t(K, n)")
+
+    @property
+    def predicted_tpot_s(self) -> float | None:
+        """Predicted step time over predicted tokens per step (a point value: the two intervals are apart)."""
+        st, tps = self.predicted_step_time_s, self.predicted_tokens_per_step
+        if st is None or tps is None or st.value is None or not tps.value:
+            return None
+        return st.value / tps.value
 
 
 class ScheduleLoadCheck(_Model):

@@ -299,3 +299,12 @@ def test_the_schedule_check_sets_each_fixed_k_beside_the_schedule_and_sees_wheth
         assert c.k_share == pytest.approx(c.k_share_expected)
     else:
         assert c.drafted_per_step == pytest.approx(3.0) and c.k_share == {3: 1.0}
+
+
+def test_an_arms_predicted_tpot_is_the_models_step_time_over_its_predicted_tokens_per_step():
+    from specbench.results.schedule import LoadArm
+
+    arm = LoadArm(label="K=2", k=2, group_id="g", predicted_tokens_per_step=Estimate(value=1.6, ci_low=1.5, ci_high=1.7),
+                  predicted_step_time_s=Estimate(value=0.008, ci_low=0.007, ci_high=0.009))
+    assert arm.predicted_tpot_s == pytest.approx(0.005)
+    assert LoadArm(label="K=1", k=1, group_id="g").predicted_tpot_s is None
