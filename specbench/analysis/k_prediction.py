@@ -110,10 +110,15 @@ def _workload(g: GroupSummary) -> tuple:
     return (*g.baseline_key, g.family or g.method)
 
 
+def analysable(g: GroupSummary) -> bool:
+    """A group the K analysis reads: a whole group (no slice) that measured requests, lossless (a lossy
+    group's acceptance is set, not a drafter's)."""
+    return g.status in ("ok", "partial") and g.n_requests > 0 and g.slice is None and g.lossy is None
+
+
 def _usable(g: GroupSummary) -> bool:
-    return (g.status in ("ok", "partial") and g.method_kind != "baseline" and g.k is not None and g.k > 0
-            and g.n_requests > 0 and g.slice is None and g.schedule is None  # a schedule mixes Ks
-            and g.lossy is None)
+    return (analysable(g) and g.method_kind != "baseline" and g.k is not None and g.k > 0
+            and g.schedule is None)  # a schedule mixes Ks
 
 
 def predict_workload(source: GroupSummary, requests: Sequence[RequestRecord],

@@ -204,7 +204,7 @@ def schedules(run_id: str, suite_name: str, groups: Sequence[GroupSummary],
     baselines: dict[tuple, list[GroupSummary]] = defaultdict(list)
     off: dict[tuple, list[GroupSummary]] = defaultdict(list)  # by (bucket, method kind): K = 0, drafter loaded
     for g in groups:
-        if g.slice is not None or g.status not in ("ok", "partial") or g.n_requests == 0 or g.lossy:
+        if not k_prediction.analysable(g):
             continue
         if g.method_kind == "baseline":
             baselines[_bucket(g)].append(g)

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from specbench.analysis import step_model
+from specbench.analysis.k_prediction import analysable
 from specbench.analysis.steps import request_steps
 from specbench.config.dynamic_sd import drafts_nothing, expand_schedule
 from specbench.results.records import RequestRecord
@@ -104,8 +105,7 @@ def check_schedules(groups: Sequence[GroupSummary], schedules: Sequence[MethodSc
                     predictions: Sequence[KPrediction] = ()) -> list[ScheduleLoadCheck]:
     """One :class:`ScheduleLoadCheck` per scheduled group that drafts (see the module docstring);
     ``predictions``: the run's τ(K) predictions, whose tokens per step(K) at the load the arms show."""
-    ok = [g for g in groups if g.slice is None and g.status in ("ok", "partial") and g.n_requests > 0
-          and g.lossy is None]
+    ok = [g for g in groups if analysable(g)]
     out: list[ScheduleLoadCheck] = []
     for g in ok:
         if g.schedule is None or drafts_nothing(g.schedule):

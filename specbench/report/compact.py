@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from specbench.report.document import Block, Para, Section, Table
 from specbench.report.markdown import md_blocks
-from specbench.report.quality import equivalence_entries
+from specbench.report.quality import equivalence_entries, verdict_label
 from specbench.report.terminal import TAU_ONLY, TAU_ONLY_NOTE, headline_looped, headline_verdict, with_k
 from specbench.results.degeneracy import MARK_NOTE, mark
 from specbench.results.fmt import fmt_est, fmt_speedup, speed_intervals_note
@@ -76,7 +76,7 @@ def _lossless(summary: RunSummary) -> Section | None:
     flagged: list[list[str]] = []
     for g in summary.whole_groups:
         for test, eq in equivalence_entries(g):
-            v = str(eq.get("verdict", "unknown")) + (" (lossy by construction)" if g.lossy else "")
+            v = verdict_label(g, eq)
             counts.setdefault((g.target, g.method), Counter())[v] += 1
             if v != "equivalent":
                 flagged.append([g.group_id, test, v])

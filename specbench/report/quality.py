@@ -49,6 +49,11 @@ def equivalence_entries(g: GroupSummary) -> list[tuple[str, dict[str, Any]]]:
     return [(test, result.model_dump(mode="json")) for test, result in g.equivalence.tests(g.temperature)]
 
 
+def verdict_label(g: GroupSummary, eq: dict[str, Any]) -> str:
+    """A test's verdict as the reports show it (a lossy group's divergence is its construction)."""
+    return str(eq.get("verdict", "unknown")) + (" (lossy by construction)" if g.lossy else "")
+
+
 def _equivalence(summary: RunSummary) -> Section | None:
     rows = []
     for g in summary.whole_groups:
@@ -60,7 +65,7 @@ def _equivalence(summary: RunSummary) -> Section | None:
             evidence = "; ".join(x for x in [_one_line(eq.get("reason"), 300) if eq.get("reason") else "",
                                              ", ".join(nums)] if x)
             rows.append([g.target, dataset_label(g.dataset, g.group_id), g.method, f"{g.temperature:g}", fmt_load(g), test,
-                         str(eq.get("verdict")) + (" (lossy by construction)" if g.lossy else ""), evidence or "–"])
+                         verdict_label(g, eq), evidence or "–"])
     if not rows:
         return None
     blocks: list[Block] = [
