@@ -10,13 +10,15 @@ and load, each arm at its best K there:
   with the reference in the baseline's place;
 * ``tau_ratio`` = pooled τ of the method / pooled τ of the reference over the
   same shared prompts, from the per-request counters, bootstrapped over prompts;
-* verdict, in a run with speed rounds (the method against the reference inside one run is an A/B,
-  issue 36): the interval is the round bootstrap (rounds resampled, then prompts within them; the two
-  arms of a prompt share a round), and the verdict is three-way as in ``specbench ab``: *faster* /
-  *slower* when it lies beyond ±:data:`HEADLINE_MARGIN`, *same* when it lies within, else
-  *undecided*; the row keeps the rounds it rests on. In a run of one round (the arms measured minutes
-  apart, not interleaved): *faster* / *slower* when the prompt bootstrap's 95 % interval lies above /
-  below 1, else *not distinguishable*. A K sweep's best K says in how many rounds it was also the
+* in a run with speed rounds (the method against the reference inside one run is an A/B, issue 36) the
+  speed ratio is decided by ``specbench ab``'s rule (:data:`HEADLINE_RULE`): per round, the paired log
+  ratio of output throughput over the requests both arms measured in it
+  (:func:`paired_round_log_ratios`); the ratio is their geometric mean, its interval the rule's
+  confidence sequence (t-corrected for a spread estimated from few rounds), and the verdict three-way:
+  *faster* / *slower* beyond ±:data:`HEADLINE_MARGIN`, *same* within, else *undecided*; the row keeps
+  the rounds it rests on and how many would decide it. In a run of one round (the arms measured minutes
+  apart, not interleaved): the prompt bootstrap's 95 % interval of the pooled ratio, *faster* / *slower*
+  when it lies above / below 1, else *not distinguishable*. A K sweep's best K says in how many rounds it was also the
   fastest (``best_k_wins``).
 
 A K sweep (a method run at several K) gets, per load, its points, the best K
@@ -35,7 +37,8 @@ import numpy as np
 
 from specbench import stats
 from specbench.analysis import step_time
-from specbench.analysis.ab_decision import margin_code
+from specbench.analysis.ab_decision import ABRule, decide, margin_code
+from specbench.analysis.ab_rounds import round_values
 from specbench.analysis.metrics import paired_speedup
 from specbench.results import counters
 from specbench.results.parts import HeadlineRow, KPoint, KSweep, PublishedClaim, Verdict
@@ -70,6 +73,10 @@ def best_group(groups: Sequence[GroupSummary]) -> GroupSummary:
 #: The headline's margin (issue 36): a method is *faster* / *slower* than the reference only beyond ±5 %, the
 #: *same* when the interval lies within (docs/speed.md, "The headline's verdicts").
 HEADLINE_MARGIN = 0.05
+#: The headline decides as ``specbench ab`` does (its α, its t-corrected confidence sequence) with the headline's
+#: margin, from the second round on: a run decides once, at its end, on the rounds its suite has (the gate's
+#: twelve-round minimum guards its looks after every round; ``docs/speed.md``, "The headline's verdicts").
+HEADLINE_RULE = ABRule(margin=HEADLINE_MARGIN, min_rounds=2)
 
 
 def verdict(ratio: Estimate, rounds: int | None = None) -> Verdict:
@@ -133,12 +140,23 @@ def _claims(published: Sequence[dict], target: str, method: str, g: GroupSummary
     ]
 
 
-def paired_rounds(method: Sequence[RequestRecord], reference: Sequence[RequestRecord]) -> int | None:
-    """The speed rounds in which both arms measured a request (None: fewer than two, a run of one go)."""
-    ref = {(r.prompt_id, r.sample_index, r.repeat) for r in reference if r.error is None and r.latency_s}
-    rounds = {r.round for r in method if r.error is None and r.latency_s and r.round is not None
-              and (r.prompt_id, r.sample_index, r.repeat) in ref}
-    return len(rounds) if len(rounds) >= 2 else None
+def paired_round_log_ratios(method: Sequence[RequestRecord], reference: Sequence[RequestRecord]) -> np.ndarray:
+    """Per speed round (in round order), ``log(method / reference)`` of output tok/s per stream
+    (:func:`~specbench.analysis.ab_rounds.round_values`, as ``specbench ab`` computes it) over the requests
+    both arms measured in that round (same prompt, sample and repeat; the two arms of a prompt share a round)."""
+    ref = {(r.prompt_id, r.sample_index, r.repeat): r for r in reference if r.error is None and r.latency_s}
+    pairs: dict[int, tuple[list[RequestRecord], list[RequestRecord]]] = defaultdict(lambda: ([], []))
+    for r in method:
+        key = (r.prompt_id, r.sample_index, r.repeat)
+        if r.error is None and r.latency_s and r.round is not None and key in ref:
+            pairs[r.round][0].append(r)
+            pairs[r.round][1].append(ref[key])
+    out = []
+    for _, (m, b) in sorted(pairs.items()):
+        vm, vb = round_values(m, True).get("output_tps"), round_values(b, True).get("output_tps")
+        if vm and vb:
+            out.append(math.log(vm / vb))
+    return np.array(out, float)
 
 
 def headline(
@@ -164,15 +182,21 @@ def headline(
                 continue
             g = best_group(arms)
             m_reqs, r_reqs = group_requests.get(g.group_id, []), group_requests.get(ref.group_id, [])
-            sp, rounds = paired_speedup(m_reqs, r_reqs), paired_rounds(m_reqs, r_reqs)
+            pooled = paired_speedup(m_reqs, r_reqs)
+            sp, rounds, to_decide = pooled, None, None
+            lr = paired_round_log_ratios(m_reqs, r_reqs)
+            if lr.size >= 2:  # interleaved rounds: the A/B rule, the method as B
+                decision = decide(lr, "output_tps", HEADLINE_RULE)
+                sp, rounds, to_decide = decision.ratio, decision.rounds, decision.rounds_to_decide
             tau = paired_tau_ratio(m_reqs, r_reqs)
             out.append(
                 HeadlineRow(
                     target=target, dataset=g.dataset, temperature=g.temperature, batch_size=g.batch_size,
                     request_rate=g.request_rate, method=name, method_kind=g.method_kind, method_group=g.group_id,
                     method_k=g.k, reference=ref_name, reference_group=ref.group_id, reference_k=ref.k,
-                    n_prompts=max(sp.n, tau.n), tau_ratio=tau, speedup_ratio=sp,
+                    n_prompts=max(pooled.n, tau.n), tau_ratio=tau, speedup_ratio=sp,
                     method_speedup=g.speedup, reference_speedup=ref.speedup, verdict=verdict(sp, rounds), rounds=rounds,
+                    rounds_to_decide=to_decide,
                     published=_claims(published, target, name, g),
                 )
             )

@@ -60,7 +60,8 @@ def _headline(summary: RunSummary) -> Section:
     loops = f"{MARK_NOTE}. " if any(looped) else ""
     return Section(f"Against {', '.join(refs)}", anchor="headline", blocks=[
         Para("Each method over the reference at one target, dataset, temperature (T) and load, each arm at its "
-             "best K; ratios paired by prompt with 95% bootstrap intervals. "
+             "best K; ratios paired by prompt (with speed rounds: decided by `specbench ab`'s rule over the "
+             "per-round ratios, its confidence sequence shown; else a 95 % bootstrap interval). "
              + ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items())) + ". " + tau_only + loops
              + speed_intervals_note(summary)),
         Table(["Target", "Dataset · T · load", "Method", "Reference", "n", "Speedup ratio", "τ ratio", "Verdict"],

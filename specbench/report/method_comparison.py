@@ -14,7 +14,7 @@ from typing import Any
 
 from specbench.config.plan import load_label
 from specbench.report.document import Block, Para, Refs, Section, Table
-from specbench.report.terminal import TAU_ONLY_NOTE, headline_looped, headline_verdict
+from specbench.report.terminal import TAU_ONLY_NOTE, headline_looped, headline_verdict, rounds_said_of
 from specbench.results.degeneracy import MARK_NOTE, mark
 from specbench.results.fmt import (
     dataset_label,
@@ -69,10 +69,12 @@ def headline_section(summary: RunSummary, refs: Refs) -> Section | None:
         "best K at that load (highest per-stream tok/s; highest τ where the engine records no timings). Ratios "
         "are paired by prompt over the prompts both measured: speedup ratio = per-stream output tok/s of the "
         "method over the reference's; τ ratio = pooled τ over pooled τ. In a run with speed rounds the two "
-        "arms of a prompt share a round and the interval is the round bootstrap (95 %); the verdict is "
-        "three-way, as in `specbench ab`: faster / slower when the speedup ratio's interval lies beyond ±5 %, "
-        "same when it lies within, else undecided, over the rounds shown. In a run of one round (the arms "
-        "measured minutes apart): faster / slower when the interval excludes 1, else not distinguishable"
+        "arms of a prompt share a round, and the speedup ratio is decided by `specbench ab`'s rule: per round "
+        "the ratio over the round's shared prompts; shown, their geometric mean and its confidence sequence "
+        "(α = 0.01, widened for a spread estimated from few rounds); faster / slower when it lies beyond ±5 %, "
+        "same when it lies within, else undecided, over the rounds shown (with how many rounds would decide "
+        "at this ratio and spread). In a run of one round (the arms measured minutes apart): 95 % bootstrap "
+        "interval over prompts, faster / slower when it excludes 1, else not distinguishable"
         + (f"; {TAU_ONLY_NOTE}" if any(r.tau_only for r in summary.headline) else "")
         + ". " + speed_intervals_note(summary)
         + (f" {MARK_NOTE}." if any(headline_looped(summary, r) for r in summary.headline) else ""))]
@@ -87,8 +89,7 @@ def headline_section(summary: RunSummary, refs: Refs) -> Section | None:
              "Published"],
             [[r.method, str(r.method_k if r.method_k is not None else "–"), str(r.n_prompts),
               fmt_speedup(r.speedup_ratio), fmt_metric("tau_ratio", r.tau_ratio, unit="×"),
-              mark(headline_verdict(r) + (f" ({r.rounds} rounds)" if r.rounds is not None else ""),
-                   headline_looped(summary, r)),
+              mark(headline_verdict(r) + rounds_said_of(r), headline_looped(summary, r)),
               f"{fmt_speedup(r.method_speedup)} / {fmt_speedup(r.reference_speedup)}", _claims(r, refs)]
              for r in sorted(rows, key=lambda r: r.method)],
         ))

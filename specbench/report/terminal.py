@@ -106,8 +106,8 @@ SHORT_VERDICT = {"faster": "faster", "slower": "slower", "same": "same", "undeci
                  "not distinguishable": "n.d.", "no data": "–", TAU_ONLY: TAU_ONLY}
 HEADLINE_NOTE = "each arm at its best K at that load"
 #: How a row measured in speed rounds reads (analysis.method_comparison.HEADLINE_MARGIN).
-ROUNDS_NOTE = ("ratios paired by prompt within {rounds}, 95% round-bootstrap intervals; faster / slower "
-               "beyond ±5 %, same within, else undecided")
+ROUNDS_NOTE = ("ratios paired by prompt within {rounds}, decided as `specbench ab` decides (per-round ratios, "
+               "their confidence sequence at α = 0.01); faster / slower beyond ±5 %, same within, else undecided")
 #: How a row of a run without rounds reads (the arms measured minutes apart).
 PROMPTS_NOTE = "ratios paired by prompt, 95% intervals; n.d.: not distinguishable (the speedup interval holds 1)"
 TAU_ONLY_NOTE = "τ only: an engine that measures τ, not speed (the reference simulator)"
@@ -129,6 +129,14 @@ def headline_note(summary: RunSummary, target: str) -> str:
     how += [PROMPTS_NOTE] if any(r.rounds is None and not r.tau_only for r in rows) else []
     return "; ".join([HEADLINE_NOTE, *how]) + (f"; {TAU_ONLY_NOTE}" if tau_only else "") + (
         f"; {MARK_NOTE}" if looped else "")
+
+
+def rounds_said_of(r: HeadlineRow) -> str:
+    """' (4 rounds)', ' (4 rounds; ~23 would decide)' after a row's verdict; '' in a run of one round."""
+    if r.rounds is None:
+        return ""
+    more = f"; ~{r.rounds_to_decide} would decide" if r.verdict == "undecided" and r.rounds_to_decide else ""
+    return f" ({r.rounds} rounds{more})"
 
 
 def rounds_said(rounds: list[int]) -> str:

@@ -57,11 +57,14 @@ def fmt_est(
     unit: str = "",
     signed: bool = False,
     n_default: int | None = -1,
+    bound: float | None = None,
 ) -> str:
     """'2.85 [2.71, 2.99]'; '–' when there is no value.
 
     ``n_default`` is the n the reader already sees (a table's n column); the
     estimate's own n is appended when it differs. ``-1`` never shows n.
+    ``bound``: interval ends beyond [1/bound, bound] read '<1/bound' / '>bound' (a ratio's interval from
+    two or three rounds can reach 10⁶; its digits say nothing).
     """
     if e is not None and e.value is None and e.method == "bounds" and e.ci_low is not None and e.ci_high is not None:
         lo, hi = e.ci_low * scale, e.ci_high * scale  # labelled bounds: what the records allow, no estimate
@@ -76,9 +79,16 @@ def fmt_est(
             v = 0.0  # no "-0.0"
         return f"{v:{sign}.{digits}f}"
 
+    def end(x: float) -> str:
+        if bound is not None and x * scale > bound:
+            return f">{bound:g}"
+        if bound is not None and x * scale < 1 / bound:
+            return f"<{1 / bound:g}"
+        return f(x)
+
     out = f(e.value) + unit
     if e.ci_low is not None and e.ci_high is not None:
-        out += f" [{f(e.ci_low)}, {f(e.ci_high)}]"
+        out += f" [{end(e.ci_low)}, {end(e.ci_high)}]"
     if e.rounds is not None and e.rounds > 1:
         out += f" ({e.rounds} rounds)"  # a speed interval over rounds (issue 22)
     return out + ("" if n_default == -1 else n_note(e, n_default))
@@ -114,8 +124,12 @@ def fmt_pct(e: Estimate | None, digits: int = 1, *, n_default: int | None = -1, 
     return fmt_est(e, digits, scale=100.0, unit=unit, signed=signed, n_default=n_default)
 
 
+#: A speedup's interval ends beyond [1/100, 100] are shown as bounds, not digits.
+SPEEDUP_BOUND = 100.0
+
+
 def fmt_speedup(e: Estimate | None, *, n_default: int | None = -1) -> str:
-    return fmt_est(e, 2, unit="×", n_default=n_default)
+    return fmt_est(e, 2, unit="×", n_default=n_default, bound=SPEEDUP_BOUND)
 
 
 def fmt_tps(e: Estimate | None, *, n_default: int | None = -1) -> str:

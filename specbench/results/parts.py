@@ -102,8 +102,9 @@ class HeadlineRow(_Model):
 
     Each arm is taken at its best K at that load (the K with the highest
     per-stream output tok/s); ``speedup_ratio`` is (Σ tokens / Σ latency) of
-    the method over the reference's on the prompts both measured, bootstrapped
-    over those prompts; ``tau_ratio`` is the ratio of the two pooled τ over the
+    the method over the reference's on the prompts both measured: in a run with
+    speed rounds the geometric mean of the per-round ratios with the A/B rule's
+    confidence sequence, else the pooled ratio bootstrapped over prompts; ``tau_ratio`` is the ratio of the two pooled τ over the
     same prompts, from the per-request counters.
     """
 
@@ -126,6 +127,9 @@ class HeadlineRow(_Model):
     reference_speedup: Estimate | None = None
     verdict: Verdict
     rounds: int | None = None  # the speed rounds the verdict rests on (None: a run of one round)
+    #: an undecided row: the rounds at which the rule would decide if the ratio and spread held (None: no
+    #: number of rounds would, or the row is decided)
+    rounds_to_decide: int | None = None
     published: list[PublishedClaim] = Field(default_factory=list)
 
     @property

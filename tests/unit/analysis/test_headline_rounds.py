@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 import itertools
+import math
 
+import numpy as np
 from support.factories import cell, cell_record, request
 
 from specbench.analysis import method_comparison as comparison
 from specbench.analysis import metrics
+from specbench.analysis.ab_decision import decide
 from specbench.analysis.metrics import paired_speedup
 from specbench.config.plan import prompts_per_batch, round_order, round_spans
 from specbench.results.records import RequestRecord
@@ -34,13 +37,33 @@ def _rows(factor: float, rounds: int, noise: tuple[float, ...] = (1.02, 0.98, 1.
     return method, ref
 
 
-def test_the_headline_in_rounds_is_three_way_with_a_margin() -> None:
-    for factor, want in ((1.3, "faster"), (0.7, "slower"), (1.0, "same")):
-        method, ref = _rows(factor, 4)
-        assert comparison.paired_rounds(method, ref) == 4
-        sp = paired_speedup(method, ref)
-        assert sp.rounds == 4 and comparison.verdict(sp, 4) == want, (factor, sp)
-    # a ratio near the margin is undecided, not called either way
+def _headline(method, ref):
+    base = _arm(cell("baseline"), [50.0] * len({r.round for r in ref}))
+    cells = [REF, METHOD, cell("baseline")]
+    reqs = method + ref + base
+    crs = [cell_record(c, num_requests=16, wall_time_s=1.0) for c in cells]
+    summary = metrics.summarize("r", "s", cells, crs, reqs)
+    greqs = metrics.requests_by_group(cells, metrics.latest_cell_records(crs), metrics.unique_requests(reqs))
+    (row,) = comparison.headline(summary.groups, greqs, {"t": "eagle3"})
+    return row
+
+
+def test_the_headline_in_rounds_is_decided_by_the_ab_rule() -> None:
+    for factor, noise, want in ((1.3, (1.02, 0.98, 1.01, 0.99), "faster"), (0.7, (1.02, 0.98, 1.01, 0.99), "slower"),
+                                (1.0, (1.002, 0.998, 1.001, 0.999), "same")):
+        method, ref = _rows(factor, 4, noise)
+        lr = comparison.paired_round_log_ratios(method, ref)
+        assert np.allclose(lr, np.log(factor * np.array(noise)))  # the drift shared by a round cancels
+        row = _headline(method, ref)
+        want_ratio = decide(lr, "output_tps", comparison.HEADLINE_RULE).ratio
+        assert row.speedup_ratio == want_ratio and row.speedup_ratio.method == "confidence sequence"
+        assert math.isclose(row.speedup_ratio.value, math.exp(lr.mean()))  # type: ignore[arg-type]
+        assert (row.verdict, row.rounds, row.rounds_to_decide) == (want, 4, None), (factor, row)
+    # 8 % faster with ±10 % round-to-round noise: four rounds cannot tell it from the margin; the row says how
+    # many would (at this ratio and spread)
+    row = _headline(*_rows(1.08, 4, (1.1, 0.9, 1.05, 0.95)))
+    assert row.verdict == "undecided" and row.rounds == 4 and row.rounds_to_decide is not None and row.rounds_to_decide > 4
+    # the rule's interval is what the verdict reads; a ratio near the margin is undecided, not called either way
     assert comparison.verdict(Estimate(value=1.04, ci_low=0.99, ci_high=1.09, n=16, rounds=4), 4) == "undecided"
     assert comparison.verdict(Estimate(value=1.08, ci_low=1.06, ci_high=1.10, n=16, rounds=4), 4) == "faster"
     # the same interval in a run of one go: only whether it holds 1
@@ -51,20 +74,17 @@ def test_the_headline_in_rounds_is_three_way_with_a_margin() -> None:
 
 def test_rounds_count_only_where_both_arms_were_timed() -> None:
     method, ref = _rows(1.3, 4)
-    assert comparison.paired_rounds(method, [r for r in ref if r.round != 3]) == 3
-    assert comparison.paired_rounds(method, [r for r in ref if r.round == 0]) is None  # one round: one go
-    assert comparison.paired_rounds([r.model_copy(update={"round": None}) for r in method], ref) is None
+    assert comparison.paired_round_log_ratios(method, [r for r in ref if r.round != 3]).size == 3
+    assert comparison.paired_round_log_ratios([r.model_copy(update={"round": None}) for r in method], ref).size == 0
+    # one round in common: a run of one go, the prompt bootstrap and whether its interval holds 1
+    row = _headline(method, [r for r in ref if r.round == 0])
+    assert row.rounds is None and row.speedup_ratio.method != "confidence sequence"
+    assert row.verdict == "faster" and row.speedup_ratio == paired_speedup(
+        [r for r in method if r.round == 0], [r for r in ref if r.round == 0])
 
 
 def test_headline_rows_carry_their_rounds_and_verdicts() -> None:
-    method, ref = _rows(1.3, 4)
-    base = _arm(cell("baseline"), [50.0] * 4)
-    cells = [REF, METHOD, cell("baseline")]
-    reqs = method + ref + base
-    crs = [cell_record(c, num_requests=16, wall_time_s=1.0) for c in cells]
-    summary = metrics.summarize("r", "s", cells, crs, reqs)
-    greqs = metrics.requests_by_group(cells, metrics.latest_cell_records(crs), metrics.unique_requests(reqs))
-    (row,) = comparison.headline(summary.groups, greqs, {"t": "eagle3"})
+    row = _headline(*_rows(1.3, 4))
     assert (row.method, row.verdict, row.rounds, row.n_prompts) == ("dflash", "faster", 4, 16)
 
 
