@@ -6,8 +6,9 @@ and load, each arm at its best K there:
 
 * ``speedup_ratio`` = (Σ tokens / Σ latency of the method) / (the same of the
   reference), over the requests both arms measured (same prompt, sample,
-  repeat), bootstrapped over those prompts — :func:`metrics.paired_speedup`
-  with the reference in the baseline's place;
+  repeat): in a run of one round the pooled ratio bootstrapped over those prompts
+  (:func:`metrics.paired_speedup` with the reference in the baseline's place), in
+  a run with speed rounds per round and decided by the A/B rule (below);
 * ``tau_ratio`` = pooled τ of the method / pooled τ of the reference over the
   same shared prompts, from the per-request counters, bootstrapped over prompts;
 * in a run with speed rounds (the method against the reference inside one run is an A/B, issue 36) the
