@@ -526,26 +526,34 @@ class ABPlan(NamedTuple):
 
 def ab_plan(suite: Suite | Path | str, a: str | Path | None = None, b: str | Path | None = None,
             platform: str | None = None) -> ABPlan:
-    """Plan an A/B run (:func:`ab`) without starting anything. On a GPU both engines of a pair must fit
-    together (vLLM's sleep mode, taking turns, is not implemented): a target that does not is bad input
-    (:class:`~specbench.config.arms.ArmError`, exit 2)."""
-    from specbench.config.arms import ArmError, ab_suite, gpu_pair_problems, load_arm
+    """Plan an A/B run (:func:`ab`) without starting anything. On a GPU an engine and its counterpart
+    share it when both fit (``gpu_memory_utilization`` ≤ 0.5 each); otherwise they take turns with
+    vLLM's sleep mode (:func:`~specbench.config.arms.with_sleep_mode`)."""
+    from specbench.config.arms import SLEEP_LEVEL, ab_suite, load_arm, pairs_taking_turns, with_sleep_mode
     from specbench.execution.rounds import ENGINE_OVERHEAD_GIB, RESIDENT_MEMORY_SHARE
 
     base = suite if isinstance(suite, Suite) else load_suite(suite)
     arm_a, arm_b = load_arm(a), load_arm(b)
-    both = ab_suite(base, arm_a, arm_b)
     if (platform or detect_platform()) == "cpu":
         residency = ("CPU: each engine and its counterpart in the other arm are up together, as many pairs at "
                      f"once as {RESIDENT_MEMORY_SHARE:.0%} of the free memory holds (an engine: its KV cache space "
                      f"plus about {ENGINE_OVERHEAD_GIB:g} GiB)")
-    elif problems := gpu_pair_problems(base):
-        raise ArmError("; ".join(problems))
-    else:
-        shares = sorted({t.gpu_memory_utilization for t in base.targets if t.engine != "reference"}, key=str)
-        residency = (f"GPU: each engine and its counterpart share one GPU (gpu_memory_utilization "
-                     f"{', '.join(f'{x:g}' for x in shares)} each); vLLM's sleep mode is not used")
-    return ABPlan(plan(both), (arm_a, arm_b), residency)
+        return ABPlan(plan(ab_suite(base, arm_a, arm_b)), (arm_a, arm_b), residency)
+    turns = pairs_taking_turns(base)
+    parts = []
+    if turns:
+        base = with_sleep_mode(base, turns)
+        parts.append(f"target(s) {', '.join(repr(t) for t in turns)}: an engine and its counterpart do not fit "
+                     "on one GPU together, so they take turns with vLLM's sleep mode (enable_sleep_mode; between "
+                     f"turns the idle one sleeps at level {SLEEP_LEVEL}: weights offloaded to CPU memory, KV cache "
+                     "dropped); a turn runs one arm's cells of a round, and its first batch after the wake-up "
+                     "runs untimed")
+    shared = [t for t in base.targets if t.engine != "reference" and t.name not in turns]
+    if shared:
+        shares = sorted({t.gpu_memory_utilization for t in shared}, key=str)
+        parts.append(f"target(s) {', '.join(repr(t.name) for t in shared)}: an engine and its counterpart share "
+                     f"one GPU (gpu_memory_utilization {', '.join(f'{x:g}' for x in shares)} each), no sleep mode")
+    return ABPlan(plan(ab_suite(base, arm_a, arm_b)), (arm_a, arm_b), "GPU: " + "; ".join(parts))
 
 
 def ab(suite: Suite | Path | str, a: str | Path | None = None, b: str | Path | None = None, *,

@@ -110,22 +110,37 @@ def _apply(target: TargetSpec, arm_name: str, arm: Arm) -> TargetSpec:
 VLLM_DEFAULT_GPU_SHARE = 0.9
 
 
-def gpu_pair_problems(suite: Suite) -> list[str]:
-    """On a GPU an engine and its counterpart in the other arm are resident together, so each target's
-    ``gpu_memory_utilization`` must leave room for two (at most 0.5). Taking turns with vLLM's sleep mode
-    instead is not implemented: a target that needs it is named here, with the fix (docs/ab.md)."""
+#: vLLM's sleep level between an engine's turns on a GPU: its weights offloaded to CPU memory (copied back
+#: on wake-up), its KV cache dropped. Level 2 would drop the weights too and reload them from disk.
+SLEEP_LEVEL = 1
+
+
+def pairs_taking_turns(suite: Suite) -> list[str]:
+    """Targets whose engine and its counterpart in the other arm do not fit on one GPU together (each
+    takes ``gpu_memory_utilization``, vLLM's default 0.9 when unset; two must sum to at most 1): on a
+    GPU they take turns with vLLM's sleep mode (:func:`with_sleep_mode`)."""
     out = []
     for t in suite.targets:
         if t.engine == "reference":
             continue
         share = t.gpu_memory_utilization if t.gpu_memory_utilization is not None else VLLM_DEFAULT_GPU_SHARE
         if 2 * share > 1:
-            said = f"gpu_memory_utilization: {share:g}" if t.gpu_memory_utilization is not None else \
-                f"no gpu_memory_utilization (vLLM's default {VLLM_DEFAULT_GPU_SHARE:g})"
-            out.append(f"target {t.name!r}: {said}, so its two arms' engines do not fit on one GPU together; set "
-                       "gpu_memory_utilization: 0.45 (or less) for it, since taking turns with vLLM's sleep mode "
-                       "is not implemented in specbench ab")
+            out.append(t.name)
     return out
+
+
+def with_sleep_mode(suite: Suite, targets: list[str]) -> Suite:
+    """``suite`` with vLLM's sleep mode on for ``targets``' engines (``enable_sleep_mode``; a launched
+    server also gets its development endpoints, ``/sleep`` and ``/wake_up``, which vLLM serves only
+    with ``VLLM_SERVER_DEV_MODE=1``). The runner then lets an engine and its counterpart take turns:
+    one sleeps while the other runs (execution.rounds)."""
+    out = []
+    for t in suite.targets:
+        if t.name in targets:
+            env = {**t.env, "VLLM_SERVER_DEV_MODE": "1"} if t.engine == "vllm-server" else t.env
+            t = t.model_copy(update={"engine_args": {**t.engine_args, "enable_sleep_mode": True}, "env": env})
+        out.append(t)
+    return suite.model_copy(update={"targets": out})
 
 
 def ab_suite(suite: Suite, a: Arm, b: Arm) -> Suite:

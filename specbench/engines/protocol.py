@@ -11,7 +11,7 @@ delta.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, cast
 
 from pydantic import BaseModel, ConfigDict
 
@@ -61,6 +61,9 @@ class EngineCapabilities(BaseModel):
     # annotated with conversation and turn (the server: concurrency counts conversations); without it
     # execution.conversations sends the engine one turn of every conversation at a time.
     multi_turn: bool = False
+    # Started with vLLM's sleep mode (``enable_sleep_mode``): :func:`sleeper` gives its ``sleep`` / ``wake_up``,
+    # with which an A/B pair that does not fit on one GPU together takes turns (execution.rounds).
+    sleeps: bool = False
 
 
 class Engine(Protocol):
@@ -100,6 +103,24 @@ class Engine(Protocol):
     def describe(self) -> VllmPassthrough:
         """The exact configuration, for the manifest and --dry-run."""
         ...
+
+
+class Sleeper(Protocol):
+    """An engine that can free its accelerator for another and take it back (vLLM's sleep mode)."""
+
+    def sleep(self) -> None:
+        """Sleep at :data:`~specbench.config.arms.SLEEP_LEVEL` (raises :class:`CellFailed`)."""
+
+    def wake_up(self) -> None:
+        """Wake up from :meth:`sleep`, ready for requests (raises :class:`CellFailed`)."""
+
+
+def sleeper(engine: Engine) -> Sleeper:
+    """``engine`` as a :class:`Sleeper`: one whose capabilities say it sleeps (else :class:`CellFailed`)."""
+    if not engine.capabilities.sleeps or not hasattr(engine, "sleep"):
+        raise CellFailed(f"engine {engine.config.key} ({engine.capabilities.kind}) was not started with vLLM's "
+                         "sleep mode (enable_sleep_mode)")
+    return cast(Sleeper, engine)
 
 
 def cannot_score(engine: Engine) -> CellFailed:

@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from specbench.config.arms import SLEEP_LEVEL
 from specbench.config.methods import VllmPassthrough
 from specbench.config.plan import EngineConfig
 from specbench.engines.interpreter import start_in
@@ -287,6 +288,17 @@ def _serve(conn: Any, engine_kwargs: dict[str, Any], env: dict[str, str], import
             sys.stderr.flush()
             conn.send(("closed", None))
             return
+        if msg[0] in ("sleep", "wake_up"):  # vLLM's sleep mode: an A/B pair taking turns on one GPU
+            try:
+                if msg[0] == "sleep":
+                    llm.sleep(level=msg[1])
+                else:
+                    llm.wake_up()
+                conn.send((msg[0], None))
+            except BaseException as exc:  # noqa: BLE001
+                traceback.print_exc()
+                conn.send(("cell_error", f"{msg[0]}: {type(exc).__name__}: {exc}"))
+            continue
         if msg[0] == "score":
             try:
                 conn.send(("scored", _score_items(llm, tokenizer, msg[1], msg[2])))
@@ -361,7 +373,8 @@ class VllmOfflineEngine:
 
     @property
     def capabilities(self) -> EngineCapabilities:
-        return EngineCapabilities(kind="vllm-offline", scores=True)
+        return EngineCapabilities(kind="vllm-offline", scores=True,
+                                  sleeps=bool(self.engine_kwargs.get("enable_sleep_mode")))
 
     def describe(self) -> VllmPassthrough:
         out: dict[str, Any] = {"engine": "vllm-offline", "llm_kwargs": self.engine_kwargs}
@@ -462,6 +475,22 @@ class VllmOfflineEngine:
                 )
             elif kind == "cell_error":
                 raise CellFailed(payload, log_tail=tail(self.log_path))
+
+    def _toggle(self, op: str, *args: Any) -> None:
+        if self._proc is None or not self._proc.is_alive():
+            raise CellFailed("engine is not running", engine_dead=True, log_tail=tail(self.log_path))
+        self._conn.send((op, *args))
+        kind, payload = self._recv(settings().cell_timeout)
+        if kind == "cell_error":
+            raise CellFailed(payload, log_tail=tail(self.log_path))
+
+    def sleep(self) -> None:
+        """vLLM's ``LLM.sleep`` at :data:`~specbench.config.arms.SLEEP_LEVEL` (an engine started with
+        ``enable_sleep_mode``)."""
+        self._toggle("sleep", SLEEP_LEVEL)
+
+    def wake_up(self) -> None:
+        self._toggle("wake_up")
 
     def score(self, items: list[ScoreItem]) -> list[ScoreResult]:
         """Teacher-force items through this engine: per item ``F(x-)`` and ``p(x)`` of each

@@ -54,6 +54,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TypeVar
 
+from specbench.config.arms import SLEEP_LEVEL
 from specbench.config.methods import VllmPassthrough
 from specbench.config.plan import EngineConfig
 from specbench.engines.interpreter import executable
@@ -426,7 +427,27 @@ class VllmServerEngine:
 
     @property
     def capabilities(self) -> EngineCapabilities:
-        return EngineCapabilities(kind="vllm-server", server=True, multi_turn=True)
+        return EngineCapabilities(kind="vllm-server", server=True, multi_turn=True,
+                                  sleeps=bool(self.server_args.get("enable_sleep_mode")))
+
+    def _dev_post(self, path: str) -> None:
+        """POST to one of vLLM's development endpoints (served with ``VLLM_SERVER_DEV_MODE=1``)."""
+        request = urllib.request.Request(f"{self.base_url}{path}", data=b"", method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=settings().cell_timeout):  # noqa: S310 - loopback/user URL
+                return
+        except urllib.error.HTTPError as exc:
+            why = " (vLLM serves it with VLLM_SERVER_DEV_MODE=1 and enable_sleep_mode)" if exc.code == 404 else ""
+            raise CellFailed(f"POST {path}: HTTP {exc.code}{why}", log_tail=self._tail()) from None
+        except (urllib.error.URLError, OSError, TimeoutError) as exc:
+            raise CellFailed(f"POST {path}: {exc}", engine_dead=not self.alive, log_tail=self._tail()) from None
+
+    def sleep(self) -> None:
+        """The server's ``POST /sleep`` at :data:`~specbench.config.arms.SLEEP_LEVEL`."""
+        self._dev_post(f"/sleep?level={SLEEP_LEVEL}")
+
+    def wake_up(self) -> None:
+        self._dev_post("/wake_up")
 
     @property
     def alive(self) -> bool:

@@ -14,7 +14,9 @@ about 1 GiB (weights of a small model, the worker); on a GPU each holds its
 ``gpu_memory_utilization`` share (0.9 by default, so one). :func:`resident_cap` is how many fit
 in the memory free now; a target with more engines runs them in resident sets of that size
 (the baseline in the first), each set interleaved on its own. An engine that dies is not
-restarted in a round: its cells' later rounds fail with the reason.
+restarted in a round: its cells' later rounds fail with the reason. An A/B pair that does not fit
+on one GPU together takes turns with vLLM's sleep mode instead (:class:`Turns`): one arm's cells of
+a round, then the other's, the first batch after each wake-up untimed.
 
 Cells with a stop rule (tau or accuracy: speed stop rules and rounds are exclusive, see the suite
 check) run whole after the rounds, on the engine still up.
@@ -30,7 +32,7 @@ from specbench.config.arms import VLLM_DEFAULT_GPU_SHARE, arm_of, base_target
 from specbench.config.plan import prompts_per_batch, round_order, round_spans
 from specbench.engines.kept import KeptEngines
 from specbench.engines.procs import available_gib
-from specbench.engines.protocol import CellFailed, Engine, EngineUnavailable
+from specbench.engines.protocol import CellFailed, Engine, EngineUnavailable, sleeper
 from specbench.engines.vllm_offline import settle_zygotes
 from specbench.execution.jobs import (
     CellDone,
@@ -143,6 +145,60 @@ class _Resident:
         )))
 
 
+class Turns:
+    """Engines that take turns on one accelerator with vLLM's sleep mode (an A/B pair that does not fit on
+    one GPU together; config.arms.with_sleep_mode): at most one of them awake. Each sleeps once started
+    (the next one's start needs the memory); before an engine's cells run, the awake one sleeps and it
+    wakes, and its first batch after the wake-up runs untimed (records dropped: a woken engine's first
+    batch re-allocates what it dropped). An engine whose sleep or wake-up fails is ended: its later
+    cells fail with the reason."""
+
+    def __init__(self) -> None:
+        self.members: set[str] = set()
+        self.awake: str | None = None
+
+    def join(self, key: str, engine: Engine) -> None:
+        """A just-started engine: put to sleep if it takes turns (raises :class:`CellFailed`)."""
+        if engine.capabilities.sleeps:
+            sleeper(engine).sleep()
+            self.members.add(key)
+
+    def switch(self, key: str, up: dict[str, _Resident], warm: tuple[CellWork, tuple[int, int], int] | None = None,
+               ) -> bool:
+        """Make ``key``'s engine the awake one (and run ``warm``'s first batch untimed: the cell, its round
+        span and the round). False when nothing had to change."""
+        res = up[key]
+        if key not in self.members or self.awake == key or res.dead is not None:
+            return False
+        if self.awake is not None:
+            self._toggle(up[self.awake], "sleep")
+            self.awake = None
+        if not self._toggle(res, "wake_up"):
+            return True
+        self.awake = key
+        if warm is not None:
+            work, span, r = warm
+            unit = prompts_per_batch(work.request.cell.batch_size, work.request.sampling.samples_per_prompt)
+            first = work.request.model_copy(update={"prompts": work.request.prompts[span[0]:min(span[1], span[0] + unit)]})
+            try:
+                res.engine.run_cell(first, lambda rec: None)
+            except CellFailed as exc:
+                res._fail(work, f"round {r}: the untimed batch after a wake-up: {exc.reason}", exc.log_tail)
+                if exc.engine_dead:
+                    res.dead = f"the engine died in round {r} ({exc.reason})"
+        return True
+
+    @staticmethod
+    def _toggle(res: _Resident, op: str) -> bool:
+        try:
+            getattr(sleeper(res.engine), op)()
+            return True
+        except CellFailed as exc:
+            res.dead = f"vLLM's sleep mode: {exc.reason}; the engine was ended"
+            res.engine.kill()
+            return False
+
+
 #: Called after each round with the round's index and its request records; returns the cells that
 #: need no more rounds (an A/B run's decided groups: specbench.execution.ab).
 RoundHook = Callable[[int, list[RequestRecord]], set[str]]
@@ -204,6 +260,7 @@ def run_interleaved(jobs: Sequence[EngineJob], emit: Emit, placement: Placement,
 def _run_set(group: list[EngineJob], rounds: int, seed: int, emit: Emit, placement: Placement,
              follow_up: FollowUp | None, kept: KeptEngines | None, round_hook: RoundHook | None = None) -> None:
     up: dict[str, _Resident] = {}
+    turns = Turns()
     finished: set[str] = set()  # cells the hook needs no more rounds of
     this_round: list[RequestRecord] = []
     if round_hook is not None:
@@ -225,6 +282,15 @@ def _run_set(group: list[EngineJob], rounds: int, seed: int, emit: Emit, placeme
                 continue
             up[job.job_id] = _Resident(runner, engine)
             runner.prepare_to_measure(engine)
+            try:
+                turns.join(job.job_id, engine)
+            except CellFailed as exc:
+                engine.kill()
+                del up[job.job_id]
+                reason = f"vLLM's sleep mode: {exc.reason}"
+                emit(EngineState(job_id=job.job_id, state="failed", reason=reason, log_tail=exc.log_tail,
+                                 placement=placement))
+                runner.fail_cells(job.cells, EngineUnavailable(reason, log_tail=exc.log_tail))
         keys = list(up)
         # A later start may have left a zygote importing vLLM (one that failed to start has no
         # warmup that waits for it): it is done before the first measured round.
@@ -247,8 +313,13 @@ def _run_set(group: list[EngineJob], rounds: int, seed: int, emit: Emit, placeme
             steps = list(slots.values())
             if any(arms.values()):
                 units = {u: [k for k in order if pairs[k] == u] for u in dict.fromkeys(pairs[k] for k in order)}
-                steps = [[(key, i) for key in members] for members in units.values()
-                         for i in range(max(len(up[k].runner.job.cells) for k in members))]
+                steps = []
+                for members in units.values():
+                    n = max(len(up[k].runner.job.cells) for k in members)
+                    if turns.members & set(members):  # taking turns: one arm's cells of the round, then the other's
+                        steps += [[(key, i)] for key in members for i in range(n)]
+                    else:
+                        steps += [[(key, i) for key in members] for i in range(n)]
             for step in steps:
                 runs: list[tuple[str, CellWork, tuple[int, int]]] = []
                 for key, i in step:
@@ -273,6 +344,9 @@ def _run_set(group: list[EngineJob], rounds: int, seed: int, emit: Emit, placeme
                             for chunk, order in batch_order(runs[0][2], unit, len(runs)) for o in order]
                 for key, work, span in runs:
                     t0 = wall_now()
+                    if work.request.cell.cell_id not in up[key].failed and turns.switch(key, up, (work, span, r)):
+                        up[key].runner._phase("warmup", t0)
+                        t0 = wall_now()
                     up[key].run_round(work, span, r)
                     up[key].runner._phase("cells", t0)
             if round_hook is not None:
@@ -282,6 +356,8 @@ def _run_set(group: list[EngineJob], rounds: int, seed: int, emit: Emit, placeme
         for key in keys:
             res = up[key]
             runner, job = res.runner, res.runner.job
+            if job.teacher_forcing_after or any(w.request.cell.stop is not None for w in job.cells):
+                turns.switch(key, up)  # the work after the rounds runs on this engine: awake
             for work in job.cells:
                 cid = work.request.cell.cell_id
                 if work.request.cell.stop is not None and res.dead is None:

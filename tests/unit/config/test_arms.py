@@ -18,8 +18,8 @@ from specbench.config.arms import (
     ab_suite,
     arm_of,
     base_target,
-    gpu_pair_problems,
     load_arm,
+    pairs_taking_turns,
 )
 from specbench.config.suite import SuiteError, load_suite
 
@@ -87,24 +87,36 @@ def test_a_target_python_that_is_not_there_is_reported_where_typed(tmp_path: Pat
     assert any(m.startswith(f"{s}:{i + 2}: targets[0].python:") and "not an executable" in m for m in exc.value.messages)
 
 
-def test_on_a_gpu_both_arms_engines_must_fit_together_or_the_run_is_refused(tmp_path: Path) -> None:
-    """Sleep mode (arms taking turns on one GPU) is not implemented: a pair that cannot be resident together
-    is bad input naming the target and the fix, before any engine starts; on CPU nothing is asked."""
+def test_on_a_gpu_a_pair_that_does_not_fit_takes_turns_with_vllms_sleep_mode(tmp_path: Path) -> None:
+    """On a GPU a pair whose two engines do not fit together (vLLM's default share 0.9, or over 0.5)
+    takes turns with vLLM's sleep mode: its engines get enable_sleep_mode (a launched server also its
+    development endpoints), the dry run says so; a pair that fits shares the GPU; on CPU nothing changes."""
     suite = _suite()
-    (unset,) = gpu_pair_problems(suite)  # cpu-gate says nothing: vLLM's default share, 0.9
-    assert "'tiny'" in unset and "vLLM's default 0.9" in unset and "gpu_memory_utilization: 0.45" in unset
-    def at(share: float):
-        return suite.model_copy(update={"targets": [t.model_copy(update={"gpu_memory_utilization": share})
+    def at(share: float | None, engine: str = "vllm-offline"):
+        return suite.model_copy(update={"targets": [t.model_copy(update={"gpu_memory_utilization": share,
+                                                                          "engine": engine})
                                                     for t in suite.targets]})
-    assert gpu_pair_problems(at(0.45)) == [] and gpu_pair_problems(at(0.5)) == []
-    (over,) = gpu_pair_problems(at(0.6))
-    assert "gpu_memory_utilization: 0.6," in over and "sleep mode" in over
-    with pytest.raises(ArmError, match="do not fit on one GPU together"):
-        api.ab(suite, out=tmp_path, platform="cuda")
-    assert not any(tmp_path.iterdir())  # refused before a run directory or an engine
-    fits = api.ab_plan(at(0.45), platform="cuda")  # what --dry-run says is used
-    assert fits.residency.startswith("GPU:") and "0.45" in fits.residency and "sleep mode is not used" in fits.residency
-    assert [t.name for t in fits.plan.suite.targets] == ["tiny@a", "tiny@b"]
-    assert api.ab_plan(suite, platform="cpu").residency.startswith("CPU:")
+    assert pairs_taking_turns(suite) == ["tiny"]  # cpu-gate says nothing: vLLM's default share, 0.9
+    assert pairs_taking_turns(at(0.45)) == [] and pairs_taking_turns(at(0.5)) == []
+    assert pairs_taking_turns(at(0.6)) == ["tiny"]
+
+    turns = api.ab_plan(suite, platform="cuda")
+    assert turns.residency.startswith("GPU: target(s) 'tiny':") and "take turns with vLLM's sleep mode" in turns.residency
+    assert "level 1" in turns.residency and "untimed" in turns.residency
+    assert [t.name for t in turns.plan.suite.targets] == ["tiny@a", "tiny@b"]
+    assert all(t.engine_args.get("enable_sleep_mode") is True for t in turns.plan.suite.targets)
+    assert all(e.target.engine_args.get("enable_sleep_mode") is True for e in turns.plan.plan.engines)
+    served = api.ab_plan(at(None, "vllm-server"), platform="cuda").plan.suite.targets
+    assert all(t.env.get("VLLM_SERVER_DEV_MODE") == "1" for t in served)  # vLLM serves /sleep and /wake_up only so
+
+    fits = api.ab_plan(at(0.45), platform="cuda")
+    assert fits.residency == "GPU: target(s) 'tiny': an engine and its counterpart share one GPU " \
+        "(gpu_memory_utilization 0.45 each), no sleep mode"
+    assert not any("enable_sleep_mode" in t.engine_args for t in fits.plan.suite.targets)
+    cpu = api.ab_plan(suite, platform="cpu")
+    assert cpu.residency.startswith("CPU:") and not any("enable_sleep_mode" in t.engine_args for t in cpu.plan.suite.targets)
+
     cli = CliRunner().invoke(app, ["ab", str(SUITES / "cpu-gate.yaml"), "--dry-run", "--platform", "cuda"])
-    assert cli.exit_code == 2 and "target 'tiny': no gpu_memory_utilization" in cli.output, cli.output
+    assert cli.exit_code == 0, cli.output
+    assert "take turns with vLLM's sleep mode" in cli.output and "enable_sleep_mode" in cli.output
+    assert not any(tmp_path.iterdir())  # a dry run starts nothing
