@@ -29,9 +29,10 @@ fi
 
 [[ -x .venv/bin/python ]] || "$PY" -m venv .venv
 PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
-# --no-compile: pip byte-compiles every file it installs (torch's and vLLM's thousands, ~40 s here);
-# Python compiles a module on its first import instead, only the modules used.
-INSTALL=("${PIP[@]}" install --no-compile)
+# pip byte-compiles what it installs (~40 s of torch and vLLM here). Kept: where PYTHONDONTWRITEBYTECODE
+# is set (many images set it) Python would otherwise compile them again in every process (measured:
+# docs/measurements.md, "Test command and main job").
+INSTALL=("${PIP[@]}" install)
 have() { .venv/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.version('$1') != '$2')" 2>/dev/null; }
 missing() { ! .venv/bin/python -c "import importlib.metadata as m; m.version('$1')" 2>/dev/null; }
 
