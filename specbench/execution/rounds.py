@@ -171,9 +171,9 @@ class Turns:
         if key not in self.members or self.awake == key or res.dead is not None:
             return False
         if self.awake is not None:
-            self._toggle(up[self.awake], "sleep")
+            self._toggle(up[self.awake], wake=False)
             self.awake = None
-        if not self._toggle(res, "wake_up"):
+        if not self._toggle(res, wake=True):
             return True
         self.awake = key
         if warm is not None:
@@ -189,9 +189,10 @@ class Turns:
         return True
 
     @staticmethod
-    def _toggle(res: _Resident, op: str) -> bool:
+    def _toggle(res: _Resident, *, wake: bool) -> bool:
         try:
-            getattr(sleeper(res.engine), op)()
+            engine = sleeper(res.engine)
+            engine.wake_up() if wake else engine.sleep()
             return True
         except CellFailed as exc:
             res.dead = f"vLLM's sleep mode: {exc.reason}; the engine was ended"
