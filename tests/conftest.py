@@ -35,11 +35,21 @@ SHARING_TRAINED_ENGINES = tuple(_INTEGRATION_DIR / name
                                 for name in ("test_early_stopping.py", "test_speed_rounds.py", "test_workloads.py"))
 
 
+#: With pytest-xdist (``-n 2 --dist loadgroup``, pyproject's addopts) every integration test runs on one
+#: worker, in collection order: they share session runs and kept engines, and engine tests side by side
+#: slow each other 1.3–3× (measured). The unit tests run on the other worker meanwhile. (Integration
+#: tests that start no engine on that worker too cost more than they saved: the zoo's training and the
+#: benchmarks' smokes beside each other took 24 → 100 s and 218 → 326 s; docs/measurements.md.)
+INTEGRATION_WORKER = "integration"
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the group marks (it suffixes node ids with them)
 def pytest_collection_modifyitems(config, items):
     """Everything under tests/integration/ is an integration test (real vLLM, subprocesses): marked
     by directory, so the unit lane is ``pytest -m "not integration"`` (or ``nox -s unit``)."""
     for item in items:
         if _INTEGRATION_DIR in Path(str(item.path)).parents:
             item.add_marker(pytest.mark.integration)
+            item.add_marker(pytest.mark.xdist_group(INTEGRATION_WORKER))
     order = {name: i for i, name in enumerate(SHARING_TRAINED_ENGINES)}
     items.sort(key=lambda it: order.get(Path(str(it.path)), -1))  # stable: the others keep their order

@@ -268,7 +268,7 @@ def _ray_worker_of(pid: int, raylet_pid: int) -> psutil.Process:
     return p
 
 
-LIMIT, MAX_TOKENS = 6, 96  # b1 and b2 cells of ~5 and ~3 s per engine: the node is lost inside one
+LIMIT, MAX_TOKENS = 4, 96  # b1 and b2 cells of ~3 and ~2 s per engine: the node is lost inside one
 
 
 def _check_spread_and_binding(cluster: Cluster, run_dir: Path) -> None:
