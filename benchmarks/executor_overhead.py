@@ -140,6 +140,7 @@ def main() -> None:
           f"(local {local_gap:.2f} s, ray {ray_gap:.2f} s); wall, ray ×1 − local: "
           f"{(best['ray ×1'][0] - best['local ×1'][0]) / jobs:+.2f} s per job")
     print(f"wall(ray ×2) / wall(ray ×1) = {best['ray ×2'][0] / best['ray ×1'][0]:.2f}")
+    ray.shutdown()  # now, not in an exit hook racing the interpreter's teardown
 
 
 if __name__ == "__main__":
