@@ -1,8 +1,9 @@
 """Every script under ``benchmarks/`` runs its whole path at the smallest size (``--smoke``), so a refactor
 cannot break one unseen. Scripts that read runs get the session's shared cpu-smoke run; the others start the
 fewest engines their path needs (listed per script). One subprocess per script, as a user starts it, two at
-a time (the longest first; the Ray one alone, after them): one script alone leaves a core idle most of its time (imports, engine starts,
-one engine's cells), and a smoke checks a path, not a speed (the speed checks accept any value)."""
+a time, the longest first (one script alone leaves a core idle most of its time: imports, engine starts, one
+engine's cells), the Ray one alone after them; a smoke checks a path, not a speed (its speed checks accept
+any value)."""
 
 from __future__ import annotations
 
