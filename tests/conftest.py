@@ -37,9 +37,8 @@ SHARING_TRAINED_ENGINES = tuple(_INTEGRATION_DIR / name
 
 #: With pytest-xdist (``-n 2 --dist loadgroup``, pyproject's addopts) every integration test runs on one
 #: worker, in collection order: they share session runs and kept engines, and engine tests side by side
-#: slow each other 1.3–3× (measured). The unit tests run on the other worker meanwhile. (Integration
-#: tests that start no engine on that worker too cost more than they saved: the zoo's training and the
-#: benchmarks' smokes beside each other took 24 → 100 s and 218 → 326 s; docs/measurements.md.)
+#: slow each other 1.3–3×. The unit tests run on the other worker meanwhile; the integration tests that
+#: start no engine did not pay there (docs/measurements.md, "Test command and main job").
 INTEGRATION_WORKER = "integration"
 
 

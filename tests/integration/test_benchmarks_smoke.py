@@ -12,8 +12,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -179,29 +178,22 @@ def _smoke(script: str, args: list[str]) -> tuple[subprocess.CompletedProcess, f
 
 
 @pytest.fixture(scope="module")
-def smokes(smoke_run, lengths_run) -> Iterator[dict[str, Future]]:
-    """Every script's smoke, started two at a time when the module's first smoke test asks (``ALONE`` after
-    the others, by itself)."""
+def smokes(smoke_run, lengths_run) -> dict[str, tuple[subprocess.CompletedProcess, float]]:
+    """Every script's smoke and its wall time: two at a time, then ``ALONE`` by itself."""
     run_dir, lengths_dir = str(smoke_run[0]), str(lengths_run[0])
 
-    def args(script: str) -> list[str]:
-        return [lengths_dir if a == "{lengths_run}" else a for a in SMOKES[script][0](run_dir)]
-
-    def after(others: list[Future], script: str) -> tuple[subprocess.CompletedProcess, float]:
-        wait(others)
-        return _smoke(script, args(script))
+    def smoke(script: str) -> tuple[subprocess.CompletedProcess, float]:
+        return _smoke(script, [lengths_dir if a == "{lengths_run}" else a for a in SMOKES[script][0](run_dir)])
 
     order = LONGEST_FIRST + sorted(set(SMOKES) - set(LONGEST_FIRST) - set(ALONE))
-    with ThreadPoolExecutor(max_workers=2) as pairs, ThreadPoolExecutor(max_workers=1) as alone:
-        futures = {script: pairs.submit(_smoke, script, args(script)) for script in order}
-        pairs_started = list(futures.values())
-        futures.update({script: alone.submit(after, pairs_started, script) for script in ALONE})
-        yield futures
+    with ThreadPoolExecutor(max_workers=2) as pairs:
+        done = dict(zip(order, pairs.map(smoke, order), strict=True))
+    return done | {script: smoke(script) for script in ALONE}
 
 
 @pytest.mark.parametrize("script", sorted(SMOKES))
-def test_benchmark_smoke(script: str, smokes: dict[str, Future]) -> None:
-    proc, seconds = smokes[script].result()
+def test_benchmark_smoke(script: str, smokes: dict[str, tuple[subprocess.CompletedProcess, float]]) -> None:
+    proc, seconds = smokes[script]
     print(f"{script} --smoke: {seconds:.1f} s ({'alone' if script in ALONE else 'beside another'})")
     assert proc.returncode == 0, f"{script} --smoke exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     SMOKES[script][1](proc.stdout)
