@@ -7,6 +7,7 @@ a change is restored and reported as a warning that names the test.
 
 from __future__ import annotations
 
+import os
 import signal
 import warnings
 from pathlib import Path
@@ -34,12 +35,29 @@ _INTEGRATION_DIR = Path(__file__).parent / "integration"
 SHARING_TRAINED_ENGINES = tuple(_INTEGRATION_DIR / name
                                 for name in ("test_early_stopping.py", "test_speed_rounds.py", "test_workloads.py"))
 
+#: The main group's tests that keep both cores busy (engines two at a time, a three-node Ray cluster),
+#: after the side group has ended, before the trio.
+MAIN_LAST = tuple(_INTEGRATION_DIR / name for name in ("test_benchmarks_smoke.py", "test_ray_cluster.py"))
 
-#: With pytest-xdist (``-n 2 --dist loadgroup``, pyproject's addopts) every integration test runs on one
-#: worker, in collection order: they share session runs and kept engines, and engine tests side by side
-#: slow each other 1.3–3×. The unit tests run on the other worker meanwhile; the integration tests that
-#: start no engine did not pay there (docs/measurements.md, "Test command and main job").
+#: With pytest-xdist (``-n 2 --dist loadgroup``, pyproject's addopts) the integration tests run in two
+#: groups, each on one worker in collection order. The main group shares the session runs and kept
+#: engines; the side group's modules start their own engines and CLI runs, mostly waiting on them (under
+#: one core's worth of CPU), and share nothing with the main group: that worker runs them, then the unit
+#: tests (xdist hands out the larger groups first). docs/measurements.md has the numbers.
 INTEGRATION_WORKER = "integration"
+SIDE_WORKER = "integration-side"
+SIDE_MODULES = tuple(_INTEGRATION_DIR / name for name in (
+    "test_stop_signals.py", "test_faults.py", "test_cross_check.py", "test_tie_flips_vllm.py",
+    "test_schedule_on_engine.py", "test_vllm_forks.py", "test_vllm_patch_hook.py"))
+
+#: One thread per engine unless the caller says otherwise (tests about thread counts set or drop it).
+#: OpenMP: two vLLM CPU engines on the two workers, each with a pool sized for every core, spin over the
+#: same cores and ran ~6× slower side by side; the tiny zoo's step takes as long on one thread as on two.
+#: Numba (vLLM's n-gram proposer, ``parallel=True``): vLLM runs it on one thread, but numba's OpenMP pool
+#: is sized for every core; the idle one made an n-gram engine 3× slower alone (128 tokens: 3.4 s against
+#: 1.1 s) and 7× with the other core busy.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the group marks (it suffixes node ids with them)
@@ -49,6 +67,9 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if _INTEGRATION_DIR in Path(str(item.path)).parents:
             item.add_marker(pytest.mark.integration)
-            item.add_marker(pytest.mark.xdist_group(INTEGRATION_WORKER))
-    order = {name: i for i, name in enumerate(SHARING_TRAINED_ENGINES)}
+            side = Path(str(item.path)) in SIDE_MODULES
+            item.add_marker(pytest.mark.xdist_group(SIDE_WORKER if side else INTEGRATION_WORKER))
+    order = {name: i for i, name in enumerate(MAIN_LAST + SHARING_TRAINED_ENGINES)}
     items.sort(key=lambda it: order.get(Path(str(it.path)), -1))  # stable: the others keep their order
+    # The side group after the unit tests (xdist hands out groups in this order, --no-loadscope-reorder).
+    items.sort(key=lambda it: Path(str(it.path)) in SIDE_MODULES)

@@ -29,9 +29,10 @@ def report(conn: Any, engine_kwargs: dict[str, Any], env: dict[str, str]) -> Non
         conn.recv()
 
 
-def test_a_forked_worker_takes_its_cores_threads_and_name_and_its_exit_is_known(tmp_path) -> None:
+def test_a_forked_worker_takes_its_cores_threads_and_name_and_its_exit_is_known(tmp_path, monkeypatch) -> None:
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs 2 cores")  # pragma: no cover - CI has 2
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # the test session sets 1; pools sized by cores here
     env = {"SPECBENCH_FORK_TEST": "1", "TORCHDYNAMO_DISABLE": "1"}
     zygote = _Zygote(env, report)
     try:
