@@ -42,8 +42,9 @@ MAIN_LAST = tuple(_INTEGRATION_DIR / name for name in ("test_benchmarks_smoke.py
 #: With pytest-xdist (``-n 2 --dist loadgroup``, pyproject's addopts) the integration tests run in two
 #: groups, each on one worker in collection order. The main group shares the session runs and kept
 #: engines; the side group's modules start their own engines and CLI runs, mostly waiting on them (under
-#: one core's worth of CPU), and share nothing with the main group: that worker runs them, then the unit
-#: tests (xdist hands out the larger groups first). docs/measurements.md has the numbers.
+#: one core's worth of CPU), and share nothing with the main group: the other worker runs the unit tests,
+#: then them (xdist hands out work in collection order, ``--no-loadscope-reorder``, and gives a worker
+#: more only when it has two tests or fewer left). docs/measurements.md has the numbers.
 INTEGRATION_WORKER = "integration"
 SIDE_WORKER = "integration-side"
 SIDE_MODULES = tuple(_INTEGRATION_DIR / name for name in (
@@ -54,8 +55,8 @@ SIDE_MODULES = tuple(_INTEGRATION_DIR / name for name in (
 #: OpenMP: two vLLM CPU engines on the two workers, each with a pool sized for every core, spin over the
 #: same cores and ran ~6× slower side by side; the tiny zoo's step takes as long on one thread as on two.
 #: Numba (vLLM's n-gram proposer, ``parallel=True``): vLLM runs it on one thread, but numba's OpenMP pool
-#: is sized for every core; the idle one made an n-gram engine 3× slower alone (128 tokens: 3.4 s against
-#: 1.1 s) and 7× with the other core busy.
+#: is sized for every core; with the other core busy an n-gram engine ran 3–4× slower (128 tokens:
+#: 1.2–2.1 s against 0.4–0.5 s with one numba thread; alone no difference).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 
