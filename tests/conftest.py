@@ -70,7 +70,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.integration)
             side = Path(str(item.path)) in SIDE_MODULES
             item.add_marker(pytest.mark.xdist_group(SIDE_WORKER if side else INTEGRATION_WORKER))
+    # The side group last, after the unit tests (xdist hands work out in this order); before it, MAIN_LAST
+    # and the trio at the end of the main group. Stable: the others keep their order.
     order = {name: i for i, name in enumerate(MAIN_LAST + SHARING_TRAINED_ENGINES)}
-    items.sort(key=lambda it: order.get(Path(str(it.path)), -1))  # stable: the others keep their order
-    # The side group after the unit tests (xdist hands out groups in this order, --no-loadscope-reorder).
-    items.sort(key=lambda it: Path(str(it.path)) in SIDE_MODULES)
+    items.sort(key=lambda it: (Path(str(it.path)) in SIDE_MODULES, order.get(Path(str(it.path)), -1)))
