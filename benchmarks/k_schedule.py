@@ -27,7 +27,7 @@ from pathlib import Path
 
 from specbench import api
 from specbench.report.markdown import md_blocks
-from specbench.report.schedule import schedule_table
+from specbench.report.schedule_section import schedule_table
 
 
 def main() -> int:

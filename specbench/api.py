@@ -44,7 +44,7 @@ from specbench.settings import settings
 if TYPE_CHECKING:
     from specbench.config.methods import MethodInfo
     from specbench.regression.history import AddResult, RunInfo
-    from specbench.results.schedule import ScheduleFile
+    from specbench.results.schedule_file import ScheduleFile
     from specbench.zoo.assets import TinyAssets
 
 __all__ = [
@@ -395,7 +395,7 @@ def _analyze(run_dir: Path, allow_code_exec: bool | None, timeline: Timeline, no
     rundir.write_summary(run_dir, summary)
     if any(g.schedule is not None for g in summary.groups):  # a method ran with a schedule: checked on the engine
         from specbench.analysis.k_schedule import schedule_run
-        from specbench.results.schedule import schedule_path, write_schedule
+        from specbench.results.schedule_file import schedule_path, write_schedule
 
         with timeline.span("analysis"):
             write_schedule(schedule_path(run_dir), schedule_run(summary, requests))
@@ -436,7 +436,7 @@ def schedule(run_dir: Path, out: Path | None = None) -> tuple[ScheduleFile, Path
     sweep predicted from its largest K, the step-time model and ``num_speculative_tokens_per_batch_size``
     with its evidence (:mod:`specbench.analysis.k_schedule`); returns it and where it went."""
     from specbench.analysis.k_schedule import schedule_run
-    from specbench.results.schedule import schedule_path, write_schedule
+    from specbench.results.schedule_file import schedule_path, write_schedule
 
     run_dir = Path(run_dir)
     made = schedule_run(load_summary(run_dir), rundir.read_requests(run_dir))
@@ -566,11 +566,11 @@ def ab(suite: Suite | Path | str, a: str | Path | None = None, b: str | Path | N
     (seconds, from now). Writes ``ab.json`` and ``ab.md`` in the run directory."""
     from specbench.analysis.ab_decision import ABRule
     from specbench.analysis.ab_rounds import ab_result, arm_vllm_versions
-    from specbench.execution.ab import RoundDecisions
+    from specbench.execution.ab_round_decisions import RoundDecisions
     from specbench.regression.ab_gate import ab_outcome
     from specbench.regression.gate import load_rules
-    from specbench.report.ab import render_ab_markdown
-    from specbench.results.ab import write_ab
+    from specbench.report.ab_summary import render_ab_markdown
+    from specbench.results.ab_file import write_ab
 
     planned, (arm_a, arm_b), _ = ab_plan(suite, a, b, platform)
     gate_rules = load_rules(rules).ab

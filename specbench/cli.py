@@ -424,7 +424,7 @@ def schedule(
 ) -> None:
     """K per batch size for vLLM's dynamic speculative decoding (num_speculative_tokens_per_batch_size),
     predicted from the run: writes the schedule file and prints its tables."""
-    from specbench.report.schedule import render
+    from specbench.report.schedule_section import render
 
     made, path = api.schedule(run_dir, out)
     typer.echo(shown(render(made)))  # raw Markdown: no wrapping

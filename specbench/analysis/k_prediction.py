@@ -6,7 +6,7 @@ at K_max therefore gives, for every K ≤ K_max,
 
 * τ(K) = 1 + Σ_{i<K} accepted_i / drafts (:func:`specbench.results.counters.tau`), and
 * tokens per step(K) = the measured tokens per step at K_max × τ(K) / τ(K_max): committed tokens
-  over decoding steps (:mod:`specbench.analysis.steps`), rescaled by the τ ratio. Exact at K_max;
+  over decoding steps (:mod:`specbench.analysis.step_accounting`), rescaled by the τ ratio. Exact at K_max;
   at smaller K it keeps K_max's share of tokens lost past the end (vLLM issue 56101), a slight
   underestimate, and a method that skips drafting (ngram) keeps its share of undrafted steps.
 
@@ -31,7 +31,7 @@ from specbench import stats
 from specbench.analysis.step_time import decoding_steps
 from specbench.results import counters
 from specbench.results.records import RequestRecord
-from specbench.results.schedule import KPrediction, KPredictionPoint
+from specbench.results.schedule_file import KPrediction, KPredictionPoint
 from specbench.results.summary import GroupSummary
 from specbench.stats import Estimate
 

@@ -3,7 +3,7 @@
 Per workload (target, method, dataset, temperature; the run's loads pooled):
 
 * tokens per step(K) for K ≤ the largest K measured (:mod:`specbench.analysis.k_prediction`);
-* the method's step-time model t(K, n) and the baseline's t₀(n) (:mod:`specbench.analysis.step_model`);
+* the method's step-time model t(K, n) and the baseline's t₀(n) (:mod:`specbench.analysis.step_time_model`);
 * the predicted speedup over no speculation at K and batch size n:
   ``tokens per step(K) × t₀(n) / t(K, n)`` — tokens per unit of time against the baseline's one
   token per step; K = 0 (speculation off) is 1 by definition. Interval: a bootstrap over the
@@ -26,12 +26,12 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from specbench import stats
-from specbench.analysis import k_prediction, step_model
+from specbench.analysis import k_prediction, step_time_model
 from specbench.analysis.metrics import unique_requests
 from specbench.analysis.schedule_check import check_schedules
 from specbench.config.dynamic_sd import drafts_nothing, validate_schedule
 from specbench.results.records import RequestRecord
-from specbench.results.schedule import (
+from specbench.results.schedule_file import (
     KPrediction,
     MethodSchedule,
     ScheduleFile,
@@ -57,7 +57,7 @@ def _method_rows(groups: Sequence[GroupSummary], source: GroupSummary,
     seen: set[int] = set()
     for g in groups:
         off = drafts_nothing(g.schedule)
-        arr, used = step_model.step_rows(group_requests.get(g.group_id, []), g.batch_size,
+        arr, used = step_time_model.step_rows(group_requests.get(g.group_id, []), g.batch_size,
                                          0 if off else g.k or 0, not off)
         for row, r in zip(arr.tolist(), used, strict=True):
             acc = k_prediction.acceptance_row(r, k_max) if g is source else None
@@ -70,7 +70,7 @@ def _method_rows(groups: Sequence[GroupSummary], source: GroupSummary,
 
 
 def _baseline_rows(groups: Sequence[GroupSummary], group_requests: Mapping[str, Sequence[RequestRecord]]) -> np.ndarray:
-    parts = [step_model.step_rows(group_requests.get(g.group_id, []), g.batch_size, 0, False)[0] for g in groups]
+    parts = [step_time_model.step_rows(group_requests.get(g.group_id, []), g.batch_size, 0, False)[0] for g in groups]
     return np.concatenate(parts) if parts else np.empty((0, STEP_COLS))
 
 
@@ -81,11 +81,11 @@ class _Speedup:
         self.k, self.n, self.k_max, self.ident, self.base_n, self.use_tau = k, n, k_max, ident, base_n, use_tau
 
     def step_time(self, a: np.ndarray) -> np.ndarray:
-        return step_model.predict(step_model.fit(a[..., :STEP_COLS], *self.ident), self.k, self.n)
+        return step_time_model.predict(step_time_model.fit(a[..., :STEP_COLS], *self.ident), self.k, self.n)
 
     def __call__(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         acc = a[..., STEP_COLS:]
-        t0 = step_model.predict(step_model.fit(b, False, self.base_n), 0, self.n)
+        t0 = step_time_model.predict(step_time_model.fit(b, False, self.base_n), 0, self.n)
         if self.k == 0:  # one token per step: the drafter loaded, no drafts
             tps = np.ones(t0.shape)
         else:
@@ -111,15 +111,15 @@ def schedule_workload(pred: KPrediction, groups: Sequence[GroupSummary], source:
     k_max = source.k or 0
     m_rows = _method_rows(groups, source, group_requests)
     b_rows = _baseline_rows(baselines, group_requests)
-    timed = m_rows[m_rows[:, step_model.S] > 0]
-    m_model = step_model.step_model(timed[:, :STEP_COLS]) if timed.size else None
-    b_model = step_model.step_model(b_rows) if b_rows.size else None
+    timed = m_rows[m_rows[:, step_time_model.S] > 0]
+    m_model = step_time_model.step_model(timed[:, :STEP_COLS]) if timed.size else None
+    b_model = step_time_model.step_model(b_rows) if b_rows.size else None
     if m_model is None or b_model is None:
         return "no step-time model: " + ("the method's" if m_model is None else "the baseline's") + \
             " requests have no decode times and steps (the reference engine keeps no time)"
     if m_model.n_identified != b_model.n_identified:  # one model without n: both at the batch size measured
-        m_model = step_model.step_model(timed[:, :STEP_COLS], allow_n=False) or m_model
-        b_model = step_model.step_model(b_rows, allow_n=False) or b_model
+        m_model = step_time_model.step_model(timed[:, :STEP_COLS], allow_n=False) or m_model
+        b_model = step_time_model.step_model(b_rows, allow_n=False) or b_model
     ident = (m_model.k_identified, m_model.n_identified)
     base_n = b_model.n_identified
     src = m_rows[:, STEP_COLS:]

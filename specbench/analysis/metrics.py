@@ -24,7 +24,7 @@ from typing import Any, NamedTuple, TypeVar
 import numpy as np
 
 from specbench import stats
-from specbench.analysis import step_time, steps
+from specbench.analysis import step_accounting, step_time
 from specbench.config.plan import Cell
 from specbench.config.stop_rule import StopRecord
 from specbench.config.suite import ReferenceValue, TargetSpec
@@ -325,7 +325,7 @@ def non_degenerate(g: GroupSummary, requests: Sequence[RequestRecord]) -> NonDeg
     counters = sum_counters(r.spec for r in kept)
     if kept and counters is not None and all(r.spec is not None for r in kept):
         tau = acceptance(counters, kept, g.k)["tau"]
-    tps = (steps.step_metrics(kept) or {}).get("tokens_per_step")
+    tps = (step_accounting.step_metrics(kept) or {}).get("tokens_per_step")
     return NonDegenerate(tau=tau, tokens_per_step=tps)
 
 
@@ -392,7 +392,7 @@ def _stopped_cell(gcells: Sequence[Cell], lines: Sequence[CellStatusLine], by_ce
 def _chosen(stopped: _Stopped | None, metric: str, computed: E, refs: Mapping[str, str | None]) -> E | Estimate:
     """A metric's estimate: the confidence sequence its cell stopped on when it stopped early (and
     the metric was measured), else the one computed."""
-    from specbench.analysis.early_stopping import stopped_interval
+    from specbench.analysis.cell_stopper import stopped_interval
 
     if stopped is None or computed is None:
         return computed
@@ -490,9 +490,9 @@ def summarize_groups(
             g.per_position = acc["per_position"]
             g.draft_acceptance_rate = acc["draft_acceptance_rate"]
             g.verification = step_time.verification_spent(counters, greqs)
-            for name, est in (steps.step_metrics(greqs) or {}).items():
+            for name, est in (step_accounting.step_metrics(greqs) or {}).items():
                 setattr(g, name, est)
-            g.steps_note = steps.trace_note(greqs)
+            g.steps_note = step_accounting.trace_note(greqs)
             g.non_degenerate = non_degenerate(g, greqs)
         if greqs:
             sp = speed(greqs)

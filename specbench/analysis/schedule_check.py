@@ -8,9 +8,9 @@ and whether the schedule's speedup lies inside its interval.
 
 Whether the engine honoured the schedule: vLLM's per-request metrics list each drafting step's
 draft tokens (a step the schedule gives K = 0 drafts nothing and is counted from the tokens left
-over, :func:`specbench.analysis.steps.request_steps`). The share of steps at each K is set beside
+over, :func:`specbench.analysis.step_accounting.request_steps`). The share of steps at each K is set beside
 what the schedule gives each step's batch size, the requests in the engine at that step
-(:func:`specbench.analysis.step_model.running_per_step`: exact offline, estimated from send and
+(:func:`specbench.analysis.step_time_model.running_per_step`: exact offline, estimated from send and
 finish times on a server, where requests still prefilling count as vLLM counts them).
 """
 
@@ -21,12 +21,12 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from specbench.analysis import step_model
+from specbench.analysis import step_time_model
 from specbench.analysis.k_prediction import analysable
-from specbench.analysis.steps import request_steps
+from specbench.analysis.step_accounting import request_steps
 from specbench.config.dynamic_sd import drafts_nothing, expand_schedule
 from specbench.results.records import RequestRecord
-from specbench.results.schedule import KPrediction, LoadArm, MethodSchedule, ScheduleLoadCheck
+from specbench.results.schedule_file import KPrediction, LoadArm, MethodSchedule, ScheduleLoadCheck
 from specbench.results.summary import GroupSummary
 from specbench.stats import Estimate
 
@@ -64,7 +64,7 @@ Known = Sequence[tuple[RequestRecord, float, int, np.ndarray]]
 def k_shares(schedule: Sequence[Sequence[int]], known: Known, k_max: int) -> tuple[
         dict[int, float], dict[int, float], float | None, float | None]:
     """(measured share of steps at each K, expected share, measured and expected draft tokens per step)
-    of a scheduled group's requests with their steps' batch sizes (:func:`step_model.running_per_step`)."""
+    of a scheduled group's requests with their steps' batch sizes (:func:`step_time_model.running_per_step`)."""
     seen: Counter[int] = Counter()
     want: Counter[int] = Counter()
     drafted = expected = 0.0
@@ -117,7 +117,7 @@ def check_schedules(groups: Sequence[GroupSummary], schedules: Sequence[MethodSc
         family = families.pop() if len(families) == 1 else None
         ms = next((s for s in schedules if family is not None and (s.target, s.method, s.dataset, s.temperature)
                    == (g.target, family, g.dataset, g.temperature)), None)
-        known = step_model.running_per_step(group_requests.get(g.group_id, []), g.batch_size, True,
+        known = step_time_model.running_per_step(group_requests.get(g.group_id, []), g.batch_size, True,
                                             steps_of=fewest_steps)
         n_model = _model_batch_size(g, known)
         pred = next((p for p in predictions if family is not None and (

@@ -5,7 +5,7 @@ For one request:
 * decode time = latency − TTFT (everything after the first token);
 * decoding steps = the target's forward passes after the prefill: the
   request's verification steps with or without a draft (its step trace,
-  :mod:`specbench.analysis.steps`) with speculation, or output tokens − 1
+  :mod:`specbench.analysis.step_accounting`) with speculation, or output tokens − 1
   without;
 * time per step = decode time / steps — a parallel drafter's claim lives here:
   EAGLE-3 runs K drafter passes per step, P-EAGLE / DFlash / DSpark one;
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from specbench import stats
-from specbench.analysis.steps import request_steps
+from specbench.analysis.step_accounting import request_steps
 from specbench.results import counters as spec_counters
 from specbench.results.parts import VerificationSpent
 from specbench.results.records import RequestRecord, SpecCounters
@@ -38,7 +38,7 @@ def decoding_steps(r: RequestRecord, speculative: bool) -> int | None:
     """Target forward passes after the prefill (``None`` when unknown).
 
     With speculation: the request's verification steps, with or without a draft, from its step
-    trace (:func:`specbench.analysis.steps.request_steps`; ``None`` when the trace only bounds
+    trace (:func:`specbench.analysis.step_accounting.request_steps`; ``None`` when the trace only bounds
     them); a record written before step traces existed falls back to its drafts (``num_drafts``),
     which is every step only for a method that always drafts.
     """

@@ -9,7 +9,7 @@ recovered by replaying vLLM's own proposer function over the request's prompt
 and output (:func:`replay_ngram`; deterministic at any temperature, since the
 proposer only looks at the tokens), checked against every drafted step vLLM
 recorded. Where the replay is not possible or disagrees, the trace stays
-incomplete and the analysis reports bounds (:mod:`specbench.analysis.steps`).
+incomplete and the analysis reports bounds (:mod:`specbench.analysis.step_accounting`).
 """
 
 from __future__ import annotations

@@ -201,7 +201,7 @@ class Turns:
 
 
 #: Called after each round with the round's index and its request records; returns the cells that
-#: need no more rounds (an A/B run's decided groups: specbench.execution.ab).
+#: need no more rounds (an A/B run's decided groups: specbench.execution.ab_round_decisions).
 RoundHook = Callable[[int, list[RequestRecord]], set[str]]
 
 

@@ -13,7 +13,7 @@ import socket
 from collections.abc import Callable
 from pathlib import Path
 
-from specbench.analysis.early_stopping import CellStopper
+from specbench.analysis.cell_stopper import CellStopper
 from specbench.config.methods import get_method
 from specbench.engines.factory import make_engine
 from specbench.engines.kept import KeptEngines, engine_identity

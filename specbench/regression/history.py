@@ -39,7 +39,7 @@ from specbench.errors import SpecbenchError
 from specbench.regression.run_diff import equivalence_verdict, estimates_of
 from specbench.results import metric_catalog as catalog
 from specbench.results import rundir
-from specbench.results.ab import is_ab_run, read_ab
+from specbench.results.ab_file import is_ab_run, read_ab
 from specbench.results.manifest import RunManifest
 from specbench.results.parts import ServingCellRow
 from specbench.results.records import now_iso

@@ -27,9 +27,9 @@ from typing import Any
 from specbench.config.suite import ReferenceValue
 from specbench.report.degenerate import degenerate_section
 from specbench.report.document import Block, Details, Para, Refs, Section, Table
-from specbench.report.early_stopping import stopping_section
+from specbench.report.early_stopping_section import stopping_section
 from specbench.report.input_length import input_length_section
-from specbench.report.method_comparison import (
+from specbench.report.method_sections import (
     headline_section,
     k_sweep_section,
     verification_section,
@@ -43,7 +43,7 @@ from specbench.report.quality import (
     _serving,
     equivalence_entries,
 )
-from specbench.report.steps import steps_section
+from specbench.report.tau_meaning_section import steps_section
 from specbench.report.workloads import category_section, turn_section
 from specbench.results import metric_catalog
 from specbench.results.degeneracy import MARK_NOTE, mark, rests_on_loops
@@ -386,8 +386,8 @@ def time_section(manifest: RunManifest | None) -> Section | None:
 def build_report(summary: RunSummary, manifest: RunManifest | None = None, *, markdown: bool = True,
                  ab: Section | None = None, schedule: Section | None = None) -> list[Block]:
     """The report as a list of blocks (shared by the Markdown and HTML writers); ``ab``: an A/B run's
-    section (:func:`specbench.report.ab.ab_section`), its answer, first; ``schedule``: the run's schedule
-    file (:func:`specbench.report.schedule.schedule_section`), after the K sweeps."""
+    section (:func:`specbench.report.ab_summary.ab_section`), its answer, first; ``schedule``: the run's schedule
+    file (:func:`specbench.report.schedule_section.schedule_section`), after the K sweeps."""
     refs = Refs()
     blocks: list[Block] = [*_header(summary, manifest), _overview(summary)]
     blocks += [ab] if ab is not None else []

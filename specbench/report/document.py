@@ -1,6 +1,6 @@
 """The report's document model: the blocks a renderer writes.
 
-:mod:`specbench.report.markdown` and :mod:`specbench.report.method_comparison` build
+:mod:`specbench.report.markdown` and :mod:`specbench.report.method_sections` build
 these; the Markdown writer and :mod:`specbench.report.html` render them. The
 module imports no renderer, so every section builder can depend on it.
 """

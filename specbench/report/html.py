@@ -25,9 +25,9 @@ from specbench.report.figure import TITLES
 from specbench.report.markdown import render_markdown
 from specbench.report.plots import make_figures
 from specbench.results import rundir
-from specbench.results.ab import is_ab_run, read_ab
+from specbench.results.ab_file import is_ab_run, read_ab
 from specbench.results.manifest import RunManifest
-from specbench.results.schedule import read_schedule, schedule_path
+from specbench.results.schedule_file import read_schedule, schedule_path
 from specbench.results.summary import RunSummary
 
 _ENV = jinja2.Environment(
@@ -157,14 +157,14 @@ def write_reports(run_dir: Path, out_dir: Path | None = None, *, summary: RunSum
     section, figures = None, None
     if is_ab_run(run_dir):  # an A/B run (specbench ab): its verdicts first, and their figure
         from specbench.analysis.ab_rounds import ABResult
-        from specbench.report.ab import ab_figure, ab_section
+        from specbench.report.ab_summary import ab_figure, ab_section
 
         result = read_ab(run_dir, ABResult)
         section, png = ab_section(result), ab_figure(result)
         figures = {**({"ab": png} if png is not None else {}), **make_figures(summary)}
     sched = None
     if schedule_path(run_dir).exists():  # the run's schedule file (`specbench schedule`, or a scheduled method's run)
-        from specbench.report.schedule import schedule_section
+        from specbench.report.schedule_section import schedule_section
 
         sched = schedule_section(read_schedule(schedule_path(run_dir)))
     md.write_text(render_markdown(summary, manifest, ab=section, schedule=sched), encoding="utf-8")
@@ -174,7 +174,7 @@ def write_reports(run_dir: Path, out_dir: Path | None = None, *, summary: RunSum
 
     out["summary"] = out_dir / f"{stem}{SUFFIX}"
     out["summary"].write_text(render_compact(summary, manifest, full_report=f"{md.name} / {html.name}"), encoding="utf-8")
-    from specbench.report.method_comparison import serving_csv
+    from specbench.report.method_sections import serving_csv
 
     raw = serving_csv(summary)
     if raw is not None:  # the serving table's every column, in seconds, beside the report

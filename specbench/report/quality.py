@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from specbench.report.document import Block, Details, Para, Pre, Section, Table
-from specbench.report.method_comparison import (
+from specbench.report.method_sections import (
     serving_table,
 )
 from specbench.results.fmt import (

@@ -242,7 +242,7 @@ class CrossCheckRow(Part):
     reference_group: str | None = None
     vllm_tau: Estimate
     reference_tau: Estimate
-    # Committed tokens per target step of each (specbench.analysis.steps): equal at T=0 when both engines
+    # Committed tokens per target step of each (specbench.analysis.step_accounting): equal at T=0 when both engines
     # accepted the same drafts; τ can agree while these differ only where the outputs differ.
     vllm_tokens_per_step: Estimate | None = None
     reference_tokens_per_step: Estimate | None = None

@@ -82,7 +82,7 @@ class StepTrace(BaseModel):
     ``source``: ``vllm`` (vLLM's per-step metrics as they are), ``vllm+ngram-replay`` (the steps
     without a draft found by replaying vLLM's own ngram proposer over the request's tokens, checked
     step by step against vLLM's drafted steps), ``reference`` (the simulator's every round).
-    :mod:`specbench.analysis.steps` derives tokens per step, the terminal overcount and the draft
+    :mod:`specbench.analysis.step_accounting` derives tokens per step, the terminal overcount and the draft
     rate from it.
     """
 

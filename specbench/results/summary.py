@@ -87,7 +87,7 @@ class GroupSummary(BaseModel):
     tau_per_request: Estimate | None = None
     per_position: list[Estimate] = Field(default_factory=list)
     draft_acceptance_rate: Estimate | None = None
-    # Tokens per target forward pass and what separates it from τ (specbench.analysis.steps).
+    # Tokens per target forward pass and what separates it from τ (specbench.analysis.step_accounting).
     tokens_per_step: Estimate | None = None
     tokens_per_step_per_request: Estimate | None = None
     terminal_overcount: Estimate | None = None

@@ -45,7 +45,7 @@ load:
 
 def test_vllm_drafts_what_the_schedule_gives_each_steps_batch_size(tmp_path: Path) -> None:
     from specbench import api
-    from specbench.results.schedule import read_schedule, schedule_path
+    from specbench.results.schedule_file import read_schedule, schedule_path
 
     suite = tmp_path / "schedule.yaml"
     suite.write_text(SUITE)

@@ -21,7 +21,7 @@ class LocalExecutor:
                  round_hook: RoundHook | None = None):
         self.follow_up = follow_up  # set by the driver: teacher forcing on an engine already up
         self.kept = kept  # engines kept between runs in this process (api.run(keep=...))
-        self.round_hook = round_hook  # an A/B run's decisions after each round (specbench.execution.ab)
+        self.round_hook = round_hook  # an A/B run's decisions after each round (specbench.execution.ab_round_decisions)
 
     def check(self, jobs: Sequence[EngineJob]) -> list[str]:
         return []

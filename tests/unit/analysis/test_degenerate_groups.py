@@ -165,7 +165,7 @@ def test_the_headline_and_terminal_mark_a_verdict_resting_on_loops(three: RunSum
 def test_k_sweeps_category_matrix_and_input_length_tables_mark_loops(three: RunSummary) -> None:
     from specbench.report.input_length import input_length_section
     from specbench.report.markdown import md_blocks
-    from specbench.report.method_comparison import k_sweep_section
+    from specbench.report.method_sections import k_sweep_section
     from specbench.report.workloads import category_section
 
     swept = _run(3, (("baseline", None, None), ("eagle3-k2", 2, "eagle3"), ("eagle3-k3", 3, "eagle3")))

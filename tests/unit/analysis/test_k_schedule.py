@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specbench.analysis import k_prediction, k_schedule, step_model
+from specbench.analysis import k_prediction, k_schedule, step_time_model
 from specbench.config.dynamic_sd import expand_schedule, validate_schedule
 from specbench.results import counters
 from specbench.results.records import RequestRecord, SpecCounters, StepTrace
-from specbench.results.schedule import ScheduleFile, read_schedule, write_schedule
+from specbench.results.schedule_file import ScheduleFile, read_schedule, write_schedule
 from specbench.results.summary import GroupSummary
 from specbench.stats import Estimate
 
@@ -127,16 +127,16 @@ def _base_arm(cell: str, batch: int, batches: int) -> list[RequestRecord]:
 
 def test_lockstep_batches_give_each_request_its_steps_batch_sizes_and_the_fit_recovers_the_model():
     reqs = _arm("c3", 3, 4, 3)
-    rows, used = step_model.step_rows(reqs, 4, 3, speculative=True)
+    rows, used = step_time_model.step_rows(reqs, 4, 3, speculative=True)
     assert used == reqs and rows.shape == (12, 5)
     s = [8, 12, 16, 20]
-    assert rows[:4, step_model.N].tolist() == [sum(min(o, x) for o in s) for x in s]  # 8·4, 8+12·3, …
-    both = np.concatenate([rows, step_model.step_rows(_arm("c1", 1, 4, 3), 4, 1, speculative=True)[0]])
-    m = step_model.step_model(both)
+    assert rows[:4, step_time_model.N].tolist() == [sum(min(o, x) for o in s) for x in s]  # 8·4, 8+12·3, …
+    both = np.concatenate([rows, step_time_model.step_rows(_arm("c1", 1, 4, 3), 4, 1, speculative=True)[0]])
+    m = step_time_model.step_model(both)
     assert m is not None and m.k_identified and m.n_identified and m.n_max == 4 and m.ks == [1, 3]
     assert (m.a, m.b, m.c, m.d) == pytest.approx(TRUE_M)
     # one K only: no slope in K
-    m3 = step_model.step_model(rows)
+    m3 = step_time_model.step_model(rows)
     assert m3 is not None and not m3.k_identified and m3.b == m3.d == 0
 
 
@@ -302,7 +302,7 @@ def test_the_schedule_check_sets_each_fixed_k_beside_the_schedule_and_sees_wheth
 
 
 def test_an_arms_predicted_tpot_is_the_models_step_time_over_its_predicted_tokens_per_step():
-    from specbench.results.schedule import LoadArm
+    from specbench.results.schedule_file import LoadArm
 
     arm = LoadArm(label="K=2", k=2, group_id="g", predicted_tokens_per_step=Estimate(value=1.6, ci_low=1.5, ci_high=1.7),
                   predicted_step_time_s=Estimate(value=0.008, ci_low=0.007, ci_high=0.009))

@@ -166,7 +166,7 @@ def test_cross_check_reports_a_served_attention_mismatch_beside_the_tau_test():
 def test_a_stopped_cell_reports_its_confidence_sequence_where_the_metric_is_computed():
     """τ, TPOT and speedup of a group whose one cell stopped early are the confidence sequence at the
     prompts it used (not the bootstrap); the baseline keeps its own; without a stop, the bootstrap."""
-    from specbench.analysis.early_stopping import stopped_interval
+    from specbench.analysis.cell_stopper import stopped_interval
     from specbench.analysis.metrics import sum_counters, summarize_groups
     from specbench.config.stop_rule import StopRecord, StopRule
 

@@ -6,8 +6,8 @@ import pytest
 from support.factories import group, request
 
 from specbench import stats
+from specbench.analysis.step_accounting import request_steps, step_metrics
 from specbench.analysis.step_time import decoding_steps
-from specbench.analysis.steps import request_steps, step_metrics
 from specbench.engines.step_trace import replay_ngram, trace_from_vllm
 from specbench.results.records import RequestRecord, StepTrace
 

@@ -12,7 +12,7 @@ import pytest
 from support.factories import request
 from support.paths import PACKAGE
 
-from specbench.analysis.early_stopping import measurable
+from specbench.analysis.cell_stopper import measurable
 from specbench.config.dataset_kinds import GSM8K, KINDS, Scorer
 from specbench.config.stop_rule import StopRule
 from specbench.datasets import DESCRIPTIONS
@@ -67,7 +67,7 @@ def test_scoring_and_the_stop_rule_follow_the_declared_scorer(monkeypatch):
     unscored = replace(GSM8K, name="my_chat", title="my chat", scorer=None)
     kinds = {**KINDS, answer.name: answer, unscored.name: unscored}
     monkeypatch.setattr(apply, "KINDS", kinds)
-    monkeypatch.setattr("specbench.analysis.early_stopping.KINDS", kinds)
+    monkeypatch.setattr("specbench.analysis.cell_stopper.KINDS", kinds)
     records = [_record("c1", "p", "so #### 42"), _record("c2", "p", "so #### 42")]
     scores, _ = apply.score_requests(records, {"c1": "m", "c2": "u"}, {"m": "my_math", "u": "my_chat"},
                                      {("m", "p"): "#### 42", ("u", "p"): "#### 42"}, allow_code_exec=False)

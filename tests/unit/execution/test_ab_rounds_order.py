@@ -12,7 +12,7 @@ from specbench.analysis.ab_decision import ABRule
 from specbench.config.plan import EngineConfig
 from specbench.config.suite import MethodSpec, TargetSpec
 from specbench.engines.factory import ResolvedEngine
-from specbench.execution.ab import RoundDecisions
+from specbench.execution.ab_round_decisions import RoundDecisions
 from specbench.execution.jobs import EngineJob
 from specbench.execution.rounds import ab_round_order, batch_order, pair_key, resident_sets
 

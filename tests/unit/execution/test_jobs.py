@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from support.factories import cell, counters, request
 
-from specbench.analysis.early_stopping import CellStopper, measurable
+from specbench.analysis.cell_stopper import CellStopper, measurable
 from specbench.analysis.sequential import seeded_order
 from specbench.config.plan import EngineConfig
 from specbench.config.stop_rule import StopRule

@@ -6,7 +6,7 @@ from specbench.analysis.ab_decision import ABRule, ABVerdict
 from specbench.analysis.ab_rounds import ABResult, GroupExact
 from specbench.regression.ab_gate import ab_outcome
 from specbench.regression.gate import ABGateRules
-from specbench.report.ab import render_ab_markdown
+from specbench.report.ab_summary import render_ab_markdown
 from specbench.stats import Estimate
 
 

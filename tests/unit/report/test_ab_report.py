@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from specbench.analysis.ab_decision import ABRule, ABVerdict
 from specbench.analysis.ab_rounds import ABResult, GroupExact
-from specbench.report.ab import ab_figure, ab_section
+from specbench.report.ab_summary import ab_figure, ab_section
 from specbench.report.document import Table
 from specbench.stats import Estimate
 

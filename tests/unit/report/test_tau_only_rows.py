@@ -12,7 +12,7 @@ from specbench.cli import closing_tables
 from specbench.report.compact import render_compact
 from specbench.report.document import Refs
 from specbench.report.markdown import md_blocks
-from specbench.report.method_comparison import headline_section
+from specbench.report.method_sections import headline_section
 from specbench.report.terminal import TAU_ONLY, TAU_ONLY_NOTE, closing_rows, headline_rows
 from specbench.results.manifest import RunManifest
 from specbench.results.parts import HeadlineRow

@@ -16,7 +16,7 @@ from specbench.config import stop_rule
 from specbench.frames import estimate_columns
 from specbench.regression import gate, run_diff
 from specbench.regression.history import group_metrics
-from specbench.report import early_stopping as report_stopping
+from specbench.report import early_stopping_section as report_stopping
 from specbench.report import trend
 from specbench.results import metric_catalog as catalog
 from specbench.results.parts import Dist, HeadlineRow, NonDegenerate, ServingSummary, VerificationSpent

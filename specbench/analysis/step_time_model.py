@@ -29,7 +29,7 @@ import numpy as np
 
 from specbench.analysis.step_time import decode_time, decoding_steps
 from specbench.results.records import RequestRecord
-from specbench.results.schedule import StepModel
+from specbench.results.schedule_file import StepModel
 
 #: Columns of a step row: decode time, steps, K, Σ steps' n, largest n.
 D, S, K, N, NMAX = range(5)

@@ -11,7 +11,7 @@ and predicted), and whether the engine drafted as the schedule says.
 from __future__ import annotations
 
 from specbench.report.document import Block, Para, Section, Table
-from specbench.results.schedule import ScheduleFile, ScheduleLoadCheck
+from specbench.results.schedule_file import ScheduleFile, ScheduleLoadCheck
 from specbench.stats import Estimate
 
 TAU_NOTE = "τ = 1 + accepted / drafts, pooled over the group's requests (vLLM's definition); 95 % bootstrap intervals"

@@ -68,7 +68,7 @@ class StepModel(_Model):
     """Time per decoding step t(K, n) = a + b·K + c·n + d·K·n (n: requests in the step), in seconds.
 
     Fitted by least squares on every request's decode time as the sum of its steps' times, each
-    step with its own n (:mod:`specbench.analysis.step_model`). ``ks``: the Ks measured (with one,
+    step with its own n (:mod:`specbench.analysis.step_time_model`). ``ks``: the Ks measured (with one,
     b and d are not identified and stay 0: the model holds at that K only)."""
 
     a: float
