@@ -317,7 +317,7 @@ def make_figures(summary: RunSummary) -> dict[str, bytes]:
     families = {(g.family, g.method_kind) for g in summary.whole_groups if g.family}
     colors = method_colors({*((g.method, g.method_kind) for g in summary.whole_groups), *extra, *families})
     out: dict[str, bytes] = {}
-    for name, fn in [("headline", plots_methods.headline), ("step_time_vs_k", plots_methods.step_time_vs_k),
+    for name, fn in [("headline", plots_methods.headline_figure), ("step_time_vs_k", plots_methods.step_time_vs_k),
                      ("category_heatmap", plots_methods.category_heatmap),
                      ("tau", _tau), ("per_position", _per_position), ("speedup_vs_load", _speedup_vs_load),
                      ("latency_vs_throughput", _latency_vs_throughput), ("serving_speedup", _serving_speedup),

@@ -9,7 +9,7 @@ from specbench.report.figure import BORDER, INK, TITLES, est_values, est_yerr, n
 from specbench.results.summary import RunSummary
 
 
-def headline(summary: RunSummary, colors: dict[str, str]) -> bytes | None:
+def headline_figure(summary: RunSummary, colors: dict[str, str]) -> bytes | None:
     """One panel per (target, dataset, temperature): each method's speedup ratio over the reference
     (95% interval) by load, a dashed line at 1."""
     panels: dict[tuple, list] = defaultdict(list)

@@ -70,7 +70,7 @@ def _fit(cells: tuple[str, ...], widths: tuple[int, ...], marked: tuple[bool, ..
                  for c, w, m in zip(cells, widths, marked, strict=True))
 
 
-def verdict(g: GroupSummary) -> str:
+def group_verdict(g: GroupSummary) -> str:
     if g.status in ("skipped", "failed"):
         return g.status
     entries = g.equivalence.tests(g.temperature) if g.equivalence is not None else []
@@ -91,7 +91,7 @@ def closing_rows(summary: RunSummary) -> dict[str, list[tuple[str, ...]]]:
             dataset_label(g.dataset, g.group_id), method, f"{g.temperature:g}·{load}",
             g.tau.fmt() if g.tau is not None and has_tau else "–",
             g.speedup.fmt() if g.speedup and g.speedup.value is not None else TAU_ONLY if _untimed(g) else "–",
-            verdict(g),
+            group_verdict(g),
         )
         looped = has_tau and summary.rests_on_loops(g.group_id)
         rows.setdefault(g.target, []).append(_fit(cells, MAX_WIDTHS, (False, False, False, looped, False, False)))

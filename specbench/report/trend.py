@@ -120,7 +120,7 @@ def _esc(x: str) -> str:
     return x.replace("|", "\\|")
 
 
-def render_markdown(page: TrendPage) -> str:
+def render_trend_markdown(page: TrendPage) -> str:
     lines = [f"# specbench trend: {page.suite}", "",
              f"Hardware class: {page.hardware_class}. {len(page.runs)} runs, oldest first. Values are shown "
              "with their 95% intervals; steps are detected over each metric's runs (specbench.regression.changepoints).", "",
@@ -191,7 +191,7 @@ th{background:#f1f3f4}td.bad{color:#b31412;font-weight:600}img{max-width:100%;bo
 code{background:#f1f3f4}"""
 
 
-def render_html(page: TrendPage) -> str:
+def render_trend_html(page: TrendPage) -> str:
     e = html.escape
     out = [f"<!doctype html><html lang=en><head><meta charset=utf-8><title>specbench trend: {e(page.suite)}"
            f"</title><style>{CSS}</style></head><body>", f"<h1>specbench trend: {e(page.suite)}</h1>",
@@ -242,7 +242,7 @@ def write_trend(hist: History, out_dir: Path, suite: str | None = None) -> dict[
         same = [p for p in pages if p.suite == page.suite]
         name = _slug(page.suite) + ("" if same[0] is page else f"--{_slug(page.hardware_class)}")
         md, ht = out_dir / f"trend-{name}.md", out_dir / f"trend-{name}.html"
-        md.write_text(render_markdown(page))
-        ht.write_text(render_html(page))
+        md.write_text(render_trend_markdown(page))
+        ht.write_text(render_trend_html(page))
         written[name] = {"markdown": md, "html": ht}
     return written

@@ -1,7 +1,7 @@
 """The CPU zoo: the tiny target and its drafters, trained locally (no hub).
 
 :func:`specbench.zoo.assets.ensure_assets` with ``train=True`` calls
-:func:`train_target` and then :func:`train_drafters`; their budgets come from
+:func:`train_zoo_target` and then :func:`train_zoo_drafters`; their budgets come from
 :func:`train_config` and are part of the asset cache key.
 """
 
@@ -64,13 +64,13 @@ def train_config(quick: bool = False) -> dict[str, Any]:
     return {"target": target, "drafters": drafters}
 
 
-def train_target(model, tok, *, seed: int, quick: bool = False, progress: bool = True) -> dict[str, Any]:
+def train_zoo_target(model, tok, *, seed: int, quick: bool = False, progress: bool = True) -> dict[str, Any]:
     from specbench.zoo.target_training import train_target as _train
 
     return _train(model, tok, seed=seed, cfg=train_config(quick)["target"], progress=progress)
 
 
-def train_drafters(
+def train_zoo_drafters(
     drafters: dict, target, tok, *, seed: int, quick: bool = False, progress: bool = True
 ) -> dict:
     from specbench.zoo.drafter_training import train_drafters as _train

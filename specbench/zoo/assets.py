@@ -232,9 +232,9 @@ def _build(
     torch.manual_seed(seed)
     model = build_target(tok)
     if train:
-        from specbench.zoo import train_target
+        from specbench.zoo import train_zoo_target
 
-        info["target_training"] = train_target(model, tok, seed=seed, quick=quick, progress=progress)
+        info["target_training"] = train_zoo_target(model, tok, seed=seed, quick=quick, progress=progress)
     _save_target(model, target_dir)
     spec_dir = tmp / "speculators"
     drafters = {}
@@ -242,9 +242,9 @@ def _build(
         torch.manual_seed(seed * 1000 + i + 1)
         drafters[kind] = build_drafter(kind, target_dir, mask_token_id=tok.convert_tokens_to_ids("<|mask|>"))
     if train:
-        from specbench.zoo import train_drafters
+        from specbench.zoo import train_zoo_drafters
 
-        info["drafter_training"] = train_drafters(
+        info["drafter_training"] = train_zoo_drafters(
             drafters, model, tok, seed=seed, quick=quick, progress=progress
         )
     for kind, drafter in drafters.items():

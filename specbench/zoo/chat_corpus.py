@@ -51,7 +51,7 @@ def turn(role: str, content: str) -> str:
     return f"<|im_start|>{role}\n{content}<|im_end|>\n"
 
 
-def conversation(pairs: list[tuple[str, str]]) -> str:
+def chatml_text(pairs: list[tuple[str, str]]) -> str:
     return "".join(turn("user", q) + turn("assistant", a) for q, a in pairs)
 
 
@@ -144,4 +144,4 @@ def chat_texts(source: str, *, split: str, n: int, seed: int) -> list[str]:
     rng = random.Random(seed * 1_000_003 + salt)
     draw = {"math": lambda: math_pairs(rng), "code": lambda: code_pairs(rng, split),
             "prose": lambda: prose_pairs(rng, split)}[source]()
-    return [conversation([draw() for _ in range(rng.randint(1, 3))]) for _ in range(n)]
+    return [chatml_text([draw() for _ in range(rng.randint(1, 3))]) for _ in range(n)]

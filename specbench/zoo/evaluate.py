@@ -22,23 +22,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from specbench.config.methods import get_method
 from specbench.results import counters
 
 METHODS = ("baseline", "eagle3", "p-eagle", "dflash", "dspark")
-
-
-def speculative_config(kind: str, path: str, k: int) -> dict[str, Any] | None:
-    """vLLM's speculative_config for a tiny drafter (None for the baseline)."""
-    base: dict[str, Any] = {"model": path, "num_speculative_tokens": k}
-    if kind == "baseline":
-        return None
-    if kind == "eagle3":
-        return {**base, "method": "eagle3"}
-    if kind == "p-eagle":
-        return {**base, "method": "eagle3", "parallel_drafting": True}
-    if kind in ("dflash", "dspark"):
-        return {**base, "method": kind}
-    raise ValueError(f"unknown kind {kind!r}; valid: {', '.join(METHODS)}")
 
 
 def _counters(llm) -> dict[str, Any]:
@@ -63,7 +50,7 @@ def run_one(
     t0 = time.perf_counter()
     llm = LLM(
         model=str(root / "target"),
-        speculative_config=speculative_config(kind, spec_path, k),
+        speculative_config=get_method(kind).speculative_config(k, spec_path or None),
         enforce_eager=True,
         max_model_len=1024,
         seed=0,
@@ -93,7 +80,7 @@ def run_one(
     return {"kind": kind, "outputs": outs, "counters": c, "start_s": start_s, "gen_s": gen_s}
 
 
-def tau(c: dict[str, Any]) -> float | None:
+def counter_delta_tau(c: dict[str, Any]) -> float | None:
     """τ of a reported counter delta (:func:`counters.tau`; ``None`` without drafts)."""
     return float(counters.tau(c["accepted"], c["drafts"])) if c.get("drafts") else None
 
@@ -155,7 +142,7 @@ def evaluate(
     base = results.get("baseline", {}).get("outputs")
     for r in results.values():
         if "outputs" in r and "counters" in r:
-            r["tau"] = tau(r["counters"])
+            r["tau"] = counter_delta_tau(r["counters"])
             if base is not None:
                 r["identical"] = r["outputs"] == base
                 r["identical_requests"] = sum(a == b for a, b in zip(r["outputs"], base, strict=True))
@@ -175,7 +162,7 @@ def _error_line(stderr: str) -> str:
     return lines[-1] if lines else ""
 
 
-def main(argv: list[str] | None = None) -> None:
+def evaluate_main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--root", type=Path, help="an assets root (default: ensure_assets)")
@@ -219,4 +206,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    evaluate_main()

@@ -9,7 +9,7 @@ from rich.console import Console
 from support.paths import FIXTURES
 
 from specbench.cli import closing_tables
-from specbench.report.terminal import closing_rows, verdict
+from specbench.report.terminal import closing_rows, group_verdict
 from specbench.results.summary import RunSummary
 
 
@@ -40,7 +40,7 @@ def test_rows_name_k_load_and_a_verdict():
     assert row[3] == g.tau.fmt() and row[5] == "equivalent"
     div = next(g for g in s.groups if g.equivalence and g.equivalence.greedy
                and g.equivalence.greedy.verdict == "divergent")
-    assert verdict(div) == "divergent"
+    assert group_verdict(div) == "divergent"
 
 
 def _with_headline() -> RunSummary:

@@ -131,7 +131,7 @@ def test_the_one_tau_function_reaches_every_place_tau_is_shown(monkeypatch: pyte
             "frames: cells": frames.cells_frame(manifest, cells)["tau"].iloc[0],
             "serving τ": serving.tau_pooled, "serving τ (request mean)": serving.tau_mean_per_request,
             "stop rule": stop.estimate,
-            "zoo evaluation": evaluate.tau({"accepted": 6, "drafts": 4}),
+            "zoo evaluation": evaluate.counter_delta_tau({"accepted": 6, "drafts": 4}),
         }
 
     real = shown()

@@ -14,5 +14,5 @@ import specbench.zoo as zoo
 def test_training_entry_points_survive_importing_every_zoo_module():
     for mod in pkgutil.iter_modules(zoo.__path__):
         importlib.import_module(f"specbench.zoo.{mod.name}")
-    assert callable(zoo.train_target) and callable(zoo.train_drafters)
-    assert type(zoo.train_target).__name__ == "function" and type(zoo.train_drafters).__name__ == "function"
+    assert callable(zoo.train_zoo_target) and callable(zoo.train_zoo_drafters)
+    assert type(zoo.train_zoo_target).__name__ == "function" and type(zoo.train_zoo_drafters).__name__ == "function"
