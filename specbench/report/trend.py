@@ -3,7 +3,8 @@
 One Markdown and one self-contained HTML page (figures embedded as PNG) per
 suite and hardware class: each group's metrics over runs with their 95%
 interval bands, detected steps as dashed lines, the first run of a worse
-level marked red, and a table of each group's latest change.
+level marked red, and a table of each group's latest change. Rendering only: the series, their steps and
+changes come from :mod:`specbench.regression.trend_series`.
 """
 
 from __future__ import annotations
@@ -11,68 +12,18 @@ from __future__ import annotations
 import base64
 import html
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from specbench.regression.changepoints import Step, detect_steps
 from specbench.regression.history import History, Point, RunInfo
+from specbench.regression.trend_series import Series, TrendPage, build_pages
 from specbench.results import metric_catalog as catalog
 from specbench.results.fmt import fmt_est
-from specbench.stats import Estimate
 
 #: Metrics drawn, in this order, when a group has them (all metrics are in the tables).
 FIGURE_METRICS = ("tau", "speedup", "output_tps", "accuracy.", "ttft_s", "serving.ttft_p50_s",
                   "serving.tpot_p50_s", "serving.itl_p50_s", "latency_p50_s")
 MAX_PANELS = 6
 higher_is_better = catalog.higher_is_better
-
-
-@dataclass
-class Series:
-    group_id: str
-    metric: str
-    points: list[Point]
-    steps: list[Step] = field(default_factory=list)
-
-    @property
-    def is_verdict(self) -> bool:
-        return any(p.verdict is not None for p in self.points)
-
-    def worse_steps(self) -> list[Step]:
-        hib = higher_is_better(self.metric)
-        return [s for s in self.steps if (s.change < 0 if hib else s.change > 0)]
-
-
-@dataclass
-class TrendPage:
-    suite: str
-    hardware_class: str
-    runs: list[RunInfo]
-    series: dict[tuple[str, str], Series]
-
-
-def _hw(e: Estimate) -> float | None:
-    return None if e.ci_low is None or e.ci_high is None else (e.ci_high - e.ci_low) / 2
-
-
-def build_pages(hist: History, suite: str | None = None) -> list[TrendPage]:
-    pages = []
-    for s in [suite] if suite else hist.suites():
-        runs_all = hist.runs(suite=s)
-        for hwc in sorted({r.hardware_class for r in runs_all}, key=lambda h: -sum(r.hardware_class == h
-                                                                                    for r in runs_all)):
-            runs = [r for r in runs_all if r.hardware_class == hwc]
-            series = {}
-            for key, pts in hist.series(runs).items():
-                pts = [p for p in pts if p.estimate.value is not None or p.verdict is not None]
-                if not pts:
-                    continue
-                numeric = all(p.estimate.value is not None for p in pts)
-                steps = detect_steps([float(p.estimate.value or 0.0) for p in pts],
-                                     [_hw(p.estimate) for p in pts]) if numeric and len(pts) >= 3 else []
-                series[key] = Series(key[0], key[1], pts, steps)
-            pages.append(TrendPage(s, hwc, runs, series))
-    return pages
 
 
 def _fmt(metric: str, p: Point) -> str:
@@ -87,8 +38,8 @@ def _latest_change(s: Series) -> tuple[str, str, str, str]:
         return "–", latest, "–", "–"
     if s.is_verdict:
         return _fmt(s.metric, pts[-2]), latest, "–", "changed" if pts[-2].verdict != pts[-1].verdict else "–"
-    a, b = pts[-2].estimate.value, pts[-1].estimate.value
-    rel = f"{100 * (b - a) / abs(a):+.1f}%" if a else "–"  # type: ignore[operator]
+    pct = s.latest_change_pct()
+    rel = "–" if pct is None else f"{pct:+.1f}%"
     step = "–"
     if s.steps:
         st = s.steps[-1]
