@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
+from specbench.config.methods import VllmPassthrough
 from specbench.config.suite import MethodSpec, Strict, Suite, SuiteError, TargetSpec
 from specbench.errors import SpecbenchError
 
@@ -31,7 +32,7 @@ class MethodOverride(Strict):
 
     speculator: str | None = None
     num_speculative_tokens: int | list[int] | None = None
-    speculative_config: dict[str, Any] = Field(default_factory=dict)
+    speculative_config: VllmPassthrough = Field(default_factory=dict)
 
 
 class Arm(Strict):

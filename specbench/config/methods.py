@@ -11,10 +11,13 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import JsonValue
+
 # Arguments passed through to vLLM unread (``speculative_config``, ``vllm.LLM``
-# keyword arguments, an engine's ``describe()``): the one untyped mapping the
-# plan, jobs, events and manifest carry. vLLM validates them, not specbench.
-VllmPassthrough = dict[str, Any]
+# keyword arguments, an engine's ``describe()``): the one mapping the plan, jobs, events and manifest
+# carry whose keys specbench does not type. Its values are JSON (what a suite's YAML and a stored file can
+# hold), checked on validation; vLLM validates the keys, not specbench.
+VllmPassthrough = dict[str, JsonValue]
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_core import PydanticCustomError
 
 from specbench.config.dataset_kinds import KINDS
-from specbench.config.methods import unknown_name
+from specbench.config.methods import VllmPassthrough, unknown_name
 from specbench.config.stop_rule import StopRule
 from specbench.errors import SpecbenchError, SpecbenchWarning
 
@@ -47,7 +47,7 @@ class MethodSpec(Strict):
         description="K, or a list of K values to sweep (one engine and one set of cells per K; "
         "each K's groups are labelled '<name>-k<K>')",
     )
-    speculative_config: dict[str, Any] = Field(default_factory=dict)
+    speculative_config: VllmPassthrough = Field(default_factory=dict)
     schedule: list[list[int]] | ScheduleFrom | None = Field(
         None,
         description="vLLM's dynamic speculative decoding: [[lo, hi, K], ...] (K by the batch size of each step; "
@@ -88,9 +88,9 @@ class TargetSpec(Strict):
     max_model_len: int | None = Field(None, ge=16)
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
     chat_template: bool = True
-    chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
+    chat_template_kwargs: VllmPassthrough = Field(default_factory=dict)
     hardware: str | None = None
-    engine_args: dict[str, Any] = Field(default_factory=dict)
+    engine_args: VllmPassthrough = Field(default_factory=dict)
     engine_patches: list[str] = Field(
         default_factory=list,
         description="named workarounds for known engine bugs (specbench.engines.vllm_patches); "

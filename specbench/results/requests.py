@@ -6,7 +6,7 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, SerializerFunctionWrapHandler, model_serializer
 
 from specbench.config.plan import Cell
 from specbench.results.records import SpecCounters
@@ -23,7 +23,7 @@ class PreparedPrompt(BaseModel):
     # … or a raw completion prompt (no chat template).
     text: str | None = None
     reference: str | None = None
-    meta: dict[str, Any] = Field(default_factory=dict)
+    meta: dict[str, JsonValue] = Field(default_factory=dict)
     # A conversation run turn by turn (``turns: all``): the user messages of its turns after
     # the first (``[]``: a one-turn conversation); None: a single request.
     later_turns: list[str] | None = None

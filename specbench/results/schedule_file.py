@@ -20,10 +20,10 @@ Per workload (target, method, dataset, temperature) it holds:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from specbench.config.methods import VllmPassthrough
 from specbench.stats import Estimate
 
 SCHEDULE_FILE = "schedule.json"
@@ -122,7 +122,7 @@ class MethodSchedule(_Model):
     baseline_step_model: StepModel
     grid: list[SpeedupCell]
     notes: list[str] = Field(default_factory=list)
-    speculative_config: dict[str, Any] = Field(description="the keys to add to the method's speculative_config")
+    speculative_config: VllmPassthrough = Field(description="the keys to add to the method's speculative_config")
 
 
 class LoadArm(_Model):
