@@ -70,7 +70,7 @@ def engine_spans(run_dir: Path, *, since: float | None = None, manifest: RunMani
                  groups=[gid] if gid else None, gpus=_gpus(manifest, target_of.get(rec.engine_key)))
         spans.append(s)
         by_engine.setdefault(rec.engine_key, []).append(s)
-    prompts = _mtime([run_dir / rundir.PROMPTS])  # written once the datasets are loaded, before any engine
+    prompts = rundir.file_mtime(run_dir, rundir.PROMPTS)  # written once the datasets are loaded, before any engine
     first_cell = min((s.start for s in spans), default=origin)
     prev = prompts if prompts is not None and origin <= prompts <= first_cell else origin
     for key, cells in by_engine.items():  # in the order the engines ran (cells.jsonl is appended)
@@ -83,11 +83,11 @@ def engine_spans(run_dir: Path, *, since: float | None = None, manifest: RunMani
             if up < first:
                 spans.append(Span(phase="warmup", start=up, end=first, engine=key, gpus=gpus))
         prev = max(prev, max(s.end for s in cells))
-    eq = run_dir / rundir.EQUIVALENCE
-    if by_engine and eq.is_file() and eq.stat().st_mtime > prev:
+    eq = rundir.file_mtime(run_dir, rundir.EQUIVALENCE)
+    if by_engine and eq is not None and eq > prev:
         logs = [k for k in rundir.engine_log_keys(run_dir) if k.endswith("--teacher-forcing")]
         tf_key = logs[0] if len(logs) == 1 else None
-        spans.append(Span(phase="teacher_forcing", start=prev, end=eq.stat().st_mtime, engine=tf_key,
+        spans.append(Span(phase="teacher_forcing", start=prev, end=eq, engine=tf_key,
                           gpus=_gpus(manifest, key_target(tf_key)) if tf_key else None))
     return spans
 
@@ -108,9 +108,9 @@ def run_spans(run_dir: Path, reports_dir: Path | None = None) -> tuple[list[Span
     spans = engine_spans(run_dir, manifest=manifest)
     notes = ["estimated from the run's files (cells.jsonl, engine logs, file times): boundaries within ~1 s"]
     runner_end = parse_time(manifest.finished_at)
-    summary = _mtime([run_dir / rundir.SUMMARY])
+    summary = rundir.file_mtime(run_dir, rundir.SUMMARY)
     if runner_end is not None and summary is not None:
-        scores = _mtime([run_dir / rundir.SCORES])
+        scores = rundir.file_mtime(run_dir, rundir.SCORES)
         scored = scores if scores is not None and runner_end <= scores <= summary else runner_end
         if scored > runner_end:
             spans.append(Span(phase="scoring", start=runner_end, end=scored))
@@ -132,7 +132,7 @@ def recorded_engine_spans(phases: list[Any], run_dir: Path, plan: Plan, *, since
     times in ``cells.jsonl``), teacher forcing (its engine's start included) shared by the sampled
     groups of its target (what the runner recorded; :func:`engine_spans` estimates it from the files)."""
     records = [r for r in rundir.read_cells(run_dir) if (parse_time(r.finished_at) or 0.0) >= since - 1] \
-        if (run_dir / rundir.CELLS).exists() else []
+        if rundir.has_cells(run_dir) else []
     target_of = {e.key: e.target.name for e in plan.engines}
     sampled: dict[str, list[str]] = {}
     for c in plan.cells:

@@ -27,7 +27,7 @@ from specbench.report.plots import make_figures
 from specbench.results import rundir
 from specbench.results.ab_file import is_ab_run, read_ab
 from specbench.results.manifest import RunManifest
-from specbench.results.schedule_file import read_schedule, schedule_path
+from specbench.results.schedule_file import has_schedule, read_run_schedule
 from specbench.results.summary import RunSummary
 
 _ENV = jinja2.Environment(
@@ -144,7 +144,7 @@ def write_reports(run_dir: Path, out_dir: Path | None = None, *, summary: RunSum
     run_dir = Path(run_dir)
     if summary is None:
         if not rundir.has_summary(run_dir):
-            raise FileNotFoundError(f"{run_dir / rundir.SUMMARY}: no {rundir.SUMMARY} "
+            raise FileNotFoundError(f"{run_dir}: no {rundir.SUMMARY} "
                                     f"(run `specbench analyze {run_dir}` first?)")
         summary = rundir.read_summary(run_dir)
     if manifest is None and rundir.has_manifest(run_dir):
@@ -163,10 +163,10 @@ def write_reports(run_dir: Path, out_dir: Path | None = None, *, summary: RunSum
         section, png = ab_section(result), ab_figure(result)
         figures = {**({"ab": png} if png is not None else {}), **make_figures(summary)}
     sched = None
-    if schedule_path(run_dir).exists():  # the run's schedule file (`specbench schedule`, or a scheduled method's run)
+    if has_schedule(run_dir):  # the run's schedule file (`specbench schedule`, or a scheduled method's run)
         from specbench.report.schedule_section import schedule_section
 
-        sched = schedule_section(read_schedule(schedule_path(run_dir)))
+        sched = schedule_section(read_run_schedule(run_dir))
     md.write_text(render_markdown(summary, manifest, ab=section, schedule=sched), encoding="utf-8")
     html.write_text(render_html(summary, manifest, figures, ab=section, schedule=sched), encoding="utf-8")
     out = {"markdown": md, "html": html}

@@ -247,6 +247,17 @@ def has_summary(run_dir: Path) -> bool:
     return (Path(run_dir) / SUMMARY).is_file()
 
 
+def has_cells(run_dir: Path) -> bool:
+    return (Path(run_dir) / CELLS).is_file()
+
+
+def file_mtime(run_dir: Path, name: str) -> float | None:
+    """When the run directory's file ``name`` (one of this module's file names: :data:`SUMMARY`, …) was last
+    written (epoch seconds); None when the run has no such file."""
+    p = Path(run_dir) / name
+    return p.stat().st_mtime if p.is_file() else None
+
+
 def read_summary(path: Path) -> RunSummary:
     """A stored summary (any schema version, brought up to date): a run directory's ``summary.json``,
     or such a file."""

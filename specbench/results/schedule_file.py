@@ -199,3 +199,13 @@ def write_schedule(path: Path, schedule: ScheduleFile) -> Path:
 
 def read_schedule(path: Path) -> ScheduleFile:
     return ScheduleFile.model_validate_json(Path(path).read_text())
+
+
+def has_schedule(run_dir: Path) -> bool:
+    """Whether the run directory holds its schedule file (``specbench schedule``, or a scheduled method's run)."""
+    return schedule_path(run_dir).is_file()
+
+
+def read_run_schedule(run_dir: Path) -> ScheduleFile:
+    """The run directory's schedule file."""
+    return read_schedule(schedule_path(run_dir))
