@@ -50,7 +50,8 @@ from specbench.analysis.apply_noise import with_speed_noise  # noqa: E402
 from specbench.api import load_summary  # noqa: E402
 from specbench.engines.vllm_patches import PLANTED_DELAY_ENV  # noqa: E402
 from specbench.regression.calibrate_noise import calibrate, floor_for_power  # noqa: E402
-from specbench.regression.gate import evaluate_gate, load_rules  # noqa: E402
+from specbench.regression.gate import evaluate_gate  # noqa: E402
+from specbench.regression.gate_rules import load_rules  # noqa: E402
 from specbench.regression.run_diff import compare_runs, estimates_of, headline_key, metric_change  # noqa: E402
 from specbench.results import metric_catalog as catalog  # noqa: E402
 from specbench.results import rundir  # noqa: E402

@@ -474,15 +474,12 @@ def gate(new_run: Path, baseline: str, *, rules: Path | None = None, db: str | N
     hardware class (:mod:`specbench.regression.calibrate_noise`); without one, the calibration the new run
     was analysed with (``specbench calibrate``, then runs beside it); with neither, speed against a
     single run is not gated."""
-    from specbench.regression.gate import (
-        check_rule_categories,
-        evaluate_gate,
-        load_baseline,
-        load_rules,
-        render_gate,
-    )
+    from specbench.regression.gate import evaluate_gate
+    from specbench.regression.gate_baseline import load_baseline
     from specbench.regression.gate_history import evaluate_history_gate, history_window
+    from specbench.regression.gate_rules import check_rule_categories, load_rules
     from specbench.regression.history import History
+    from specbench.report.gate_verdict import render_gate
     from specbench.results.noise_calibration import check_applies, load_noise
 
     window = history_window(baseline)
@@ -568,7 +565,7 @@ def ab(suite: Suite | Path | str, a: str | Path | None = None, b: str | Path | N
     from specbench.analysis.ab_rounds import ab_result, arm_vllm_versions
     from specbench.execution.ab_round_decisions import RoundDecisions
     from specbench.regression.ab_gate import ab_outcome
-    from specbench.regression.gate import load_rules
+    from specbench.regression.gate_rules import load_rules
     from specbench.report.ab_summary import render_ab_markdown
     from specbench.results.ab_file import write_ab
 

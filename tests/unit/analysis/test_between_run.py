@@ -18,7 +18,8 @@ from specbench import api
 from specbench.analysis.apply_noise import with_speed_noise
 from specbench.cli import app
 from specbench.regression.calibrate_noise import calibrate
-from specbench.regression.gate import NOT_GATED, GateRules, evaluate_gate
+from specbench.regression.gate import NOT_GATED, evaluate_gate
+from specbench.regression.gate_rules import GateRules
 from specbench.regression.run_diff import compare_runs, render_comparison_markdown
 from specbench.results.fmt import speed_intervals_note
 from specbench.results.manifest import RunManifest

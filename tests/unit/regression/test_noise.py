@@ -16,7 +16,8 @@ from specbench.regression.calibrate_noise import (
     floor_for_power,
     relative_changes,
 )
-from specbench.regression.gate import NOT_GATED, GateRules, evaluate_gate
+from specbench.regression.gate import NOT_GATED, evaluate_gate
+from specbench.regression.gate_rules import GateRules
 from specbench.regression.run_diff import bonferroni_widen, metric_change
 from specbench.results.noise_calibration import NoiseError, load_noise, save_noise
 from specbench.results.summary import RunSummary
@@ -142,7 +143,7 @@ def test_a_calibration_passes_identical_code_and_catches_a_planted_slowdown() ->
 
 
 def test_history_window_baselines_need_no_calibration() -> None:
-    from specbench.regression.gate import ExpectedMetric, ExpectedValues
+    from specbench.regression.gate_baseline import ExpectedMetric, ExpectedValues
 
     g = next(g for g in stored_summary().groups if g.speedup is not None and g.speedup.value is not None)
     assert g.speedup is not None and g.speedup.value is not None
