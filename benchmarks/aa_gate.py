@@ -6,7 +6,7 @@ speed gate is ``specbench ab`` (both sides in one job), measured by ``benchmarks
 Reads N finished runs of one suite made with identical code on one machine (``--runs DIR ...``), or
 makes them (``--suite S --n N``: ``specbench run S`` N times in a row; the load average before each
 run is printed). The first ``--calibrate-on`` runs (default: half, at least 2) calibrate the speed
-noise floor (:func:`specbench.regression.calibrate_noise.calibrate`); every pair of the *other* runs is judged:
+noise floor (:func:`specbench.regression.calibrate_noise.aa_noise_calibration`); every pair of the *other* runs is judged:
 
 * per speed metric (speedup, output tok/s, TPOT, throughput, the headline's speedup ratio): the share
   of (pair, group) changes outside their two 95 % intervals (the difference interval excludes 0, no
@@ -49,8 +49,9 @@ sys.path.insert(0, str(REPO))
 from specbench.analysis.apply_noise import with_speed_noise  # noqa: E402
 from specbench.api import load_summary  # noqa: E402
 from specbench.engines.vllm_patches import PLANTED_DELAY_ENV  # noqa: E402
-from specbench.regression.calibrate_noise import calibrate, floor_for_power  # noqa: E402
-from specbench.regression.gate import evaluate_gate, load_rules  # noqa: E402
+from specbench.regression.calibrate_noise import aa_noise_calibration, floor_for_power  # noqa: E402
+from specbench.regression.gate import evaluate_gate  # noqa: E402
+from specbench.regression.gate_rules import load_rules  # noqa: E402
 from specbench.regression.run_diff import compare_runs, estimates_of, headline_key, metric_change  # noqa: E402
 from specbench.results import metric_catalog as catalog  # noqa: E402
 from specbench.results import rundir  # noqa: E402
@@ -200,7 +201,7 @@ def main() -> int:
         cal_runs, judged, note = runs[:k], runs[k:], f"calibrated on runs 1–{k}, judged on the other {len(runs) - k}"
     else:
         cal_runs, judged, note = runs, runs, "fewer than 4 runs: calibrated and judged on the same runs (not a check)"
-    cal = calibrate(cal_runs, hw)
+    cal = aa_noise_calibration(cal_runs, hw)
     if args.write_noise:
         save_noise(cal, args.write_noise)
     print(f"# A/A: {len(runs)} runs of {runs[0].suite_name} on {hw}; {note}\n")

@@ -11,35 +11,36 @@ be recomputed without an engine. Every error a user can fix is a :class:`Specben
 
 from __future__ import annotations
 
-import shlex
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from specbench import datasets
+from specbench.analysis.ab_rounds import ABResult
 from specbench.analysis.timing_estimate import recorded_engine_spans
+from specbench.config.arms import Arm
 from specbench.config.plan import Plan, with_ks
 from specbench.config.suite import Suite, SuiteError, load_suite
 from specbench.datasets import DatasetError as DatasetError  # a dataset that cannot be read: bad input
 from specbench.engines.kept import KeptEngines as KeptEngines  # api.run(keep=KeptEngines())
-from specbench.engines.vllm_patches import PATCHES as ENGINE_PATCHES
 from specbench.errors import SpecbenchError
 from specbench.execution.driver import Progress, Runner, RunProgress, detect_platform
 from specbench.execution.driver import RunRefused as RunRefused  # the CLI reports it as bad input
 from specbench.execution.executors import make_executor
 from specbench.execution.interrupt import SIGNALS as STOP_SIGNALS  # the signals that stop a run
 from specbench.execution.interrupt import StopRequested, stop_on_signals
+from specbench.execution.run_manifest import finish_manifest, new_run_manifest, resume_manifest
+from specbench.execution.run_manifest import record_time_breakdown as record_time_breakdown
 from specbench.execution.run_plan import DataChanged as DataChanged  # a resumed run's data changed: bad input
 from specbench.execution.run_plan import RunPlan, engine_configs, plan_resume, plan_run
 from specbench.execution.timeline import Timeline
+from specbench.report.build import torn_lines_note as torn_lines_note  # what a front end shows of a run
+from specbench.report.terminal import TerminalTable, shown, terminal_tables
 from specbench.results import rundir
-from specbench.results.manifest import DatasetSource, EngineEntry, RunManifest, build_manifest
-from specbench.results.noise_calibration import NoiseCalibration
+from specbench.results.manifest import RunManifest
+from specbench.results.noise_calibration import NoiseCalibration, run_speed_noise
 from specbench.results.noise_calibration import NoiseError as NoiseError  # the CLI reports it as bad input
-from specbench.results.records import now_iso
 from specbench.results.summary import RunSummary
-from specbench.settings import settings
 
 if TYPE_CHECKING:
     from specbench.config.methods import MethodInfo
@@ -57,7 +58,9 @@ __all__ = [
     "compare", "gate", "ab_plan", "ab", "calibrate", "history_add", "history_runs", "trend",
     # the tiny zoo; what a suite can name
     "assets", "methods", "dataset_kinds",
-    # types, and what a front end shows a run with
+    # what a front end shows of a run: text as a terminal shows it, the closing tables, notes
+    "shown", "terminal_tables", "TerminalTable", "torn_lines_note", "run_time_line", "schedule_markdown",
+    # types
     "RunPlan", "Suite", "RunSummary", "Validation", "GateReport", "ABPlan", "ABReport", "KeptEngines", "Timeline", "NoiseCalibration", "RunProgress",
     "StopRequested", "STOP_SIGNALS",
     # errors: every one a SpecbenchError (bad input, exit 2 in the CLI)
@@ -146,16 +149,6 @@ def results_root(out: Path | None) -> Path:
     return Path(out) if out is not None else Path.cwd() / "results"
 
 
-def _manifest(suite: Suite, plan: Plan, run_id: str, platform: str, limit: int | None) -> RunManifest:
-    base = Path(suite.source_path).parent if suite.source_path else Path.cwd()
-    return build_manifest(
-        suite, plan, run_id=run_id, platform=platform, limit=limit, command=settings().command or shlex.join(sys.argv),
-        datasets={d.name: datasets.source_of(d, base) for d in suite.datasets},
-        engine_patches={t.name: [{"name": n, "summary": ENGINE_PATCHES[n].summary} for n in t.engine_patches]
-                        for t in suite.targets if t.engine_patches and t.engine != "reference"},
-    )
-
-
 def run(
     suite: RunPlan | Suite | Path | str,
     *,
@@ -230,21 +223,16 @@ def _run(
     suite, plan, resume = planned.suite, planned.plan, planned.resume  # the suite: stored, never decided on again
     if resume is not None:
         run_dir = resume
-        manifest = rundir.read_manifest(run_dir)
-        if manifest.suite is None:
-            manifest.suite = suite  # a manifest from before it stored its suite
-        recorded = {n: DatasetSource.model_validate(src) for n, src in planned.sources.items() if "error" not in src}
-        manifest.datasets = {**recorded, **manifest.datasets}  # later resumes hold the data to it
+        manifest = resume_manifest(rundir.read_manifest(run_dir), suite, planned.sources)
         run_id = manifest.run_id
         limit = manifest.limit if limit is None else limit
-        manifest.resumed_at = [*manifest.resumed_at, now_iso()]
     else:
         run_id = rundir.new_run_id()
         run_dir = results_root(out) / suite.name / run_id
-        manifest = _manifest(suite, plan, run_id, platform, limit)
+        manifest = new_run_manifest(suite, plan, run_id, platform, limit)
     if noise is not None:
         try:
-            _speed_noise(run_dir, manifest, noise)
+            run_speed_noise(run_dir, manifest, noise)
         except ValueError as exc:  # NoiseError: another hardware class or suite, or not a calibration
             raise RunRefused([str(exc)]) from exc
     spec = plan.decisions().executor
@@ -269,14 +257,7 @@ def _run(
         _stopped(stop, run_dir, manifest)
         raise
     finally:
-        earlier = {e.key: e for e in manifest.engines}
-        manifest.engines = [
-            # an engine whose cells all finished before a resume keeps what it recorded then
-            earlier[k].model_copy(update={"status": "done earlier"}) if v == {"status": "done earlier"} and k in earlier
-            else EngineEntry.model_validate({"key": k, **v})
-            for k, v in runner.engine_status.items()
-        ]
-        manifest.finished_at = now_iso()
+        finish_manifest(manifest, runner.engine_status)
         rundir.write_manifest(run_dir, manifest)
     timeline.extend(recorded_engine_spans(runner.phases, run_dir, plan, since=timeline.started))
     try:
@@ -317,24 +298,6 @@ def _stopped(stop: StopRequested, run_dir: Path, manifest: RunManifest) -> None:
     stop.requests = len(rundir.read_requests(run_dir))
 
 
-def record_time_breakdown(run_dir: Path, timeline: Timeline, manifest: RunManifest | None = None) -> None:
-    """Write the timeline's breakdown (wall: from its start to now) into ``manifest.json``.
-
-    Engine starts, warmups, cells and teacher forcing the runner did not record are estimated from
-    this session's files (:func:`specbench.analysis.timing_estimate.engine_spans`)."""
-    from specbench.analysis.timing_estimate import engine_spans
-
-    manifest = manifest if manifest is not None else rundir.read_manifest(run_dir)
-    notes = []
-    if not timeline.has("cells"):
-        timeline.extend(engine_spans(run_dir, since=timeline.started))
-        notes.append("engine starts, warmups, cells and teacher forcing: estimated from cells.jsonl and the engine logs")
-    if manifest.resumed_at:
-        notes.append("a resumed run: the last session only")
-    manifest.set_time(timeline.spans or [], timeline.breakdown(notes=notes))
-    rundir.write_manifest(run_dir, manifest)
-
-
 def analyze(run_dir: Path, *, allow_code_exec: bool | None = None, timeline: Timeline | None = None,
             noise: Path | None = None) -> RunSummary:
     """Rebuild ``summary.json`` from the run's raw records.
@@ -351,27 +314,6 @@ def analyze(run_dir: Path, *, allow_code_exec: bool | None = None, timeline: Tim
         return _analyze(Path(run_dir), allow_code_exec, timeline, noise)
 
 
-def _speed_noise(run_dir: Path, manifest: RunManifest, noise: Path | None) -> tuple[NoiseCalibration | None, str | None]:
-    """(the calibration the run's speed intervals include or None, why one found was not used).
-
-    ``noise`` when given (it must apply); else ``noise.json`` beside the run; else the suite's
-    ``speed_noise`` file, each when it is of the run's hardware class and suite."""
-    from specbench.config.suite import resolve_path
-    from specbench.results.noise_calibration import applying, check_applies, find_noise, load_noise
-
-    hw, suite = manifest.hardware_class, manifest.suite_name
-    if noise is None:
-        cal, why = find_noise(run_dir, hw, suite)
-        named, suite_path = manifest.suite.speed_noise if manifest.suite else None, manifest.suite_path
-        if cal is not None or not named or not suite_path:
-            return cal, why
-        cal, why_suite = applying(resolve_path(named, Path(suite_path).parent), hw, suite)
-        return cal, "; ".join(filter(None, [why, why_suite])) or None
-    cal = load_noise(noise)
-    check_applies(cal, hw, suite, noise)
-    return cal, None
-
-
 def _analyze(run_dir: Path, allow_code_exec: bool | None, timeline: Timeline, noise: Path | None = None) -> RunSummary:
     """Read the run directory, score, run the equivalence tests; :func:`summarize_run` does the rest."""
     from specbench.analysis.equivalence import run_equivalence
@@ -379,7 +321,7 @@ def _analyze(run_dir: Path, allow_code_exec: bool | None, timeline: Timeline, no
     from specbench.scoring.apply import score_run
 
     manifest = rundir.read_manifest(run_dir)
-    speed_noise, noise_note = _speed_noise(run_dir, manifest, noise)
+    speed_noise, noise_note = run_speed_noise(run_dir, manifest, noise)
     cells = manifest.plan.cells if manifest.plan is not None else []
     torn: list[str] = []  # torn last lines of interrupted writes, "file:line: …"
     requests = rundir.read_requests(run_dir, torn)
@@ -431,6 +373,20 @@ def report(run_dir: Path, out_dir: Path | None = None, *, timeline: Timeline | N
     return paths
 
 
+def run_time_line(run_dir: Path) -> str | None:
+    """Where a run's wall time went, in one line (its manifest's ``time_breakdown``; None without one)."""
+    from specbench.report.terminal import time_line
+
+    return time_line(rundir.read_manifest(run_dir).time_breakdown)
+
+
+def schedule_markdown(made: ScheduleFile) -> str:
+    """A schedule file's tables as Markdown (what ``specbench schedule`` prints)."""
+    from specbench.report.schedule_section import render
+
+    return render(made)
+
+
 def schedule(run_dir: Path, out: Path | None = None) -> tuple[ScheduleFile, Path]:
     """Write a run's schedule file (default ``RUN_DIR/schedule.json``): per method and workload, the K
     sweep predicted from its largest K, the step-time model and ``num_speculative_tokens_per_batch_size``
@@ -474,15 +430,12 @@ def gate(new_run: Path, baseline: str, *, rules: Path | None = None, db: str | N
     hardware class (:mod:`specbench.regression.calibrate_noise`); without one, the calibration the new run
     was analysed with (``specbench calibrate``, then runs beside it); with neither, speed against a
     single run is not gated."""
-    from specbench.regression.gate import (
-        check_rule_categories,
-        evaluate_gate,
-        load_baseline,
-        load_rules,
-        render_gate,
-    )
+    from specbench.regression.gate import evaluate_gate
+    from specbench.regression.gate_baseline import load_baseline
     from specbench.regression.gate_history import evaluate_history_gate, history_window
+    from specbench.regression.gate_rules import check_rule_categories, load_rules
     from specbench.regression.history import History
+    from specbench.report.gate_verdict import render_gate
     from specbench.results.noise_calibration import check_applies, load_noise
 
     window = history_window(baseline)
@@ -510,7 +463,7 @@ class ABReport(NamedTuple):
     """What ``specbench ab`` found: the run, its A/B result, the Markdown summary and the exit code."""
 
     run_dir: Path
-    result: Any  # specbench.analysis.ab_rounds.ABResult
+    result: ABResult
     markdown: str
     exit_code: int
 
@@ -520,7 +473,7 @@ class ABPlan(NamedTuple):
     in words, how each engine pair shares the machine (``--dry-run`` prints it)."""
 
     plan: RunPlan
-    arms: tuple[Any, Any]  # (arm A, arm B): specbench.config.arms.Arm
+    arms: tuple[Arm, Arm]  # (arm A, arm B)
     residency: str
 
 
@@ -529,31 +482,16 @@ def ab_plan(suite: Suite | Path | str, a: str | Path | None = None, b: str | Pat
     """Plan an A/B run (:func:`ab`) without starting anything. On a GPU an engine and its counterpart
     share it when both fit (``gpu_memory_utilization`` ≤ 0.5 each); otherwise they take turns with
     vLLM's sleep mode (:func:`~specbench.config.arms.with_sleep_mode`)."""
-    from specbench.config.arms import SLEEP_LEVEL, ab_suite, load_arm, pairs_taking_turns, with_sleep_mode
-    from specbench.execution.rounds import ENGINE_OVERHEAD_GIB, RESIDENT_MEMORY_SHARE
+    from specbench.config.arms import ab_suite, load_arm, pairs_taking_turns, with_sleep_mode
+    from specbench.report.ab_residency import ab_residency
 
     base = suite if isinstance(suite, Suite) else load_suite(suite)
     arm_a, arm_b = load_arm(a), load_arm(b)
-    if (platform or detect_platform()) == "cpu":
-        residency = ("CPU: each engine and its counterpart in the other arm are up together, as many pairs at "
-                     f"once as {RESIDENT_MEMORY_SHARE:.0%} of the free memory holds (an engine: its KV cache space "
-                     f"plus about {ENGINE_OVERHEAD_GIB:g} GiB)")
-        return ABPlan(plan(ab_suite(base, arm_a, arm_b)), (arm_a, arm_b), residency)
-    turns = pairs_taking_turns(base)
-    parts = []
+    cpu = (platform or detect_platform()) == "cpu"
+    turns = [] if cpu else pairs_taking_turns(base)  # on a GPU: the pairs that do not fit together
     if turns:
         base = with_sleep_mode(base, turns)
-        parts.append(f"target(s) {', '.join(repr(t) for t in turns)}: an engine and its counterpart do not fit "
-                     "on one GPU together, so they take turns with vLLM's sleep mode (enable_sleep_mode; between "
-                     f"turns the idle one sleeps at level {SLEEP_LEVEL}: weights offloaded to CPU memory, KV cache "
-                     "dropped); a turn runs one arm's cells of a round, and its first batch after the wake-up "
-                     "runs untimed")
-    shared = [t for t in base.targets if t.engine != "reference" and t.name not in turns]
-    if shared:
-        shares = sorted({t.gpu_memory_utilization for t in shared}, key=str)
-        parts.append(f"target(s) {', '.join(repr(t.name) for t in shared)}: an engine and its counterpart share "
-                     f"one GPU (gpu_memory_utilization {', '.join(f'{x:g}' for x in shares)} each), no sleep mode")
-    return ABPlan(plan(ab_suite(base, arm_a, arm_b)), (arm_a, arm_b), "GPU: " + "; ".join(parts))
+    return ABPlan(plan(ab_suite(base, arm_a, arm_b)), (arm_a, arm_b), ab_residency(base, turns, cpu))
 
 
 def ab(suite: Suite | Path | str, a: str | Path | None = None, b: str | Path | None = None, *,
@@ -568,7 +506,7 @@ def ab(suite: Suite | Path | str, a: str | Path | None = None, b: str | Path | N
     from specbench.analysis.ab_rounds import ab_result, arm_vllm_versions
     from specbench.execution.ab_round_decisions import RoundDecisions
     from specbench.regression.ab_gate import ab_outcome
-    from specbench.regression.gate import load_rules
+    from specbench.regression.gate_rules import load_rules
     from specbench.report.ab_summary import render_ab_markdown
     from specbench.results.ab_file import write_ab
 
@@ -596,16 +534,16 @@ def ab(suite: Suite | Path | str, a: str | Path | None = None, b: str | Path | N
 
 def calibrate(run_dirs: list[Path], out: Path | None = None) -> tuple[NoiseCalibration, Path]:
     """An A/A noise calibration from ≥ 2 finished identical-code runs of one suite on one hardware
-    class (:func:`specbench.regression.calibrate_noise.calibrate`), written to ``out`` (default: ``noise.json``
+    class (:func:`specbench.regression.calibrate_noise.aa_noise_calibration`), written to ``out`` (default: ``noise.json``
     beside the runs, where later runs of the suite find it). Returns (calibration, path)."""
-    from specbench.regression.calibrate_noise import calibrate as calibrate_runs
+    from specbench.regression.calibrate_noise import aa_noise_calibration
     from specbench.results.noise_calibration import NOISE_FILE, save_noise
 
     classes = {rundir.read_manifest(d).hardware_class for d in run_dirs}
     if len(classes) != 1:
         raise NoiseError(f"a calibration needs runs of one hardware class, got {sorted(classes)}")
     summaries = [load_summary(d) for d in run_dirs]  # values only: a calibration a run was analysed with is moot
-    cal = calibrate_runs(summaries, classes.pop())
+    cal = aa_noise_calibration(summaries, classes.pop())
     parents = {Path(d).resolve().parent for d in run_dirs}
     path = out if out is not None else (parents.pop() if len(parents) == 1 else Path(".")) / NOISE_FILE
     save_noise(cal, path)

@@ -24,8 +24,8 @@ from rich.text import Text
 from typer.core import TyperGroup
 
 from specbench import api
+from specbench.api import shown
 from specbench.errors import SpecbenchError, SpecbenchWarning
-from specbench.report.terminal import shown
 
 
 class _Commands(TyperGroup):
@@ -65,7 +65,7 @@ app = typer.Typer(
 class PlainConsole(Console):
     """A console that shows what it is given as it is (issue 35): no markup, no ``:emoji:`` codes, no
     highlighting, and every string it renders -- lines, table cells, titles, rules -- passed through
-    :func:`~specbench.report.terminal.shown` (control characters and undecodable bytes escaped). Only a
+    :func:`~specbench.api.shown` (control characters and undecodable bytes escaped). Only a
     :class:`~rich.text.Text` that specbench builds (:func:`styled`) carries style."""
 
     def __init__(self, **kwargs) -> None:
@@ -92,8 +92,8 @@ def _bad_input(lines: list[str]) -> NoReturn:
     raise typer.Exit(EXIT_BAD_INPUT)
 
 
-@app.command()
-def validate(suites: Annotated[list[Path], typer.Argument(help="suite YAML files")]) -> None:
+@app.command("validate")
+def validate_command(suites: Annotated[list[Path], typer.Argument(help="suite YAML files")]) -> None:
     """Validate suite files (exit 2 with file:line messages when one is bad)."""
     errors, read = api.validate(suites)
     if errors:
@@ -127,7 +127,7 @@ def datasets_table() -> Table:
 
 
 @app.command("list")
-def list_(what: Annotated[str, typer.Argument(help="methods | datasets")]) -> None:
+def list_command(what: Annotated[str, typer.Argument(help="methods | datasets")]) -> None:
     """List the registered methods or dataset kinds."""
     if what == "methods":
         console.print(methods_table())
@@ -168,8 +168,8 @@ class _RichProgress:
                 self.p.console.print(styled(label, "yellow", f"{where}: {first}"), soft_wrap=True)
 
 
-@app.command()
-def run(
+@app.command("run")
+def run_command(
     suite: Annotated[Path, typer.Argument(help="suite YAML")],
     limit: Annotated[int | None, typer.Option(help="at most N prompts per dataset")] = None,
     out: Annotated[Path | None, typer.Option(help="results root (default ./results)")] = None,
@@ -258,9 +258,7 @@ def _print_engine_configs(planned: api.RunPlan, platform: str | None) -> None:
 
 def _print_time(run_dir: Path) -> None:
     """One line: where the run's wall went (the manifest's ``time_breakdown``)."""
-    from specbench.report.terminal import time_line
-
-    line = time_line(api.rundir.read_manifest(run_dir).time_breakdown)
+    line = api.run_time_line(run_dir)
     if line:
         console.print(f"time: {line}", highlight=False, soft_wrap=True)
 
@@ -279,37 +277,17 @@ def _interrupted(stop: api.StopRequested, suite: Path) -> None:
     raise typer.Exit(stop.exit_code)
 
 
-def closing_tables(summary) -> list[Table]:
+def closing_tables(summary: api.RunSummary) -> list[Table]:
     """The answer first (each method against the reference, per target), then one compact table of every
-    group per target (see :mod:`specbench.report.terminal`)."""
-    from specbench.report.terminal import (
-        HEADER,
-        HEADLINE_HEADER,
-        closing_note,
-        closing_rows,
-        headline_note,
-        headline_rows,
-    )
-    from specbench.results.fmt import speed_intervals_note
-
-    def table(header: tuple[str, ...], title: str, caption: str | None = None) -> Table:
-        t = Table(*header, title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1),
-                  caption=caption, caption_justify="left")
+    group per target (:func:`specbench.api.terminal_tables`), as rich tables that never wrap a cell."""
+    tables = []
+    for spec in api.terminal_tables(summary):
+        t = Table(*spec.header, title=spec.title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+                  padding=(0, 1), caption=spec.caption, caption_justify="left")
         for col in t.columns:
             col.no_wrap = True
-        return t
-
-    tables = []
-    for target, rows in headline_rows(summary).items():
-        t = table(HEADLINE_HEADER, f"target {target}: each method against the reference",
-                  f"{headline_note(summary, target)}; {speed_intervals_note(summary, short=True)}")
-        for i, row in enumerate(rows):
-            t.add_row(*row, end_section=i + 1 < len(rows) and bool(rows[i + 1][0]))
-        tables.append(t)
-    for target, rows in closing_rows(summary).items():
-        t = table(HEADER, f"target {target}", closing_note(summary, target))
-        for row in rows:
-            t.add_row(*row)
+        for row, end in zip(spec.rows, spec.section_ends, strict=True):
+            t.add_row(*row, end_section=end)
         tables.append(t)
     return tables
 
@@ -326,8 +304,8 @@ def _print_summary(run_dir: Path, summary: api.RunSummary | None = None) -> None
             err.print(styled("check failed", "red", f"{c.group_id}: {c.check}"), soft_wrap=True)
 
 
-@app.command()
-def analyze(
+@app.command("analyze")
+def analyze_command(
     run_dir: Annotated[Path, typer.Argument(help="a results/<suite>/<run-id> directory")],
     allow_code_exec: Annotated[
         bool, typer.Option("--allow-code-exec", help="score HumanEval by running generated code in the sandbox")
@@ -341,13 +319,11 @@ def analyze(
     _print_summary(run_dir, summary)
     torn = summary.extra.torn_lines
     if torn:
-        from specbench.report.build import torn_lines_note
-
-        err.print(styled("note", "yellow", f"{run_dir}: {torn_lines_note(torn)}"), soft_wrap=True)
+        err.print(styled("note", "yellow", f"{run_dir}: {api.torn_lines_note(torn)}"), soft_wrap=True)
 
 
-@app.command()
-def calibrate(
+@app.command("calibrate")
+def calibrate_command(
     runs: Annotated[list[Path], typer.Argument(help="≥ 2 finished runs of one suite, identical code, this machine")],
     out: Annotated[Path | None, typer.Option(help="where to write it (default: noise.json beside the runs)")] = None,
 ) -> None:
@@ -361,7 +337,7 @@ def calibrate(
 
 
 @app.command("report")
-def report_cmd(
+def report_command(
     run_dir: Annotated[Path, typer.Argument(help="a results/<suite>/<run-id> directory")],
     out: Annotated[Path | None, typer.Option(help="reports directory")] = None,
 ) -> None:
@@ -387,8 +363,8 @@ DbOption = Annotated[
                                           "(default results/history.sqlite)")]
 
 
-@app.command()
-def compare(
+@app.command("compare")
+def compare_command(
     runs: Annotated[list[Path], typer.Argument(
         help="the new run directory (with --baseline); the old form BASE NEW still works, deprecated",
         show_default=False)],
@@ -416,23 +392,21 @@ def compare(
     _step_summary(text, step_summary)
 
 
-@app.command()
-def schedule(
+@app.command("schedule")
+def schedule_command(
     run_dir: Annotated[Path, typer.Argument(help="a run directory")],
     out: Annotated[Path | None, typer.Option(help="where to write the schedule (JSON; default RUN_DIR/schedule.json)")]
     = None,
 ) -> None:
     """K per batch size for vLLM's dynamic speculative decoding (num_speculative_tokens_per_batch_size),
     predicted from the run: writes the schedule file and prints its tables."""
-    from specbench.report.schedule_section import render
-
     made, path = api.schedule(run_dir, out)
-    typer.echo(shown(render(made)))  # raw Markdown: no wrapping
+    typer.echo(shown(api.schedule_markdown(made)))  # raw Markdown: no wrapping
     console.print(f"schedule: {path}", soft_wrap=True)
 
 
-@app.command()
-def gate(
+@app.command("gate")
+def gate_command(
     new_run: Annotated[Path, typer.Argument(help="the run to judge")],
     baseline: Annotated[str, typer.Option(
         help="a stored run directory, a JSON of expected values, or history[:N] (the median of the last N "
@@ -452,8 +426,8 @@ def gate(
     raise typer.Exit(result.exit_code)
 
 
-@app.command()
-def ab(
+@app.command("ab")
+def ab_command(
     suite: Annotated[Path, typer.Argument(help="suite YAML (its rounds: N is the cap on rounds per group)")],
     a: Annotated[str | None, typer.Option("--a", help="arm A: an arm file (.yaml), a Python interpreter with its "
                                           "own vLLM, or nothing for this environment")] = None,
@@ -501,7 +475,7 @@ app.add_typer(history_app, name="history")
 
 
 @history_app.command("add")
-def history_add(
+def history_add_command(
     run_dirs: Annotated[list[Path], typer.Argument(help="results/<suite>/<run-id> directories")],
     db: DbOption = None,
 ) -> None:
@@ -513,7 +487,7 @@ def history_add(
 
 
 @history_app.command("list")
-def history_list(suite: Annotated[str | None, typer.Option(help="only this suite")] = None,
+def history_list_command(suite: Annotated[str | None, typer.Option(help="only this suite")] = None,
                  db: DbOption = None) -> None:
     """The stored runs, oldest first."""
     runs = api.history_runs(suite, db)
@@ -525,8 +499,8 @@ def history_list(suite: Annotated[str | None, typer.Option(help="only this suite
     console.print(t)
 
 
-@app.command()
-def trend(
+@app.command("trend")
+def trend_command(
     out: Annotated[Path, typer.Option(help="directory for trend-<suite>.md/.html")],
     suite: Annotated[str | None, typer.Option(help="only this suite")] = None,
     db: DbOption = None,
@@ -537,8 +511,8 @@ def trend(
         console.print(f"{name}: {paths['html']} {paths['markdown']}", soft_wrap=True)
 
 
-@app.command()
-def assets(
+@app.command("assets")
+def assets_command(
     train: Annotated[bool, typer.Option(help="train the zoo (target + drafters)")] = False,
     quick: Annotated[bool, typer.Option(help="train for seconds only (tests)")] = False,
     cache_dir: Annotated[Path | None, typer.Option(help="cache directory")] = None,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from specbench.analysis.ab_rounds import ABResult
-from specbench.regression.gate import ABGateRules
+from specbench.regression.gate_rules import ABGateRules
 
 
 class ABGateOutcome(NamedTuple):

@@ -27,7 +27,7 @@ from specbench.results.noise_calibration import QUANTILE, MetricNoise, NoiseCali
 from specbench.results.summary import RunSummary
 from specbench.stats import Estimate
 
-__all__ = ["calibrate", "detectable_drop_pct", "floor_for_power", "relative_changes", "speed_metric_names"]
+__all__ = ["aa_noise_calibration", "detectable_drop_pct", "floor_for_power", "relative_changes", "speed_metric_names"]
 
 _GROUP_SPEED = catalog.speed_specs("group")
 
@@ -63,7 +63,7 @@ def relative_changes(summaries: Sequence[RunSummary], metric: str) -> list[float
     return out
 
 
-def calibrate(summaries: Sequence[RunSummary], hardware_class: str) -> NoiseCalibration:
+def aa_noise_calibration(summaries: Sequence[RunSummary], hardware_class: str) -> NoiseCalibration:
     """A calibration from ≥ 2 identical-code runs of one suite on one hardware class."""
     if len(summaries) < 2:
         raise NoiseError("a noise calibration needs at least 2 identical-code runs")

@@ -25,15 +25,9 @@ import re
 import numpy as np
 
 from specbench.regression.changepoints import current_step
-from specbench.regression.gate import (
-    ExpectedMetric,
-    ExpectedValues,
-    GateConfigError,
-    GateResult,
-    GateRules,
-    evaluate_gate,
-    gated_name,
-)
+from specbench.regression.gate import GateResult, evaluate_gate
+from specbench.regression.gate_baseline import ExpectedMetric, ExpectedValues, gated_name
+from specbench.regression.gate_rules import GateConfigError, GateRules
 from specbench.regression.history import History, Point, RunInfo, group_metrics
 from specbench.results import metric_catalog as catalog
 from specbench.results.manifest import RunManifest

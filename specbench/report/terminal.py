@@ -18,12 +18,12 @@ line says where the run's wall time went (:func:`time_line`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from specbench.analysis.timing import TimeBreakdown, fmt_duration, fmt_share, harness_parts
 from specbench.config.plan import load_tag
 from specbench.results.degeneracy import MARK, MARK_NOTE, mark
-from specbench.results.fmt import dataset_label, fmt_est, fmt_speedup
+from specbench.results.fmt import dataset_label, fmt_est, fmt_speedup, speed_intervals_note
 from specbench.results.parts import HeadlineRow
 from specbench.results.slices import split_group_id
 from specbench.results.summary import GroupSummary, RunSummary
@@ -213,3 +213,29 @@ def time_line(breakdown: TimeBreakdown | dict[str, Any] | None) -> str | None:
             f"cells {fmt_duration(cells)} ({share(cells)}), harness {fmt_duration(bd.harness_s)} ({share(bd.harness_s)})")
     parts = harness_parts(bd)
     return head + (": " + ", ".join(f"{name} {fmt_duration(s)}" for name, s in parts) if parts else "")
+
+
+class TerminalTable(NamedTuple):
+    """One closing table in words: its header, title, caption and rows; ``section_ends``: per row, whether a
+    section ends after it (a rule in the terminal)."""
+
+    header: tuple[str, ...]
+    title: str
+    caption: str | None
+    rows: list[tuple[str, ...]]
+    section_ends: list[bool]
+
+
+def terminal_tables(summary: RunSummary) -> list[TerminalTable]:
+    """The closing tables of ``specbench run`` / ``analyze``: the answer first (each method against the
+    reference, per target: :func:`headline_rows`), then one compact table of every group per target
+    (:func:`closing_rows`)."""
+    tables = []
+    for target, rows in headline_rows(summary).items():
+        tables.append(TerminalTable(
+            HEADLINE_HEADER, f"target {target}: each method against the reference",
+            f"{headline_note(summary, target)}; {speed_intervals_note(summary, short=True)}", rows,
+            [i + 1 < len(rows) and bool(rows[i + 1][0]) for i in range(len(rows))]))
+    for target, rows in closing_rows(summary).items():
+        tables.append(TerminalTable(HEADER, f"target {target}", closing_note(summary, target), rows, [False] * len(rows)))
+    return tables

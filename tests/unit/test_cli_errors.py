@@ -14,7 +14,7 @@ from specbench.datasets import DatasetError
 from specbench.errors import SpecbenchError
 from specbench.execution.driver import RunRefused
 from specbench.execution.run_plan import DataChanged
-from specbench.regression.gate import GateConfigError
+from specbench.regression.gate_rules import GateConfigError
 from specbench.regression.history import HistoryError
 from specbench.results.noise_calibration import NoiseError
 from specbench.results.rundir import StoreError

@@ -17,8 +17,9 @@ from typer.testing import CliRunner
 from specbench import api
 from specbench.analysis.apply_noise import with_speed_noise
 from specbench.cli import app
-from specbench.regression.calibrate_noise import calibrate
-from specbench.regression.gate import NOT_GATED, GateRules, evaluate_gate
+from specbench.regression.calibrate_noise import aa_noise_calibration
+from specbench.regression.gate import NOT_GATED, evaluate_gate
+from specbench.regression.gate_rules import GateRules
 from specbench.regression.run_diff import compare_runs, render_comparison_markdown
 from specbench.results.fmt import speed_intervals_note
 from specbench.results.manifest import RunManifest
@@ -28,6 +29,7 @@ from specbench.results.noise_calibration import (
     NoiseError,
     check_applies,
     find_noise,
+    run_speed_noise,
     save_noise,
 )
 from specbench.results.parts import HeadlineRow
@@ -102,7 +104,7 @@ def test_calibration_covers_every_timed_metric_and_the_headline_ratio() -> None:
         g = [x.model_copy(update={"tpot_s": est(0.02 * f, 0.019 * f, 0.021 * f)}) for x in s.groups]
         row = s.headline[0].model_copy(update={"speedup_ratio": est(1.05 * f, 1.0, 1.1)})
         runs.append(s.model_copy(update={"run_id": f"r{i}", "groups": g, "headline": [row]}))
-    cal = calibrate(runs, "cpu-2c")
+    cal = aa_noise_calibration(runs, "cpu-2c")
     assert {"speedup_ratio", "tpot_s", "output_tps", "speedup"} <= set(cal.metrics)
     assert cal.metrics["speedup_ratio"].changes == 3 and cal.metrics["speedup_ratio"].max_change_pct == pytest.approx(
         100 * (1.04 - 0.97) / 1.04, abs=1e-3)  # the largest |b − a| / |a| over the 3 pairs
@@ -189,7 +191,7 @@ def test_a_suite_names_its_calibration_relative_to_itself(tmp_path: Path) -> Non
                                  "suite_path": str(tmp_path / "s.yaml"),
                                  "suite": load_suite(tmp_path / "s.yaml").model_dump(mode="json")})
     run = tmp_path / "results" / "cpu-smoke" / "r1"
-    cal, why = api._speed_noise(run, manifest, None)
+    cal, why = run_speed_noise(run, manifest, None)
     assert cal is not None and cal.floor_pct("speedup") == 3.0 and why is None
-    cal, why = api._speed_noise(run, manifest.model_copy(update={"hardware_class": "other"}), None)
+    cal, why = run_speed_noise(run, manifest.model_copy(update={"hardware_class": "other"}), None)
     assert cal is None and why is not None and "the run is on 'other'" in why

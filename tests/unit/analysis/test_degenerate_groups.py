@@ -197,7 +197,8 @@ def test_k_sweeps_category_matrix_and_input_length_tables_mark_loops(three: RunS
 
 def test_a_gate_ceiling_on_the_share_fails_three_in_ten_and_passes_one(three: RunSummary, one: RunSummary,
                                                                       tmp_path: Path) -> None:
-    from specbench.regression.gate import LimitRule, evaluate_gate, load_rules
+    from specbench.regression.gate import evaluate_gate
+    from specbench.regression.gate_rules import LimitRule, load_rules
 
     rules_file = tmp_path / "rules.yaml"
     rules_file.write_text("rules: {degenerate_share: {max: 0.2}}\n")
@@ -212,7 +213,7 @@ def test_a_gate_ceiling_on_the_share_fails_three_in_ten_and_passes_one(three: Ru
     assert len(checks) == 3 and all(c.passed for c in checks)
     assert not any(c.metric == "degenerate_share" for c in evaluate_gate(three, one).checks)  # no default rule
     rules_file.write_text("rules: {degenerate_share: {max: 0.2, max_drop_pct: 3}}\n")
-    from specbench.regression.gate import GateConfigError
+    from specbench.regression.gate_rules import GateConfigError
 
     with pytest.raises(GateConfigError, match="max_drop_pct"):
         load_rules(rules_file)

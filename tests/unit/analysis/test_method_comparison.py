@@ -9,7 +9,8 @@ from support.factories import cell, cell_record, counters, request
 from specbench.analysis import method_comparison as comparison
 from specbench.analysis import metrics, step_time
 from specbench.config.plan import Cell
-from specbench.regression.gate import GateRules, evaluate_gate
+from specbench.regression.gate import evaluate_gate
+from specbench.regression.gate_rules import GateRules
 from specbench.results.records import CellRecord, RequestRecord
 
 PROMPTS = [f"p{i}" for i in range(8)]

@@ -17,7 +17,7 @@ from specbench.config.suite import DatasetSpec, SuiteError, load_suite
 from specbench.datasets import DatasetError, prepare
 from specbench.engines.protocol import EngineCapabilities
 from specbench.execution.conversations import run_conversations
-from specbench.regression.gate import GateConfigError, check_rule_categories, load_rules
+from specbench.regression.gate_rules import GateConfigError, check_rule_categories, load_rules
 from specbench.report.markdown import render_markdown
 from specbench.report.plots import make_figures
 from specbench.results.manifest import RunManifest

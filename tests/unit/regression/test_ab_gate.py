@@ -5,7 +5,7 @@ from __future__ import annotations
 from specbench.analysis.ab_decision import ABRule, ABVerdict
 from specbench.analysis.ab_rounds import ABResult, GroupExact
 from specbench.regression.ab_gate import ab_outcome
-from specbench.regression.gate import ABGateRules
+from specbench.regression.gate_rules import ABGateRules
 from specbench.report.ab_summary import render_ab_markdown
 from specbench.stats import Estimate
 

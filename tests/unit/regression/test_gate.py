@@ -10,16 +10,10 @@ import pytest
 from support.factories import run_summary, stored_summary
 from support.paths import FIXTURES, REPO
 
-from specbench.regression.gate import (
-    ExpectedValues,
-    GateConfigError,
-    GateRules,
-    evaluate_gate,
-    expected_from_run,
-    load_baseline,
-    load_rules,
-    render_gate,
-)
+from specbench.regression.gate import evaluate_gate
+from specbench.regression.gate_baseline import ExpectedValues, expected_from_run, load_baseline
+from specbench.regression.gate_rules import GateConfigError, GateRules, load_rules
+from specbench.report.gate_verdict import render_gate
 from specbench.results.noise_calibration import MetricNoise, NoiseCalibration
 from specbench.results.summary import RunSummary
 from specbench.stats import Estimate

@@ -15,8 +15,8 @@ from support.paths import FIXTURES
 from typer.testing import CliRunner
 
 from specbench.cli import app
-from specbench.regression.gate import load_rules
 from specbench.regression.gate_history import evaluate_history_gate, history_window, window_baseline
+from specbench.regression.gate_rules import load_rules
 from specbench.regression.history import History, groups_t, metrics_t, runs_t
 from specbench.results.manifest import RunManifest
 from specbench.results.migrations import (

@@ -11,12 +11,13 @@ import pytest
 from support.factories import stored_summary
 
 from specbench.regression.calibrate_noise import (
-    calibrate,
+    aa_noise_calibration,
     detectable_drop_pct,
     floor_for_power,
     relative_changes,
 )
-from specbench.regression.gate import NOT_GATED, GateRules, evaluate_gate
+from specbench.regression.gate import NOT_GATED, evaluate_gate
+from specbench.regression.gate_rules import GateRules
 from specbench.regression.run_diff import bonferroni_widen, metric_change
 from specbench.results.noise_calibration import NoiseError, load_noise, save_noise
 from specbench.results.summary import RunSummary
@@ -84,7 +85,7 @@ def test_drift_between_rounds_widens_the_interval() -> None:
 
 def test_calibration_is_the_95th_percentile_change_over_root_two() -> None:
     runs = aa_runs(4, 0.03, seed=1)
-    cal = calibrate(runs, "cpu-2c")
+    cal = aa_noise_calibration(runs, "cpu-2c")
     changes = relative_changes(runs, "speedup")
     speed_groups = sum(1 for g in runs[0].groups if g.speedup is not None and g.speedup.value is not None)
     assert len(changes) == 6 * speed_groups  # 6 pairs of 4 runs
@@ -93,11 +94,11 @@ def test_calibration_is_the_95th_percentile_change_over_root_two() -> None:
     assert cal.metrics["speedup"].pairs == 6 and set(cal.metrics) >= {"speedup", "output_tps"}
     assert cal.floor_pct("speedup") == cal.metrics["speedup"].noise_floor_pct and cal.floor_pct("tau") is None
     with pytest.raises(NoiseError):
-        calibrate(runs[:1], "cpu-2c")
+        aa_noise_calibration(runs[:1], "cpu-2c")
 
 
 def test_calibration_round_trips_through_its_file(tmp_path: Path) -> None:
-    cal = calibrate(aa_runs(3, 0.02, seed=2), "cpu-2c")
+    cal = aa_noise_calibration(aa_runs(3, 0.02, seed=2), "cpu-2c")
     save_noise(cal, tmp_path / "noise.json")
     assert load_noise(tmp_path / "noise.json") == cal
     (tmp_path / "bad.json").write_text("{}")
@@ -122,7 +123,7 @@ def test_identical_code_on_a_drifting_machine_is_not_failed_without_a_noise_esti
 
 def test_a_calibration_passes_identical_code_and_catches_a_planted_slowdown() -> None:
     calibration, judged = aa_runs(4, 0.03, seed=3), aa_runs(4, 0.03, seed=4)  # calibrated on other runs
-    cal = calibrate(calibration, "cpu-2c")
+    cal = aa_noise_calibration(calibration, "cpu-2c")
     for i, a in enumerate(judged):
         for b in judged[i + 1:]:
             r = evaluate_gate(b, a, RULES, noise=cal)
@@ -142,7 +143,7 @@ def test_a_calibration_passes_identical_code_and_catches_a_planted_slowdown() ->
 
 
 def test_history_window_baselines_need_no_calibration() -> None:
-    from specbench.regression.gate import ExpectedMetric, ExpectedValues
+    from specbench.regression.gate_baseline import ExpectedMetric, ExpectedValues
 
     g = next(g for g in stored_summary().groups if g.speedup is not None and g.speedup.value is not None)
     assert g.speedup is not None and g.speedup.value is not None

@@ -14,7 +14,7 @@ from support.factories import group
 from specbench.analysis import sequential
 from specbench.config import stop_rule
 from specbench.frames import estimate_columns
-from specbench.regression import gate, run_diff
+from specbench.regression import gate_baseline, gate_rules, run_diff
 from specbench.regression.history import group_metrics
 from specbench.report import early_stopping_section as report_stopping
 from specbench.report import trend
@@ -119,20 +119,20 @@ def _families(names: typing.Iterable[str]) -> set[str]:
 def test_compare_and_gate_read_the_catalogue() -> None:
     gated = {m.name for m in catalog.gate_metrics()}
     assert _families(run_diff.metric_estimates(full_group())) == gated
-    assert set(gate.RuleSet.model_fields) == {"equivalence"}  # a rule per gated metric, named by the catalogue
-    assert {name for name in gated if gate.RuleSet().rule(name) is not None} == {"tau", "speedup", "accuracy"}
-    assert set(get_args(gate.RatioRule.model_fields["metric"].annotation)) == {
+    assert set(gate_rules.RuleSet.model_fields) == {"equivalence"}  # a rule per gated metric, named by the catalogue
+    assert {name for name in gated if gate_rules.RuleSet().rule(name) is not None} == {"tau", "speedup", "accuracy"}
+    assert set(get_args(gate_rules.RatioRule.model_fields["metric"].annotation)) == {
         m.name for m in catalog.gate_metrics("headline")}
     # measured in time (an A/A calibration covers each; compare and gate test the gated ones)
     assert run_diff.SPEED_METRICS == {"output_tps", "speedup", "speedup_ratio", "throughput_tps", "latency_s",
                                       "ttft_s", "tpot_s", "step_time_s", "non_degenerate.speedup"
                                       } == catalog.speed_metrics()
     for name in run_diff.metric_estimates(full_group()):
-        assert gate.gated_name(name), name
+        assert gate_baseline.gated_name(name), name
     for name in ("tpot_s", "per_position.0", "latency_s"):
-        assert not gate.gated_name(name), name
+        assert not gate_baseline.gated_name(name), name
     with pytest.raises(ValueError, match=re.escape(catalog.gate_names_help())):
-        gate.ExpectedValues(groups={"g": {"tpot_s": gate.ExpectedMetric(value=1.0)}})
+        gate_baseline.ExpectedValues(groups={"g": {"tpot_s": gate_baseline.ExpectedMetric(value=1.0)}})
 
 
 def test_history_frames_and_trend_read_the_catalogue() -> None:

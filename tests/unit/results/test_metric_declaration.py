@@ -56,7 +56,8 @@ def _run(run_id: str, tokens: int):  # noqa: ANN202 - a RunSummary
 def test_a_metric_declared_once_reaches_report_gate_history_and_frames(
         declared: catalog.MetricSpec, tmp_path: Path) -> None:
     from specbench.frames import groups_frame
-    from specbench.regression.gate import evaluate_gate, load_rules
+    from specbench.regression.gate import evaluate_gate
+    from specbench.regression.gate_rules import load_rules
     from specbench.regression.history import History
     from specbench.report.markdown import render_markdown
     from specbench.results.manifest import RunManifest
@@ -93,7 +94,7 @@ def test_a_metric_declared_once_reaches_report_gate_history_and_frames(
 def test_without_the_declaration_nothing_knows_the_metric(tmp_path: Path) -> None:
     """The same run without the entry: no value, no column, no rule accepted (what the test above adds)."""
     from specbench.frames import groups_frame
-    from specbench.regression.gate import GateConfigError, load_rules
+    from specbench.regression.gate_rules import GateConfigError, load_rules
 
     base, gid = _run("20260501T120000Z-a", 20)
     assert NAME not in base.group(gid).metrics and NAME not in groups_frame(base).columns  # type: ignore[union-attr]

@@ -10,7 +10,7 @@ from support.factories import group, run_summary
 from support.paths import FIXTURES
 
 from specbench.frames import groups_frame
-from specbench.regression.gate import GateRules, Override, RuleSet, ThresholdRule
+from specbench.regression.gate_rules import GateRules, Override, RuleSet, ThresholdRule
 from specbench.results.slices import (
     SLICE_KEYS,
     Slice,
