@@ -243,7 +243,7 @@ def _run(
                                 round_hook=round_hook)
     except Exception as exc:  # noqa: BLE001 - no Ray, no cluster at that address: bad input, before any engine
         raise RunRefused([f"executor {kind}: {type(exc).__name__}: {exc}"]) from exc
-    run_dir.mkdir(parents=True, exist_ok=resume is not None)
+    rundir.make_run_dir(run_dir, resume=resume is not None)
     manifest.executors = [*manifest.executors, kind]
     manifest.status, manifest.interrupted_by = "running", None
     rundir.write_manifest(run_dir, manifest)

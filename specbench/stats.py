@@ -50,6 +50,11 @@ class Estimate(BaseModel):
     def contains(self, x: float) -> bool:
         return self.ci_low is not None and self.ci_high is not None and self.ci_low <= x <= self.ci_high
 
+    @property
+    def half_width(self) -> float | None:
+        """Half the interval's width (None without an interval)."""
+        return None if self.ci_low is None or self.ci_high is None else (self.ci_high - self.ci_low) / 2
+
 
 def empty(n: int = 0) -> Estimate:
     return Estimate(value=None, n=n)

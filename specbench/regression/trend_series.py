@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from specbench.regression.changepoints import Step, detect_steps
 from specbench.regression.history import History, Point, RunInfo
 from specbench.results import metric_catalog as catalog
-from specbench.stats import Estimate
 
 
 @dataclass
@@ -52,11 +51,6 @@ class TrendPage:
     series: dict[tuple[str, str], Series]
 
 
-def half_width(e: Estimate) -> float | None:
-    """Half the width of an estimate's interval (None without one): the noise scale the step detector uses."""
-    return None if e.ci_low is None or e.ci_high is None else (e.ci_high - e.ci_low) / 2
-
-
 def build_pages(hist: History, suite: str | None = None) -> list[TrendPage]:
     """Every suite's (or ``suite``'s) pages, one per hardware class, the class with the most runs first."""
     pages = []
@@ -72,7 +66,7 @@ def build_pages(hist: History, suite: str | None = None) -> list[TrendPage]:
                     continue
                 numeric = all(p.estimate.value is not None for p in pts)
                 steps = detect_steps([float(p.estimate.value or 0.0) for p in pts],
-                                     [half_width(p.estimate) for p in pts]) if numeric and len(pts) >= 3 else []
+                                     [p.estimate.half_width for p in pts]) if numeric and len(pts) >= 3 else []
                 series[key] = Series(key[0], key[1], pts, steps)
             pages.append(TrendPage(s, hwc, runs, series))
     return pages

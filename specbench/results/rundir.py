@@ -239,6 +239,11 @@ def write_manifest(run_dir: Path, manifest: RunManifest) -> None:
     write_json(Path(run_dir) / MANIFEST, manifest.stored())
 
 
+def make_run_dir(run_dir: Path, *, resume: bool) -> None:
+    """Create a new run's directory (an existing one is an error), or take a resumed run's as it is."""
+    Path(run_dir).mkdir(parents=True, exist_ok=resume)
+
+
 def has_manifest(run_dir: Path) -> bool:
     return (Path(run_dir) / MANIFEST).is_file()
 
