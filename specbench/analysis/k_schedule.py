@@ -5,7 +5,7 @@ Per workload (target, method, dataset, temperature; the run's loads pooled):
 * tokens per step(K) for K ≤ the largest K measured (:mod:`specbench.analysis.k_prediction`);
 * the method's step-time model t(K, n) and the baseline's t₀(n) (:mod:`specbench.analysis.step_time_model`);
 * the predicted speedup over no speculation at K and batch size n:
-  ``tokens per step(K) × t₀(n) / t(K, n)`` — tokens per unit of time against the baseline's one
+  ``tokens per step(K) × t₀(n) / t(K, n)`` (:func:`specbench.results.speed_estimators.predicted_speedup`) — tokens per unit of time against the baseline's one
   token per step; K = 0 (speculation off) is 1 by definition. Interval: a bootstrap over the
   method's requests and, on their own, the baseline's (:func:`specbench.stats.bootstrap_two_sample`);
   a request of the largest-K group carries its acceptance and its step row together;
@@ -30,6 +30,7 @@ from specbench.analysis import k_prediction, step_time_model
 from specbench.analysis.metrics import unique_requests
 from specbench.analysis.schedule_check import check_schedules
 from specbench.config.dynamic_sd import drafts_nothing, validate_schedule
+from specbench.results import speed_estimators
 from specbench.results.records import RequestRecord
 from specbench.results.schedule_file import (
     KPrediction,
@@ -91,7 +92,7 @@ class _Speedup:
         else:
             tps = (k_prediction.tau_of(acc, self.k) if self.use_tau
                    else k_prediction.tokens_per_step_of(acc, self.k, self.k_max))
-        out = tps.reshape(t0.shape) * t0 / self.step_time(a)
+        out = speed_estimators.predicted_speedup(tps.reshape(t0.shape), t0, self.step_time(a))
         return out if a.ndim == 3 else out.reshape(())
 
 

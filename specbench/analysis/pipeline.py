@@ -17,7 +17,7 @@ from collections.abc import Collection, Mapping, Sequence
 
 from pydantic import BaseModel
 
-from specbench.analysis import metrics
+from specbench.analysis import cross_checks, metrics
 from specbench.analysis.apply_noise import with_speed_noise
 from specbench.analysis.method_comparison import headline, k_sweeps
 from specbench.analysis.serving_metrics import group_records, speedups_vs_load, summarize_cell
@@ -86,12 +86,12 @@ def summarize_run(
         run_id=manifest.run_id,
         suite_name=manifest.suite_name,
         groups=groups + slices,
-        checks=metrics.counter_checks(groups),
+        checks=cross_checks.counter_checks(groups),
         headline=headline(groups, greqs, reference_of, references),
         k_sweeps=k_sweeps(groups, greqs),
         extra=SummaryExtra(
             serving=serving_rows({t.name for t in suite.targets if t.engine == "vllm-server"}, cells, unique, latest),
-            cross_check=metrics.cross_check(groups + [s for s in slices if s.slice and s.slice.turn is not None],
+            cross_check=cross_checks.cross_check(groups + [s for s in slices if s.slice and s.slice.turn is not None],
                                             suite.targets, draft_attention(manifest, cells)),
             category_matrix=category_matrix(groups, slices, greqs, cats, reference_of),
             scoring_notes=list(scoring_notes),

@@ -11,8 +11,9 @@ For one request:
   EAGLE-3 runs K drafter passes per step, P-EAGLE / DFlash / DSpark one;
 * TPOT = decode time / (output tokens − 1), as ``vllm bench serve`` defines it.
 
-Group values pool requests (Σ decode time / Σ steps) with a bootstrap over
-requests (:func:`specbench.stats.ratio_ci`).
+Group values pool requests (Σ decode time / Σ steps: :func:`specbench.results.speed_estimators.step_time`
+and :func:`~specbench.results.speed_estimators.tpot`) with a bootstrap over requests
+(:func:`specbench.stats.ratio_ci`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 from specbench import stats
 from specbench.analysis.step_accounting import request_steps
 from specbench.results import counters as spec_counters
+from specbench.results import speed_estimators
 from specbench.results.parts import VerificationSpent
 from specbench.results.records import RequestRecord, SpecCounters
 from specbench.stats import Estimate
@@ -65,7 +67,7 @@ def step_time(requests: Sequence[RequestRecord], speculative: bool) -> Estimate 
     rows = step_rows(requests, speculative)
     if not rows:
         return None
-    return stats.ratio_ci([d for _, d, _ in rows], [s for _, _, s in rows])
+    return stats.ratio_ci([d for _, d, _ in rows], [s for _, _, s in rows], estimator=speed_estimators.step_time)
 
 
 def tpot(requests: Sequence[RequestRecord]) -> Estimate | None:
@@ -73,7 +75,8 @@ def tpot(requests: Sequence[RequestRecord]) -> Estimate | None:
     rows = step_rows(requests, speculative=False)
     if not rows:
         return None
-    return stats.ratio_ci([d for _, d, _ in rows], [s for _, _, s in rows], [r.round for r, _, _ in rows])
+    return stats.ratio_ci([d for _, d, _ in rows], [s for _, _, s in rows], [r.round for r, _, _ in rows],
+                          estimator=speed_estimators.tpot)
 
 
 def verification_spent(counters: SpecCounters, requests: Sequence[RequestRecord]) -> VerificationSpent | None:

@@ -7,7 +7,7 @@ import pytest
 from support.factories import cell, cell_record, counters, request
 
 from specbench.analysis import method_comparison as comparison
-from specbench.analysis import metrics, step_time
+from specbench.analysis import group_acceptance, metrics, step_time
 from specbench.config.plan import Cell
 from specbench.regression.gate import GateRules, evaluate_gate
 from specbench.results.records import CellRecord, RequestRecord
@@ -36,7 +36,7 @@ def _arm(cell: Cell, rng: np.random.Generator, *, base_step: float, per_k: float
         accepted = int(drafts * acc_rate * rng.uniform(0.8, 1.2))
         step = (base_step + per_k * (cell.k or 0)) * rng.uniform(0.95, 1.05)
         reqs.append(_req(cell, pid, tokens=tokens, drafts=drafts, accepted=accepted, step_s=step))
-    return reqs, cell_record(cell, counters=metrics.sum_counters(r.spec for r in reqs), num_requests=len(reqs),
+    return reqs, cell_record(cell, counters=group_acceptance.sum_counters(r.spec for r in reqs), num_requests=len(reqs),
                              wall_time_s=1.0)
 
 
