@@ -58,7 +58,7 @@ def _method_rows(groups: Sequence[GroupSummary], source: GroupSummary,
     seen: set[int] = set()
     for g in groups:
         off = drafts_nothing(g.schedule)
-        arr, used = step_time_model.step_rows(group_requests.get(g.group_id, []), g.batch_size,
+        arr, used = step_time_model.step_model_rows(group_requests.get(g.group_id, []), g.batch_size,
                                          0 if off else g.k or 0, not off)
         for row, r in zip(arr.tolist(), used, strict=True):
             acc = k_prediction.acceptance_row(r, k_max) if g is source else None
@@ -71,7 +71,7 @@ def _method_rows(groups: Sequence[GroupSummary], source: GroupSummary,
 
 
 def _baseline_rows(groups: Sequence[GroupSummary], group_requests: Mapping[str, Sequence[RequestRecord]]) -> np.ndarray:
-    parts = [step_time_model.step_rows(group_requests.get(g.group_id, []), g.batch_size, 0, False)[0] for g in groups]
+    parts = [step_time_model.step_model_rows(group_requests.get(g.group_id, []), g.batch_size, 0, False)[0] for g in groups]
     return np.concatenate(parts) if parts else np.empty((0, STEP_COLS))
 
 
@@ -82,11 +82,11 @@ class _Speedup:
         self.k, self.n, self.k_max, self.ident, self.base_n, self.use_tau = k, n, k_max, ident, base_n, use_tau
 
     def step_time(self, a: np.ndarray) -> np.ndarray:
-        return step_time_model.predict(step_time_model.fit(a[..., :STEP_COLS], *self.ident), self.k, self.n)
+        return step_time_model.predict(step_time_model.fit_coefficients(a[..., :STEP_COLS], *self.ident), self.k, self.n)
 
     def __call__(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         acc = a[..., STEP_COLS:]
-        t0 = step_time_model.predict(step_time_model.fit(b, False, self.base_n), 0, self.n)
+        t0 = step_time_model.predict(step_time_model.fit_coefficients(b, False, self.base_n), 0, self.n)
         if self.k == 0:  # one token per step: the drafter loaded, no drafts
             tps = np.ones(t0.shape)
         else:

@@ -48,7 +48,8 @@ from specbench.results.summary import GroupSummary, is_ratio_reference, referenc
 from specbench.stats import Estimate
 
 
-def family(g: GroupSummary) -> str:
+def group_family(g: GroupSummary) -> str:
+    """The method as the suite names it (the same for every K of a sweep)."""
     return g.family or g.method
 
 
@@ -80,7 +81,7 @@ HEADLINE_MARGIN = 0.05
 HEADLINE_RULE = ABRule(margin=HEADLINE_MARGIN, min_rounds=2)
 
 
-def verdict(ratio: Estimate, rounds: int | None = None) -> Verdict:
+def speedup_ratio_verdict(ratio: Estimate, rounds: int | None = None) -> Verdict:
     """The verdict of a speedup ratio (method over reference): measured in ``rounds`` interleaved rounds,
     the A/B rule's three ways with :data:`HEADLINE_MARGIN`; measured in one go, whether the interval holds 1."""
     if ratio.value is None:
@@ -161,7 +162,7 @@ def paired_round_log_ratios(method: Sequence[RequestRecord], reference: Sequence
     return np.asarray(speed_estimators.round_log_ratio(np.array(vms, float), np.array(vbs, float)), float)
 
 
-def headline(
+def headline_ratios(
     groups: Sequence[GroupSummary],
     group_requests: dict[str, list[RequestRecord]],
     reference_of: dict[str, str],
@@ -171,7 +172,7 @@ def headline(
     buckets: dict[tuple, dict[str, list[GroupSummary]]] = defaultdict(lambda: defaultdict(list))
     for g in groups:
         if _usable(g):
-            buckets[g.baseline_key][family(g)].append(g)
+            buckets[g.baseline_key][group_family(g)].append(g)
     out: list[HeadlineRow] = []
     for key, fams in buckets.items():
         target = key[0]
@@ -197,7 +198,7 @@ def headline(
                     request_rate=g.request_rate, method=name, method_kind=g.method_kind, method_group=g.group_id,
                     method_k=g.k, reference=ref_name, reference_group=ref.group_id, reference_k=ref.k,
                     n_prompts=max(pooled.n, tau.n), tau_ratio=tau, speedup_ratio=sp,
-                    method_speedup=g.speedup, reference_speedup=ref.speedup, verdict=verdict(sp, rounds), rounds=rounds,
+                    method_speedup=g.speedup, reference_speedup=ref.speedup, verdict=speedup_ratio_verdict(sp, rounds), rounds=rounds,
                     rounds_to_decide=to_decide,
                     published=_claims(published, target, name, g),
                 )

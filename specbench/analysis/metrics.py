@@ -431,8 +431,8 @@ def _measure_speed(g: GroupSummary, ok_cells: Sequence[Cell], run: _RunRecords, 
                    stopped: _Stopped | None, refs: Mapping[str, str | None]) -> None:
     """A measured group's speed: tok/s, latency, TTFT, TPOT, time per step and throughput."""
     assign_speed(g, speed(greqs))
-    g.tpot_s = _chosen(stopped, "tpot", step_time.tpot(greqs), refs)
-    g.step_time_s = step_time.step_time(greqs, speculative=g.method_kind != "baseline")
+    g.tpot_s = _chosen(stopped, "tpot", step_time.tpot_estimate(greqs), refs)
+    g.step_time_s = step_time.step_time_estimate(greqs, speculative=g.method_kind != "baseline")
     g.throughput_tps = _throughput(ok_cells, run)
 
 

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from specbench.analysis import cross_checks, metrics
 from specbench.analysis.apply_noise import with_speed_noise
-from specbench.analysis.method_comparison import headline, k_sweeps
+from specbench.analysis.method_comparison import headline_ratios, k_sweeps
 from specbench.analysis.serving_metrics import (
     compare_cells,
     comparison_cells,
@@ -94,17 +94,17 @@ def summarize_run(
     reference_of = {t.name: ref for t in suite.targets if (ref := reference_method(suite, t)) is not None}
     cats = prompt_categories or {}
     slices = workload_slices(groups, greqs, cats, scores, equivalence)
-    headline_rows = headline(groups, greqs, reference_of, references)
+    headline = headline_ratios(groups, greqs, reference_of, references)
     summary = RunSummary(
         run_id=manifest.run_id,
         suite_name=manifest.suite_name,
         groups=groups + slices,
         checks=cross_checks.counter_checks(groups),
-        headline=headline_rows,
+        headline=headline,
         k_sweeps=k_sweeps(groups, greqs),
         extra=SummaryExtra(
             serving=summarize_serving({t.name for t in suite.targets if t.engine == "vllm-server"}, cells, unique,
-                                      latest, {r.target: r.reference for r in headline_rows}),
+                                      latest, {r.target: r.reference for r in headline}),
             cross_check=cross_checks.cross_check(groups + [s for s in slices if s.slice and s.slice.turn is not None],
                                             suite.targets, draft_attention(manifest, cells)),
             category_matrix=category_matrix(groups, slices, greqs, cats, reference_of),

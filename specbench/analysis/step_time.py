@@ -62,7 +62,7 @@ def step_rows(requests: Sequence[RequestRecord], speculative: bool) -> list[tupl
     return out
 
 
-def step_time(requests: Sequence[RequestRecord], speculative: bool) -> Estimate | None:
+def step_time_estimate(requests: Sequence[RequestRecord], speculative: bool) -> Estimate | None:
     """Σ decode time / Σ decoding steps (seconds per step)."""
     rows = step_rows(requests, speculative)
     if not rows:
@@ -70,7 +70,7 @@ def step_time(requests: Sequence[RequestRecord], speculative: bool) -> Estimate 
     return stats.ratio_ci([d for _, d, _ in rows], [s for _, _, s in rows], estimator=speed_estimators.step_time)
 
 
-def tpot(requests: Sequence[RequestRecord]) -> Estimate | None:
+def tpot_estimate(requests: Sequence[RequestRecord]) -> Estimate | None:
     """Σ decode time / Σ (output tokens − 1) (seconds per output token after the first)."""
     rows = step_rows(requests, speculative=False)
     if not rows:

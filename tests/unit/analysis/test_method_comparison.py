@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from support.factories import cell, cell_record, counters, request
 
-from specbench.analysis import method_comparison as comparison
 from specbench.analysis import group_acceptance, metrics, step_time
+from specbench.analysis import method_comparison as comparison
 from specbench.config.plan import Cell
 from specbench.regression.gate import GateRules, evaluate_gate
 from specbench.results.records import CellRecord, RequestRecord
@@ -64,7 +64,7 @@ def run():
         reqs += rs
     summary = metrics.summarize("r", "s", cells, crs, reqs)
     greqs = metrics.requests_by_group(cells, metrics.latest_cell_records(crs), metrics.unique_requests(reqs))
-    summary.headline = comparison.headline(summary.groups, greqs, {"t": "eagle3"}, [
+    summary.headline = comparison.headline_ratios(summary.groups, greqs, {"t": "eagle3"}, [
         {"target": "t", "method": "dflash", "metric": "speedup_ratio", "value": 1.1, "high": 1.3, "source": "paper"}])
     summary.k_sweeps = comparison.k_sweeps(summary.groups, greqs)
     return summary, greqs
@@ -93,7 +93,7 @@ def test_headline_ratios_recompute_by_hand_over_shared_prompts(run):
     assert row.speedup_ratio.n == len(shared) and row.tau_ratio.n == len(shared)
     for est in (row.tau_ratio, row.speedup_ratio):
         assert est.ci_low < est.value < est.ci_high
-    assert row.verdict == comparison.verdict(row.speedup_ratio)
+    assert row.verdict == comparison.speedup_ratio_verdict(row.speedup_ratio)
     assert [c.source for c in row.published] == ["paper"]
 
 
@@ -109,10 +109,10 @@ def test_each_arm_is_taken_at_its_best_k(run):
 def test_verdicts():
     from specbench.stats import Estimate
 
-    assert comparison.verdict(Estimate(value=1.3, ci_low=1.1, ci_high=1.5)) == "faster"
-    assert comparison.verdict(Estimate(value=0.8, ci_low=0.7, ci_high=0.9)) == "slower"
-    assert comparison.verdict(Estimate(value=1.1, ci_low=0.9, ci_high=1.3)) == "not distinguishable"
-    assert comparison.verdict(Estimate(value=None)) == "no data"
+    assert comparison.speedup_ratio_verdict(Estimate(value=1.3, ci_low=1.1, ci_high=1.5)) == "faster"
+    assert comparison.speedup_ratio_verdict(Estimate(value=0.8, ci_low=0.7, ci_high=0.9)) == "slower"
+    assert comparison.speedup_ratio_verdict(Estimate(value=1.1, ci_low=0.9, ci_high=1.3)) == "not distinguishable"
+    assert comparison.speedup_ratio_verdict(Estimate(value=None)) == "no data"
 
 
 def test_step_time_is_decode_time_over_verification_steps(run):
