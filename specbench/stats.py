@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -225,11 +227,23 @@ def mean_ci(values: Sequence[float] | np.ndarray) -> Estimate:
 
 
 def ratio_ci(num: Sequence[float] | np.ndarray, den: Sequence[float] | np.ndarray,
-             rounds: Sequence[int | None] | None = None) -> Estimate:
-    """sum(num)/sum(den) with a bootstrap over the paired units; with ``rounds`` (each unit's speed
-    round) spanning more than one round, the :func:`round_bootstrap` over rounds and units."""
+             rounds: Sequence[int | None] | None = None, *,
+             estimator: Callable[[Any, Any], Any] | None = None) -> Estimate:
+    """sum(num)/sum(den) — or ``estimator(sum(num), sum(den))``, a formula written elsewhere once (a speed
+    estimator) — with a bootstrap over the paired units; with ``rounds`` (each unit's speed round) spanning
+    more than one round, the :func:`round_bootstrap` over rounds and units."""
     pairs = np.column_stack([np.asarray(num, float), np.asarray(den, float)]) if len(num) else np.empty((0, 2))
-    return by_rounds(pairs, _ratio, rounds, batched=_ratios)
+    if estimator is None:
+        return by_rounds(pairs, _ratio, rounds, batched=_ratios)
+    of = estimator
+
+    def pooled(a: np.ndarray) -> float:
+        return _ratio(a, of)
+
+    def pooled_blocks(blk: np.ndarray) -> np.ndarray:
+        return _ratios(blk, of)
+
+    return by_rounds(pairs, pooled, rounds, batched=pooled_blocks)
 
 
 def by_rounds(units: np.ndarray, statistic: Callable[[np.ndarray], float],
@@ -259,16 +273,17 @@ def proportion_ci(hits: Sequence[float] | np.ndarray, totals: Sequence[float] | 
     return ratio_ci(h, t)
 
 
-def _ratio(a: np.ndarray) -> float:
+def _ratio(a: np.ndarray, of: Callable[[Any, Any], Any] = operator.truediv) -> float:
+    """``of(Σ a[:, 0], Σ a[:, 1])`` (their quotient by default); NaN without a positive denominator."""
     d = a[:, 1].sum()
-    return float(a[:, 0].sum() / d) if d > 0 else float("nan")
+    return float(of(a[:, 0].sum(), d)) if d > 0 else float("nan")
 
 
-def _ratios(blk: np.ndarray) -> np.ndarray:
+def _ratios(blk: np.ndarray, of: Callable[[Any, Any], Any] = operator.truediv) -> np.ndarray:
     """:func:`_ratio` of each resample in a block ``(b, n, 2)``."""
     d = blk[:, :, 1].sum(axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(d > 0, blk[:, :, 0].sum(axis=1) / d, np.nan)
+        return np.where(d > 0, of(blk[:, :, 0].sum(axis=1), d), np.nan)
 
 
 def wilson_interval(successes: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:

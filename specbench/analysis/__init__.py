@@ -1,6 +1,7 @@
 """Records → numbers (pure: no engine, no I/O beyond reading a run's files through
 ``results.rundir``): ``pipeline`` (:func:`summarize_run`: a run's records in, its
-complete summary out), ``metrics`` (per-group τ, acceptance, speedup, latency),
+complete summary out), ``metrics`` (per-group speed, speedup, latency, accuracy: every group's summary),
+``group_acceptance`` (τ and acceptance), ``cross_checks`` (counter checks, the reference cross-check),
 ``method_comparison`` (headline ratios, K sweeps), ``step_time``,
 ``serving_metrics``, ``lossless`` (the verdicts) with ``lossless_greedy`` (greedy identity) and
 ``lossless_sampled`` (the sampled PIT test), with

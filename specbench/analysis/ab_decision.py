@@ -37,6 +37,7 @@ from scipy import stats as sps
 
 from specbench.analysis.sequential import ZERO_SPREAD, normal_mixture_radius, rho_for
 from specbench.results import metric_catalog as catalog
+from specbench.results import speed_estimators
 from specbench.stats import Estimate
 
 ABVerdictKind = Literal["same", "different", "improved", "undecided"]
@@ -161,13 +162,14 @@ def regression_sign(metric: str) -> float:
 
 
 def log_ratios(a: Sequence[float], b: Sequence[float]) -> np.ndarray:
-    """Per round ``log(b_r / a_r)`` of a metric measured in both arms (paired by round)."""
+    """Per round ``log(b_r / a_r)`` of a metric measured in both arms (paired by round; B as the method:
+    :func:`~specbench.results.speed_estimators.round_log_ratio`)."""
     av, bv = np.asarray(a, float), np.asarray(b, float)
     if av.shape != bv.shape:
         raise ValueError(f"A has {av.size} rounds, B {bv.size}: rounds pair one to one")
     if np.any(~(av > 0)) or np.any(~(bv > 0)):
         raise ValueError("a speed metric per round must be positive and finite")
-    return np.log(bv / av)
+    return np.asarray(speed_estimators.round_log_ratio(bv, av), float)
 
 
 def pool_rounds(per_group: Mapping[str, Sequence[float]]) -> np.ndarray:

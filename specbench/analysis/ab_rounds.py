@@ -24,6 +24,7 @@ from specbench.analysis.ab_decision import ABRule, ABVerdict, decide, decide_poo
 from specbench.analysis.step_time import decode_time, decoding_steps
 from specbench.config.arms import ARM_SEP, arm_of, base_target
 from specbench.config.plan import key_target
+from specbench.results import speed_estimators
 from specbench.results.counters import tau
 from specbench.results.manifest import RunManifest
 from specbench.results.records import CellRecord, RequestRecord
@@ -44,19 +45,22 @@ def arm_vllm_versions(manifest: RunManifest) -> dict[str, str]:
 
 
 def round_values(recs: Sequence[RequestRecord], speculative: bool) -> dict[str, float]:
-    """The speed metrics of one arm's requests in one round: TPOT = Σ decode time / Σ (tokens − 1), time
-    per decoding step = Σ decode time / Σ steps, output tok/s per stream = Σ output tokens / Σ latency."""
+    """The speed metrics of one arm's requests in one round (:mod:`specbench.results.speed_estimators`): TPOT =
+    Σ decode time / Σ (tokens − 1), time per decoding step = Σ decode time / Σ steps, output tok/s per stream =
+    Σ output tokens / Σ latency."""
     ok = [r for r in recs if r.error is None and r.latency_s]
     dec = [(decode_time(r), r.num_output_tokens - 1, decoding_steps(r, speculative)) for r in ok]
     good = [(d, t, s) for d, t, s in dec if d is not None and t > 0]
     out: dict[str, float] = {}
     if good:
-        out["tpot_s"] = sum(d for d, _, _ in good) / sum(t for _, t, _ in good)
+        decode_s = sum(d for d, _, _ in good)
+        out["tpot_s"] = speed_estimators.tpot(decode_s, sum(t for _, t, _ in good))
         steps = [s for _, _, s in good if s]
         if len(steps) == len(good):
-            out["step_time_s"] = sum(d for d, _, _ in good) / sum(steps)
+            out["step_time_s"] = speed_estimators.step_time(decode_s, sum(steps))
     if ok:
-        out["output_tps"] = sum(r.num_output_tokens for r in ok) / sum(r.latency_s for r in ok)  # type: ignore[misc]
+        out["output_tps"] = speed_estimators.token_rate(sum(r.num_output_tokens for r in ok),
+                                                        sum(r.latency_s or 0.0 for r in ok))
     return out
 
 
@@ -181,8 +185,10 @@ def exact_comparisons(records: Iterable[RequestRecord], cells: Iterable[CellReco
             g.compared += 1
             g.identical += arms["a"] == arms["b"]
     for (group, arm), (acc, drafts) in counters.items():
-        if drafts:
-            setattr(out[group], f"tau_{arm}", tau(acc, drafts))
+        if drafts and arm == "a":
+            out[group].tau_a = tau(acc, drafts)
+        elif drafts and arm == "b":
+            out[group].tau_b = tau(acc, drafts)
     return [out[g] for g in sorted(out)]
 
 

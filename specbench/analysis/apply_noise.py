@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from specbench.analysis.method_comparison import verdict
+from specbench.analysis.method_comparison import speedup_ratio_verdict
 from specbench.results import metric_catalog as catalog
 from specbench.results.noise_calibration import NoiseCalibration
 from specbench.results.summary import RunSummary
@@ -63,7 +63,7 @@ def with_speed_noise(summary: RunSummary, cal: NoiseCalibration) -> RunSummary:
     for r in summary.headline:
         r = _widened(r, {"speedup_ratio": "speedup_ratio", "method_speedup": "speedup",
                          "reference_speedup": "speedup"}, cal)
-        headline.append(r.model_copy(update={"verdict": verdict(r.speedup_ratio, r.rounds)}))
+        headline.append(r.model_copy(update={"verdict": speedup_ratio_verdict(r.speedup_ratio, r.rounds)}))
     point_fields = {"speedup": "speedup", "output_tps": "output_tps", "tpot_s": "tpot_s", "step_time_s": "step_time_s"}
     sweeps = [s.model_copy(update={"points": [_widened(p, point_fields, cal) for p in s.points]})
               for s in summary.k_sweeps]

@@ -39,7 +39,7 @@ from specbench.results import rundir
 from specbench.results.manifest import RunManifest
 from specbench.results.parts import Equivalence
 from specbench.results.records import RequestRecord
-from specbench.results.rundir import EQUIVALENCE
+from specbench.results.requests import ScoreRow
 from specbench.results.slices import sliced_group_id, split_group_id
 from specbench.stats import min_tokens_for_tv
 
@@ -200,36 +200,28 @@ def _gaps(comps: Sequence[Any], kind: str) -> list[float]:
 # sampled
 
 
-def read_scores(run_dir: Path, torn: list[str] | None = None) -> list[dict[str, Any]]:
-    """The rows of ``equivalence.jsonl`` (a torn last line of a killed run is skipped, said in ``torn``)."""
-    return list(rundir.iter_jsonl(Path(run_dir) / EQUIVALENCE, torn))
-
-
-def _score_key(row: dict[str, Any]) -> tuple[str, str, int]:
-    return (str(row["cell_id"]), str(row["prompt_id"]), int(row.get("sample_index", 0)))
-
-
-def latest_scores(rows: Iterable[dict[str, Any]]) -> tuple[dict[tuple, dict], dict[tuple, str], list[str]]:
-    """Scored rows by request key (a success wins over errors), errors, engine errors."""
-    ok: dict[tuple, dict] = {}
+def latest_scores(rows: Iterable[ScoreRow]) -> tuple[dict[tuple, ScoreRow], dict[tuple, str], list[str]]:
+    """Scored rows by request key (a success wins over errors), errors, engine errors (rows of
+    :func:`specbench.results.rundir.read_equivalence_rows`)."""
+    ok: dict[tuple, ScoreRow] = {}
     err: dict[tuple, str] = {}
     engine_errors: list[str] = []
     for row in rows:
-        if "cell_id" not in row:
-            if row.get("error"):
-                engine_errors.append(f"{row.get('target')}: {row['error']}")
+        key = row.request_key
+        if key is None:
+            if row.error:
+                engine_errors.append(f"{row.target}: {row.error}")
             continue
-        key = _score_key(row)
-        if "f_minus" in row and not row.get("error"):
+        if row.scored:
             ok[key] = row
             err.pop(key, None)
         elif key not in ok:
-            err[key] = str(row.get("error"))
+            err[key] = str(row.error)
     return ok, err, engine_errors
 
 
 def _group_pit(
-    gcells: Sequence[Cell], recs: Sequence[RequestRecord], ok: dict[tuple, dict], err: dict[tuple, str]
+    gcells: Sequence[Cell], recs: Sequence[RequestRecord], ok: dict[tuple, ScoreRow], err: dict[tuple, str]
 ) -> tuple[np.ndarray, int, int, list[str]]:
     """Concatenated PIT values of a group; counts of scored and unscored requests."""
     ids = {c.cell_id for c in gcells}
@@ -283,7 +275,7 @@ def sampled_equivalence(
         kw["target_tv"] = target_tv
     groups, baselines = _groups(cells)
     recs = _records_by_group(cells, requests)
-    scores = latest_scores(read_scores(run_dir, torn))
+    scores = latest_scores(rundir.read_equivalence_rows(run_dir, torn))
     out: dict[str, dict[str, Any]] = {}
     for gid, gcells in groups.items():
         c0 = gcells[0]
@@ -304,7 +296,7 @@ def sampled_equivalence(
 
 
 def _sampled_test(gcells: Sequence[Cell], mine: Sequence[RequestRecord], bcells: Sequence[Cell],
-                  theirs: Sequence[RequestRecord], scores: tuple[dict[tuple, dict], dict[tuple, str], list[str]],
+                  theirs: Sequence[RequestRecord], scores: tuple[dict[tuple, ScoreRow], dict[tuple, str], list[str]],
                   bgid: str | None, temperature: float, kw: dict[str, Any]) -> dict[str, Any]:
     """The sampled test of the method's requests ``mine`` against the baseline's ``theirs`` (its stored result)."""
     ok, err, engine_errors = scores

@@ -5,7 +5,7 @@ Per workload (target, method, dataset, temperature; the run's loads pooled):
 * tokens per step(K) for K ≤ the largest K measured (:mod:`specbench.analysis.k_prediction`);
 * the method's step-time model t(K, n) and the baseline's t₀(n) (:mod:`specbench.analysis.step_time_model`);
 * the predicted speedup over no speculation at K and batch size n:
-  ``tokens per step(K) × t₀(n) / t(K, n)`` — tokens per unit of time against the baseline's one
+  ``tokens per step(K) × t₀(n) / t(K, n)`` (:func:`specbench.results.speed_estimators.predicted_speedup`) — tokens per unit of time against the baseline's one
   token per step; K = 0 (speculation off) is 1 by definition. Interval: a bootstrap over the
   method's requests and, on their own, the baseline's (:func:`specbench.stats.bootstrap_two_sample`);
   a request of the largest-K group carries its acceptance and its step row together;
@@ -30,6 +30,7 @@ from specbench.analysis import k_prediction, step_time_model
 from specbench.analysis.metrics import unique_requests
 from specbench.analysis.schedule_check import check_schedules
 from specbench.config.dynamic_sd import drafts_nothing, validate_schedule
+from specbench.results import speed_estimators
 from specbench.results.records import RequestRecord
 from specbench.results.schedule_file import (
     KPrediction,
@@ -57,7 +58,7 @@ def _method_rows(groups: Sequence[GroupSummary], source: GroupSummary,
     seen: set[int] = set()
     for g in groups:
         off = drafts_nothing(g.schedule)
-        arr, used = step_time_model.step_rows(group_requests.get(g.group_id, []), g.batch_size,
+        arr, used = step_time_model.step_model_rows(group_requests.get(g.group_id, []), g.batch_size,
                                          0 if off else g.k or 0, not off)
         for row, r in zip(arr.tolist(), used, strict=True):
             acc = k_prediction.acceptance_row(r, k_max) if g is source else None
@@ -70,7 +71,7 @@ def _method_rows(groups: Sequence[GroupSummary], source: GroupSummary,
 
 
 def _baseline_rows(groups: Sequence[GroupSummary], group_requests: Mapping[str, Sequence[RequestRecord]]) -> np.ndarray:
-    parts = [step_time_model.step_rows(group_requests.get(g.group_id, []), g.batch_size, 0, False)[0] for g in groups]
+    parts = [step_time_model.step_model_rows(group_requests.get(g.group_id, []), g.batch_size, 0, False)[0] for g in groups]
     return np.concatenate(parts) if parts else np.empty((0, STEP_COLS))
 
 
@@ -81,17 +82,17 @@ class _Speedup:
         self.k, self.n, self.k_max, self.ident, self.base_n, self.use_tau = k, n, k_max, ident, base_n, use_tau
 
     def step_time(self, a: np.ndarray) -> np.ndarray:
-        return step_time_model.predict(step_time_model.fit(a[..., :STEP_COLS], *self.ident), self.k, self.n)
+        return step_time_model.predict(step_time_model.fit_coefficients(a[..., :STEP_COLS], *self.ident), self.k, self.n)
 
     def __call__(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         acc = a[..., STEP_COLS:]
-        t0 = step_time_model.predict(step_time_model.fit(b, False, self.base_n), 0, self.n)
+        t0 = step_time_model.predict(step_time_model.fit_coefficients(b, False, self.base_n), 0, self.n)
         if self.k == 0:  # one token per step: the drafter loaded, no drafts
             tps = np.ones(t0.shape)
         else:
             tps = (k_prediction.tau_of(acc, self.k) if self.use_tau
                    else k_prediction.tokens_per_step_of(acc, self.k, self.k_max))
-        out = tps.reshape(t0.shape) * t0 / self.step_time(a)
+        out = speed_estimators.predicted_speedup(tps.reshape(t0.shape), t0, self.step_time(a))
         return out if a.ndim == 3 else out.reshape(())
 
 

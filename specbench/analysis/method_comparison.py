@@ -5,8 +5,8 @@ method (``compare_to``; default its EAGLE-3) at each dataset, temperature
 and load, each arm at its best K there:
 
 * ``speedup_ratio`` = (Σ tokens / Σ latency of the method) / (the same of the
-  reference), over the requests both arms measured (same prompt, sample,
-  repeat): in a run of one round the pooled ratio bootstrapped over those prompts
+  reference) (:func:`specbench.results.speed_estimators.throughput_ratio`), over the requests both arms
+  measured (same prompt, sample, repeat): in a run of one round the pooled ratio bootstrapped over those prompts
   (:func:`metrics.paired_speedup` with the reference in the baseline's place), in
   a run with speed rounds per round and decided by the A/B rule (below);
 * ``tau_ratio`` = pooled τ of the method / pooled τ of the reference over the
@@ -14,7 +14,7 @@ and load, each arm at its best K there:
 * in a run with speed rounds (the method against the reference inside one run is an A/B, issue 36) the
   speed ratio is decided by ``specbench ab``'s rule (:data:`HEADLINE_RULE`): per round, the paired log
   ratio of output throughput over the requests both arms measured in it
-  (:func:`paired_round_log_ratios`); the ratio is their geometric mean, its interval the rule's
+  (:func:`paired_round_log_ratios`, :func:`specbench.results.speed_estimators.round_log_ratio`); the ratio is their geometric mean, its interval the rule's
   confidence sequence (t-corrected for a spread estimated from few rounds), and the verdict three-way:
   *faster* / *slower* beyond ±:data:`HEADLINE_MARGIN`, *same* within, else *undecided*; the row keeps
   the rounds it rests on and how many would decide it. In a run of one round (the arms measured minutes
@@ -41,14 +41,15 @@ from specbench.analysis import step_time
 from specbench.analysis.ab_decision import ABRule, decide, margin_code
 from specbench.analysis.ab_rounds import round_values
 from specbench.analysis.metrics import paired_speedup
-from specbench.results import counters
+from specbench.results import counters, speed_estimators
 from specbench.results.parts import HeadlineRow, KPoint, KSweep, PublishedClaim, Verdict
 from specbench.results.records import RequestRecord
 from specbench.results.summary import GroupSummary, is_ratio_reference, reference_applies
 from specbench.stats import Estimate
 
 
-def family(g: GroupSummary) -> str:
+def group_family(g: GroupSummary) -> str:
+    """The method as the suite names it (the same for every K of a sweep)."""
     return g.family or g.method
 
 
@@ -80,7 +81,7 @@ HEADLINE_MARGIN = 0.05
 HEADLINE_RULE = ABRule(margin=HEADLINE_MARGIN, min_rounds=2)
 
 
-def verdict(ratio: Estimate, rounds: int | None = None) -> Verdict:
+def speedup_ratio_verdict(ratio: Estimate, rounds: int | None = None) -> Verdict:
     """The verdict of a speedup ratio (method over reference): measured in ``rounds`` interleaved rounds,
     the A/B rule's three ways with :data:`HEADLINE_MARGIN`; measured in one go, whether the interval holds 1."""
     if ratio.value is None:
@@ -152,15 +153,16 @@ def paired_round_log_ratios(method: Sequence[RequestRecord], reference: Sequence
         if r.error is None and r.latency_s and r.round is not None and key in ref:
             pairs[r.round][0].append(r)
             pairs[r.round][1].append(ref[key])
-    out = []
+    vms, vbs = [], []
     for _, (m, b) in sorted(pairs.items()):
         vm, vb = round_values(m, True).get("output_tps"), round_values(b, True).get("output_tps")
         if vm and vb:
-            out.append(math.log(vm / vb))
-    return np.array(out, float)
+            vms.append(vm)
+            vbs.append(vb)
+    return np.asarray(speed_estimators.round_log_ratio(np.array(vms, float), np.array(vbs, float)), float)
 
 
-def headline(
+def headline_ratios(
     groups: Sequence[GroupSummary],
     group_requests: dict[str, list[RequestRecord]],
     reference_of: dict[str, str],
@@ -170,7 +172,7 @@ def headline(
     buckets: dict[tuple, dict[str, list[GroupSummary]]] = defaultdict(lambda: defaultdict(list))
     for g in groups:
         if _usable(g):
-            buckets[g.baseline_key][family(g)].append(g)
+            buckets[g.baseline_key][group_family(g)].append(g)
     out: list[HeadlineRow] = []
     for key, fams in buckets.items():
         target = key[0]
@@ -196,7 +198,7 @@ def headline(
                     request_rate=g.request_rate, method=name, method_kind=g.method_kind, method_group=g.group_id,
                     method_k=g.k, reference=ref_name, reference_group=ref.group_id, reference_k=ref.k,
                     n_prompts=max(pooled.n, tau.n), tau_ratio=tau, speedup_ratio=sp,
-                    method_speedup=g.speedup, reference_speedup=ref.speedup, verdict=verdict(sp, rounds), rounds=rounds,
+                    method_speedup=g.speedup, reference_speedup=ref.speedup, verdict=speedup_ratio_verdict(sp, rounds), rounds=rounds,
                     rounds_to_decide=to_decide,
                     published=_claims(published, target, name, g),
                 )
@@ -247,7 +249,8 @@ def best_k(points: Sequence[GroupSummary], group_requests: dict[str, list[Reques
 
     def argmax_k(a: np.ndarray) -> float:
         s = a.sum(axis=0)
-        rates = np.where(s[1::2] > 0, s[0::2] / np.where(s[1::2] > 0, s[1::2], 1), -np.inf)
+        rates = np.where(s[1::2] > 0, speed_estimators.token_rate(s[0::2], np.where(s[1::2] > 0, s[1::2], 1)),
+                         -np.inf)
         return float(ks[int(np.argmax(rates))])
 
     return stats.bootstrap(arr, argmax_k)
@@ -265,7 +268,8 @@ def best_k_wins(points: Sequence[GroupSummary], group_requests: dict[str, list[R
         for g in points:
             ok = [r for r in group_requests.get(g.group_id, []) if r.round == rnd and r.error is None and r.latency_s]
             lat = sum(r.latency_s or 0.0 for r in ok)
-            rates.append((sum(r.num_output_tokens for r in ok) / lat if lat > 0 else -np.inf, -(g.k or 0), g.k or 0))
+            rate = speed_estimators.token_rate(sum(r.num_output_tokens for r in ok), lat) if lat > 0 else -np.inf
+            rates.append((rate, -(g.k or 0), g.k or 0))
         wins += int(max(rates)[2] == round(best))
     return stats.wilson(wins, len(rounds))
 
@@ -281,7 +285,7 @@ def step_time_slope(points: Sequence[GroupSummary], group_requests: dict[str, li
         s = a.sum(axis=0)
         if np.any(s[1::2] <= 0):
             return float("nan")
-        return float(np.polyfit(ks, s[0::2] / s[1::2], 1)[0])
+        return float(np.polyfit(ks, speed_estimators.step_time(s[0::2], s[1::2]), 1)[0])
 
     return stats.bootstrap(arr, slope)
 

@@ -1,18 +1,15 @@
-"""Acceptance, speed and agreement metrics over raw records (pure).
+"""A group's speed and agreement metrics over raw records, and every group's summary (pure).
 
-Definitions (see DESIGN.md):
+Definitions (see DESIGN.md; each speed formula is :mod:`specbench.results.speed_estimators`'):
 
-* τ (mean acceptance length, :func:`specbench.results.counters.tau`), counting
-  the bonus token, so 1 ≤ τ ≤ K+1. *Pooled* τ uses the engine's counters summed over
-  the group (long completions weigh more); *per-request* τ is the mean of
-  each request's own τ.
-* per-position rate i = accepted_i / drafts.
-* draft acceptance rate = accepted / draft tokens.
+* acceptance (τ pooled and per request, per-position rates, draft acceptance rate):
+  :mod:`specbench.analysis.group_acceptance`.
 * output tokens/s = Σ output tokens / Σ request latency (the rate one
-  stream sees); throughput = Σ output tokens / Σ cell wall time.
+  stream sees); throughput = Σ output tokens / Σ cell wall time
+  (:func:`~specbench.results.speed_estimators.token_rate`).
 * speedup = a method's output tokens/s over the baseline group's with the
   same target, dataset, temperature and load, bootstrapped over prompts
-  paired across the two groups.
+  paired across the two groups (:func:`~specbench.results.speed_estimators.throughput_ratio`).
 """
 
 from __future__ import annotations
@@ -25,13 +22,13 @@ import numpy as np
 
 from specbench import stats
 from specbench.analysis import step_accounting, step_time
+from specbench.analysis.group_acceptance import acceptance, non_degenerate, sum_counters
 from specbench.config.plan import Cell
 from specbench.config.stop_rule import StopRecord
-from specbench.config.suite import ReferenceValue, TargetSpec
-from specbench.results import counters as spec_counters
-from specbench.results import metric_catalog
+from specbench.config.suite import ReferenceValue
+from specbench.results import metric_catalog, speed_estimators
 from specbench.results.degeneracy import is_degenerate
-from specbench.results.parts import CounterCheck, CrossCheckRow, Equivalence, NonDegenerate
+from specbench.results.parts import Equivalence
 from specbench.results.records import CellRecord, RequestRecord, SpecCounters
 from specbench.results.slices import Slice
 from specbench.results.summary import (
@@ -100,63 +97,6 @@ def unique_requests(records: Iterable[RequestRecord]) -> list[RequestRecord]:
     return list(chosen.values())
 
 
-def sum_counters(items: Iterable[SpecCounters | None]) -> SpecCounters | None:
-    total: SpecCounters | None = None
-    for c in items:
-        if c is None:
-            continue
-        total = c if total is None else total + c
-    return total
-
-
-def acceptance(counters: SpecCounters, requests: Sequence[RequestRecord], k: int | None) -> dict:
-    """τ (pooled and per request), per-position rates and draft acceptance rate.
-
-    Values come from the engine's pooled ``counters``; intervals from a
-    bootstrap over the requests' own counters when every request has them.
-    """
-    per_req = [r.spec for r in requests if r.error is None]
-    have = bool(per_req) and all(s is not None for s in per_req)
-    specs: list[SpecCounters] = [s for s in per_req if s is not None] if have else []
-    width = max(k or 0, len(counters.accepted_per_pos))
-    n = len(specs)
-
-    def with_value(est: Estimate, value: float | None) -> Estimate:
-        return est.model_copy(update={"value": value})
-
-    if counters.num_drafts == 0:
-        return {
-            "tau": Estimate(value=None, n=n),
-            "tau_per_request": Estimate(value=None, n=n),
-            "per_position": [Estimate(value=None, n=n) for _ in range(width)],
-            "draft_acceptance_rate": Estimate(value=None, n=n),
-        }
-    tau = spec_counters.counters_tau(counters)
-    acc = np.array([s.num_accepted_tokens for s in specs], float)
-    drafts = np.array([s.num_drafts for s in specs], float)
-    dtoks = np.array([s.num_draft_tokens for s in specs], float)
-    if have:
-        tau_est = with_value(stats.ratio_ci(acc, drafts), None)
-        if tau_est.ci_low is not None and tau_est.ci_high is not None:
-            # the interval of accepted per draft, as τ
-            tau_est = tau_est.model_copy(update={"ci_low": spec_counters.tau(tau_est.ci_low, 1),
-                                                 "ci_high": spec_counters.tau(tau_est.ci_high, 1)})
-        tau_est = with_value(tau_est, tau)
-        mask = drafts > 0
-        tau_req = stats.mean_ci(list(spec_counters.tau(acc[mask], drafts[mask])))
-        rate = with_value(stats.ratio_ci(acc, dtoks), spec_counters.draft_acceptance_rate(counters) or 0.0)
-        pos = []
-        for i in range(width):
-            ai = np.array([s.accepted_per_pos[i] if i < len(s.accepted_per_pos) else 0 for s in specs], float)
-            pos.append(with_value(stats.ratio_ci(ai, drafts), spec_counters.position_rate(counters, i)))
-    else:
-        tau_est = Estimate(value=tau, n=len(requests))
-        tau_req = Estimate(value=None, n=0)
-        rate = Estimate(value=spec_counters.draft_acceptance_rate(counters) or 0.0, n=len(requests))
-        pos = [Estimate(value=spec_counters.position_rate(counters, i), n=len(requests)) for i in range(width)]
-    return {"tau": tau_est, "tau_per_request": tau_req, "per_position": pos, "draft_acceptance_rate": rate}
-
-
 def declared_metrics(counters: SpecCounters | None, requests: Sequence[RequestRecord]) -> dict[str, Estimate]:
     """The catalogue's metrics computed from their declaration (``MetricSpec.compute``) over a group's pooled
     counters (None for a baseline) and requests; those without a value left out."""
@@ -168,19 +108,43 @@ def declared_metrics(counters: SpecCounters | None, requests: Sequence[RequestRe
     return out
 
 
-def speed(requests: Sequence[RequestRecord]) -> dict:
+class Speed(NamedTuple):
+    """A group's speed over its requests (the :class:`GroupSummary` fields of the same names)."""
+
+    output_tps: Estimate
+    latency_s: Estimate
+    latency_p50_s: float | None
+    latency_p90_s: float | None
+    latency_p99_s: float | None
+    ttft_s: Estimate
+
+
+def speed(requests: Sequence[RequestRecord]) -> Speed:
+    """Output tok/s per stream (Σ tokens / Σ latency: :func:`~specbench.results.speed_estimators.token_rate`,
+    bootstrapped over requests and speed rounds), latency (mean and percentiles) and TTFT of the successful
+    timed requests."""
     ok = [r for r in requests if r.error is None and r.latency_s]
     toks = [r.num_output_tokens for r in ok]
     lats = [float(r.latency_s or 0.0) for r in ok]
     ttfts = [r.ttft_s for r in ok if r.ttft_s is not None]
-    return {
-        "output_tps": stats.ratio_ci(toks, lats, [r.round for r in ok]),
-        "latency_s": stats.mean_ci(lats),
-        "latency_p50_s": stats.percentile(lats, 50),
-        "latency_p90_s": stats.percentile(lats, 90),
-        "latency_p99_s": stats.percentile(lats, 99),
-        "ttft_s": stats.mean_ci([float(t) for t in ttfts]),
-    }
+    return Speed(
+        output_tps=stats.ratio_ci(toks, lats, [r.round for r in ok], estimator=speed_estimators.token_rate),
+        latency_s=stats.mean_ci(lats),
+        latency_p50_s=stats.percentile(lats, 50),
+        latency_p90_s=stats.percentile(lats, 90),
+        latency_p99_s=stats.percentile(lats, 99),
+        ttft_s=stats.mean_ci([float(t) for t in ttfts]),
+    )
+
+
+def assign_speed(g: GroupSummary, sp: Speed) -> None:
+    """Store ``sp`` in the group's speed fields."""
+    g.output_tps = sp.output_tps
+    g.latency_s = sp.latency_s
+    g.latency_p50_s = sp.latency_p50_s
+    g.latency_p90_s = sp.latency_p90_s
+    g.latency_p99_s = sp.latency_p99_s
+    g.ttft_s = sp.ttft_s
 
 
 def _pair_map(requests: Sequence[RequestRecord]) -> dict[PairKey, RequestRecord]:
@@ -188,7 +152,8 @@ def _pair_map(requests: Sequence[RequestRecord]) -> dict[PairKey, RequestRecord]
 
 
 def paired_speedup(method: Sequence[RequestRecord], baseline: Sequence[RequestRecord]) -> Estimate:
-    """(Σ tok_m / Σ lat_m) / (Σ tok_b / Σ lat_b) over prompts present in both.
+    """(Σ tok_m / Σ lat_m) / (Σ tok_b / Σ lat_b) over prompts present in both
+    (:func:`~specbench.results.speed_estimators.throughput_ratio`).
 
     Bootstrap over prompt ids (all samples and repeats of a prompt move
     together), so prompt difficulty is paired out. In a run with speed rounds
@@ -218,12 +183,12 @@ def paired_speedup(method: Sequence[RequestRecord], baseline: Sequence[RequestRe
         s = a.sum(axis=0)
         if s[1] <= 0 or s[2] <= 0 or s[3] <= 0:
             return float("nan")
-        return float((s[0] / s[1]) / (s[2] / s[3]))
+        return float(speed_estimators.throughput_ratio(s[0], s[1], s[2], s[3]))
 
     def ratios(blk: np.ndarray) -> np.ndarray:  # ratio of each resample in a block (b, n, 4)
         s = blk.sum(axis=1)
         with np.errstate(divide="ignore", invalid="ignore"):
-            out = (s[:, 0] / s[:, 1]) / (s[:, 2] / s[:, 3])
+            out = speed_estimators.throughput_ratio(s[:, 0], s[:, 1], s[:, 2], s[:, 3])
         return np.where((s[:, 1] > 0) & (s[:, 2] > 0) & (s[:, 3] > 0), out, np.nan)
 
     return stats.by_rounds(arr, ratio, [round_of[p] for p in prompts], batched=ratios)
@@ -313,22 +278,6 @@ def requests_by_group(
     return dict(out)
 
 
-def non_degenerate(g: GroupSummary, requests: Sequence[RequestRecord]) -> NonDegenerate:
-    """τ and tokens per step of a speculative group on its requests whose output is not degenerate
-    (:func:`specbench.results.degeneracy.is_degenerate`); with none of them degenerate, the group's own
-    estimates (the same requests). τ needs every such request's own counters (else None, n those requests)."""
-    ok = [r for r in requests if r.error is None]
-    kept = [r for r in ok if not is_degenerate(r)]
-    if len(kept) == len(ok):
-        return NonDegenerate(tau=g.tau, tokens_per_step=g.tokens_per_step)
-    tau = Estimate(value=None, n=len(kept))
-    counters = sum_counters(r.spec for r in kept)
-    if kept and counters is not None and all(r.spec is not None for r in kept):
-        tau = acceptance(counters, kept, g.k)["tau"]
-    tps = (step_accounting.step_metrics(kept) or {}).get("tokens_per_step")
-    return NonDegenerate(tau=tau, tokens_per_step=tps)
-
-
 def non_degenerate_speedup(g: GroupSummary, method: Sequence[RequestRecord],
                            baseline: Sequence[RequestRecord]) -> Estimate | None:
     """:func:`paired_speedup` on the prompts where neither arm's output is degenerate (the group's own
@@ -400,6 +349,134 @@ def _chosen(stopped: _Stopped | None, metric: str, computed: E, refs: Mapping[st
     return cs if cs is not None else computed
 
 
+class _RunRecords(NamedTuple):
+    """A run's records as every group reads them."""
+
+    latest: dict[str, CellRecord]  # :func:`latest_cell_records`
+    by_cell: dict[str, list[RequestRecord]]  # :func:`unique_requests` by cell
+    group_requests: dict[str, list[RequestRecord]]  # :func:`requests_by_group`
+    baseline_of: dict[tuple[Any, int], str]  # (baseline group key, repeat) → the baseline's cell
+
+
+def _run_records(cells: Sequence[Cell], cell_records: Iterable[CellRecord],
+                 requests: Iterable[RequestRecord]) -> _RunRecords:
+    latest = latest_cell_records(cell_records)
+    reqs = unique_requests(requests)
+    by_cell: dict[str, list[RequestRecord]] = defaultdict(list)
+    for r in reqs:
+        by_cell[r.cell_id].append(r)
+    return _RunRecords(latest, by_cell, requests_by_group(cells, latest, reqs),
+                       {(c.baseline_group_key, c.repeat): c.cell_id for c in cells if c.method_kind == "baseline"})
+
+
+def _status_lines(gcells: Sequence[Cell], latest: Mapping[str, CellRecord]) -> list[CellStatusLine]:
+    """Each cell of a group: its latest status, why, its engine's log tail and its stop record."""
+    lines = []
+    for c in gcells:
+        cr = latest.get(c.cell_id)
+        lines.append(CellStatusLine(cell_id=c.cell_id, status=cr.status if cr else "pending",
+                                    reason=cr.reason if cr else None,
+                                    engine_log_tail=cr.engine_log_tail if cr else None,
+                                    stop=cr.stop if cr else None))
+    return lines
+
+
+def _new_group(gid: str, gcells: Sequence[Cell], lines: Sequence[CellStatusLine], greqs: Sequence[RequestRecord],
+               equivalence: Mapping[str, Equivalence], scoring_notes: Mapping[str, str]) -> GroupSummary:
+    """A group's summary before its metrics: its cells' key, status and counts."""
+    c0 = gcells[0]
+    return GroupSummary(
+        group_id=gid, target=c0.target, method=c0.method, method_kind=c0.method_kind, k=c0.k, family=c0.family,
+        dataset=c0.dataset, temperature=c0.temperature, batch_size=c0.batch_size, request_rate=c0.request_rate,
+        schedule=c0.schedule, lossy=c0.lossy, status=_group_status([ln.status for ln in lines]),
+        reasons=sorted({ln.reason for ln in lines if ln.reason and ln.status != "ok"}), cells=list(lines),
+        n_requests=len(greqs), n_errors=sum(1 for r in greqs if r.error is not None),
+        output_tokens=sum(r.num_output_tokens for r in greqs if r.error is None),
+        equivalence=equivalence.get(gid), scoring_note=scoring_notes.get(c0.dataset),
+        slice=Slice(input_tokens=c0.input_tokens) if c0.input_tokens is not None else None,
+    )
+
+
+def _measure_acceptance(g: GroupSummary, counters: SpecCounters, greqs: Sequence[RequestRecord],
+                        stopped: _Stopped | None, refs: Mapping[str, str | None]) -> None:
+    """A speculative group's acceptance, verification spent and step-trace metrics."""
+    g.counters = counters
+    acc = acceptance(counters, greqs, g.k)
+    g.tau = _chosen(stopped, "tau", acc.tau, refs)
+    g.tau_per_request = acc.tau_per_request
+    g.per_position = acc.per_position
+    g.draft_acceptance_rate = acc.draft_acceptance_rate
+    g.verification = step_time.verification_spent(counters, greqs)
+    steps = step_accounting.step_metrics(greqs)
+    if steps is not None:
+        g.tokens_per_step = steps.tokens_per_step
+        g.tokens_per_step_per_request = steps.tokens_per_step_per_request
+        g.terminal_overcount = steps.terminal_overcount
+        g.draft_rate = steps.draft_rate
+    g.steps_note = step_accounting.trace_note(greqs)
+    g.non_degenerate = non_degenerate(g, greqs)
+
+
+def _throughput(ok_cells: Sequence[Cell], run: _RunRecords) -> Estimate | None:
+    """Σ output tokens / wall time of each ok cell (a repeat), t-interval over repeats; None when a cell
+    has no wall time."""
+    if not all(run.latest[c.cell_id].wall_time_s for c in ok_cells):
+        return None
+    per_rep = [speed_estimators.token_rate(sum(r.num_output_tokens for r in run.by_cell.get(c.cell_id, [])),
+                                           run.latest[c.cell_id].wall_time_s or 1) for c in ok_cells]
+    return stats.t_interval(per_rep) if len(per_rep) > 1 else Estimate(value=per_rep[0], n=1)
+
+
+def _measure_speed(g: GroupSummary, ok_cells: Sequence[Cell], run: _RunRecords, greqs: Sequence[RequestRecord],
+                   stopped: _Stopped | None, refs: Mapping[str, str | None]) -> None:
+    """A measured group's speed: tok/s, latency, TTFT, TPOT, time per step and throughput."""
+    assign_speed(g, speed(greqs))
+    g.tpot_s = _chosen(stopped, "tpot", step_time.tpot_estimate(greqs), refs)
+    g.step_time_s = step_time.step_time_estimate(greqs, speculative=g.method_kind != "baseline")
+    g.throughput_tps = _throughput(ok_cells, run)
+
+
+def _measure_quality(g: GroupSummary, greqs: Sequence[RequestRecord], scores: Mapping, stopped: _Stopped | None,
+                     refs: Mapping[str, str | None], references: Sequence[dict]) -> None:
+    """A group's task accuracy, the catalogue's computed metrics and the published values that apply."""
+    g.accuracy = dict(group_accuracy(greqs, scores))
+    g.metrics = declared_metrics(g.counters, greqs)
+    if stopped is not None and stopped.stop.rule.metric == "accuracy" and "strict" in g.accuracy:
+        g.accuracy["strict"] = _chosen(stopped, "accuracy", g.accuracy["strict"], refs)
+    for ref in references:
+        if not is_ratio_reference(ref) and reference_applies(
+            ref, target=g.target, methods=(g.method, g.family), dataset=g.dataset, temperature=g.temperature,
+            k=g.k,
+        ):
+            compared_with = metric_catalog.reference_metric(ref.get("metric", "tau"), ref.get("definition"))
+            g.reference = {**(g.reference or {}), compared_with: ReferenceValue.model_validate(ref)}
+
+
+def _compare_with_baselines(summaries: Mapping[str, GroupSummary], group_requests: Mapping[str, list[RequestRecord]],
+                            stopped: Mapping[str, _Stopped | None], refs: Mapping[str, str | None],
+                            scores: Mapping) -> None:
+    """Each speculative group against the baseline group of the same target/dataset/T/load: speedup,
+    accuracy change, greedy identity and turn-1 identity."""
+    baselines = {g.baseline_key: gid for gid, g in summaries.items()
+                 if g.method_kind == "baseline" and g.status in ("ok", "partial")}
+    for gid, g in summaries.items():
+        if g.method_kind == "baseline" or not group_requests[gid]:
+            continue
+        bid = baselines.get(g.baseline_key)
+        if bid is None:
+            continue
+        base = group_requests[bid]
+        pairs = pair_turns(group_requests[gid], base)
+        g.speedup = _chosen(stopped[gid], "speedup", paired_speedup(pairs.method, pairs.baseline), refs)
+        if g.non_degenerate is not None:
+            g.non_degenerate.speedup = non_degenerate_speedup(g, pairs.method, pairs.baseline)
+        g.accuracy_delta = accuracy_delta(group_requests[gid], base, scores)
+        if g.temperature == 0:
+            g.greedy_match = greedy_match(pairs.method, pairs.baseline)
+        if pairs.conversations:
+            g.turn1_identical = TurnOneIdentity(identical=pairs.identical, conversations=pairs.conversations)
+
+
 def summarize_groups(
     cells: Sequence[Cell],
     cell_records: Iterable[CellRecord],
@@ -425,209 +502,24 @@ def summarize_groups(
     """
     scores = scores or {}
     refs = prompt_references or {}
-    latest = latest_cell_records(cell_records)
-    reqs = unique_requests(requests)
-    by_cell: dict[str, list[RequestRecord]] = defaultdict(list)
-    for r in reqs:
-        by_cell[r.cell_id].append(r)
+    run = _run_records(cells, cell_records, requests)
     groups: dict[str, list[Cell]] = defaultdict(list)
     for c in cells:
         groups[c.group_id].append(c)
-
     summaries: dict[str, GroupSummary] = {}
-    group_requests = requests_by_group(cells, latest, reqs)
-    baseline_of = {(c.baseline_group_key, c.repeat): c.cell_id for c in cells if c.method_kind == "baseline"}
     stopped: dict[str, _Stopped | None] = {}
     for gid, gcells in groups.items():
-        c0 = gcells[0]
-        lines = []
-        statuses: list[str] = []
-        for c in gcells:
-            cr = latest.get(c.cell_id)
-            st = cr.status if cr else "pending"
-            statuses.append(st)
-            lines.append(
-                CellStatusLine(
-                    cell_id=c.cell_id,
-                    status=st,
-                    reason=cr.reason if cr else None,
-                    engine_log_tail=cr.engine_log_tail if cr else None,
-                    stop=cr.stop if cr else None,
-                )
-            )
-        ok_cells = [c for c in gcells if (latest.get(c.cell_id) and latest[c.cell_id].status == "ok")]
-        greqs = group_requests[gid]
-        stopped[gid] = _stopped_cell(gcells, lines, by_cell, baseline_of)
-        g = GroupSummary(
-            group_id=gid,
-            target=c0.target,
-            method=c0.method,
-            method_kind=c0.method_kind,
-            k=c0.k,
-            family=c0.family,
-            dataset=c0.dataset,
-            temperature=c0.temperature,
-            batch_size=c0.batch_size,
-            request_rate=c0.request_rate,
-            schedule=c0.schedule,
-            lossy=c0.lossy,
-            status=_group_status(statuses),
-            reasons=sorted({ln.reason for ln in lines if ln.reason and ln.status != "ok"}),
-            cells=lines,
-            n_requests=len(greqs),
-            n_errors=sum(1 for r in greqs if r.error is not None),
-            output_tokens=sum(r.num_output_tokens for r in greqs if r.error is None),
-            equivalence=(equivalence or {}).get(gid),
-            scoring_note=(scoring_notes or {}).get(c0.dataset),
-            slice=Slice(input_tokens=c0.input_tokens) if c0.input_tokens is not None else None,
-        )
-        counters = sum_counters(latest[c.cell_id].counters for c in ok_cells)
-        if counters is not None and c0.method_kind != "baseline":
-            g.counters = counters
-            acc = acceptance(counters, greqs, c0.k)
-            g.tau = _chosen(stopped[gid], "tau", acc["tau"], refs)
-            g.tau_per_request = acc["tau_per_request"]
-            g.per_position = acc["per_position"]
-            g.draft_acceptance_rate = acc["draft_acceptance_rate"]
-            g.verification = step_time.verification_spent(counters, greqs)
-            for name, est in (step_accounting.step_metrics(greqs) or {}).items():
-                setattr(g, name, est)
-            g.steps_note = step_accounting.trace_note(greqs)
-            g.non_degenerate = non_degenerate(g, greqs)
+        lines = _status_lines(gcells, run.latest)
+        greqs = run.group_requests[gid]
+        stopped[gid] = _stopped_cell(gcells, lines, run.by_cell, run.baseline_of)
+        g = _new_group(gid, gcells, lines, greqs, equivalence or {}, scoring_notes or {})
+        ok_cells = [c for c in gcells if (cr := run.latest.get(c.cell_id)) is not None and cr.status == "ok"]
+        counters = sum_counters(run.latest[c.cell_id].counters for c in ok_cells)
+        if counters is not None and g.method_kind != "baseline":
+            _measure_acceptance(g, counters, greqs, stopped[gid], refs)
         if greqs:
-            sp = speed(greqs)
-            for key, val in sp.items():
-                setattr(g, key, val)
-            g.tpot_s = _chosen(stopped[gid], "tpot", step_time.tpot(greqs), refs)
-            g.step_time_s = step_time.step_time(greqs, speculative=c0.method_kind != "baseline")
-            walls = [latest[c.cell_id].wall_time_s for c in ok_cells]
-            if all(w for w in walls):
-                per_rep = [
-                    sum(r.num_output_tokens for r in by_cell.get(c.cell_id, [])) / (latest[c.cell_id].wall_time_s or 1)
-                    for c in ok_cells
-                ]
-                g.throughput_tps = stats.t_interval(per_rep) if len(per_rep) > 1 else Estimate(
-                    value=per_rep[0], n=1
-                )
-        g.accuracy = {m: est for m, est in group_accuracy(greqs, scores).items()}
-        g.metrics = declared_metrics(g.counters, greqs)
-        stopped_cell = stopped[gid]
-        if stopped_cell is not None and stopped_cell.stop.rule.metric == "accuracy" and "strict" in g.accuracy:
-            g.accuracy["strict"] = _chosen(stopped_cell, "accuracy", g.accuracy["strict"], refs)
-        for ref in references:
-            if not is_ratio_reference(ref) and reference_applies(
-                ref, target=g.target, methods=(g.method, g.family), dataset=g.dataset, temperature=g.temperature,
-                k=g.k,
-            ):
-                compared_with = metric_catalog.reference_metric(ref.get("metric", "tau"), ref.get("definition"))
-                g.reference = {**(g.reference or {}), compared_with: ReferenceValue.model_validate(ref)}
+            _measure_speed(g, ok_cells, run, greqs, stopped[gid], refs)
+        _measure_quality(g, greqs, scores, stopped[gid], refs, references)
         summaries[gid] = g
-
-    # Comparisons against the baseline group of the same target/dataset/T/load.
-    baselines = {
-        g.baseline_key: gid
-        for gid, g in summaries.items()
-        if g.method_kind == "baseline" and g.status in ("ok", "partial")
-    }
-    for gid, g in summaries.items():
-        if g.method_kind == "baseline" or not group_requests[gid]:
-            continue
-        bid = baselines.get(g.baseline_key)
-        if bid is None:
-            continue
-        base = group_requests[bid]
-        pairs = pair_turns(group_requests[gid], base)
-        g.speedup = _chosen(stopped[gid], "speedup", paired_speedup(pairs.method, pairs.baseline), refs)
-        if g.non_degenerate is not None:
-            g.non_degenerate.speedup = non_degenerate_speedup(g, pairs.method, pairs.baseline)
-        g.accuracy_delta = accuracy_delta(group_requests[gid], base, scores)
-        if g.temperature == 0:
-            g.greedy_match = greedy_match(pairs.method, pairs.baseline)
-        if pairs.conversations:
-            g.turn1_identical = TurnOneIdentity(identical=pairs.identical, conversations=pairs.conversations)
+    _compare_with_baselines(summaries, run.group_requests, stopped, refs, scores)
     return list(summaries.values())
-
-
-def counter_checks(groups: Sequence[GroupSummary]) -> list[CounterCheck]:
-    """Internal-consistency checks on every group's counters (see DESIGN.md)."""
-    out = []
-    for g in groups:
-        c = g.counters
-        if c is None or c.num_drafts == 0:
-            continue
-        tau = spec_counters.counters_tau(c) or 1.0
-        k = g.k or len(c.accepted_per_pos)
-        checks = {
-            "accepted <= draft tokens": c.num_accepted_tokens <= c.num_draft_tokens,
-            "per-position sum = accepted": sum(c.accepted_per_pos) == c.num_accepted_tokens,
-            "1 <= tau <= K+1": 1.0 <= tau <= k + 1 + 1e-9,
-        }
-        for name, ok in checks.items():
-            out.append(CounterCheck(group_id=g.group_id, check=name, ok=bool(ok)))
-    return out
-
-
-def cross_check(
-    groups: Sequence[GroupSummary],
-    targets: Sequence[TargetSpec],
-    draft_attention: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
-) -> list[CrossCheckRow]:
-    """Reference-simulator τ next to vLLM τ for the same model, method, K and prompts.
-
-    Targets are paired when they name the same ``model`` (and, for
-    ``model: tiny``, the same ``assets``) and one of them runs ``engine:
-    reference``; groups (and their turn slices) are paired when they have the same slice, method kind,
-    speculator, K, dataset and temperature. A gap is *flagged* when the two
-    95% intervals do not overlap: either the checkpoint is served differently
-    from how it was trained (e.g. attention flags) or an engine has a bug.
-
-    ``draft_attention`` ((target, method) → :func:`specbench.engines.
-    draft_attention.block_attention` of the served checkpoint) adds
-    ``config_mismatch``: the reason when vLLM serves the draft block with an
-    attention it was not trained with, a fact of the checkpoint's config that
-    holds whether or not this drafter's τ shows it (``flag`` stays the τ test).
-    """
-    draft_attention = draft_attention or {}
-    engine_of = {t.name: t.engine for t in targets}
-    model_of = {t.name: (t.model, t.assets) for t in targets}
-    speculator_of = {(t.name, m.label): m.speculator for t in targets for m in t.methods}
-    out = []
-    refs = [g for g in groups if engine_of.get(g.target) == "reference" and g.tau is not None]
-    for r in refs:
-        assert r.tau is not None
-        for g in groups:
-            if (
-                engine_of.get(g.target) == "reference"
-                or model_of.get(g.target) != model_of.get(r.target)
-                or (g.method_kind, g.k, g.dataset, g.temperature, g.slice) != (r.method_kind, r.k, r.dataset,
-                                                                                r.temperature, r.slice)
-                or speculator_of.get((g.target, g.family or g.method)) != speculator_of.get((r.target, r.family or r.method))
-                or g.tau is None
-            ):
-                continue
-            assert g.tau is not None
-            gap = stats.significant_change(r.tau, g.tau)
-            served = draft_attention.get((g.target, g.method)) or {}
-            mismatch = served.get("why") if served.get("mismatch") else None
-            notes = ["serving/training mismatch or engine bug"] if gap else []
-            if mismatch:
-                notes.append(mismatch + ("" if gap else "; τ agrees within its intervals on these prompts"))
-            out.append(
-                CrossCheckRow(
-                    method=g.method,
-                    method_kind=g.method_kind,
-                    k=g.k,
-                    dataset=g.dataset,
-                    vllm_group=g.group_id,
-                    reference_group=r.group_id,
-                    vllm_tau=g.tau,
-                    reference_tau=r.tau,
-                    vllm_tokens_per_step=g.tokens_per_step,
-                    reference_tokens_per_step=r.tokens_per_step,
-                    target=f"{g.target} vs {r.target}",
-                    flag=gap,
-                    config_mismatch=mismatch,
-                    note="; ".join(notes),
-                )
-            )
-    return out

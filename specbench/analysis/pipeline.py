@@ -3,8 +3,8 @@
 :func:`summarize_run` is the one place a summary is made: every group's metrics
 (:func:`specbench.analysis.metrics.summarize_groups`, where an early-stopped group's
 intervals are chosen too), the counter checks, the headline and K sweeps
-(:mod:`specbench.analysis.method_comparison`), the serving rows
-(:mod:`specbench.analysis.serving_metrics`), the reference-simulator cross-check,
+(:mod:`specbench.analysis.method_comparison`), the serving part
+(:func:`summarize_serving`, :mod:`specbench.analysis.serving_metrics`), the reference-simulator cross-check,
 and the inputs computed elsewhere (task scores, equivalence results) copied onto
 their groups. Nothing edits the summary after it is returned. Reading the run
 directory, scoring and the equivalence tests are the caller's
@@ -17,10 +17,16 @@ from collections.abc import Collection, Mapping, Sequence
 
 from pydantic import BaseModel
 
-from specbench.analysis import metrics
+from specbench.analysis import cross_checks, metrics
 from specbench.analysis.apply_noise import with_speed_noise
-from specbench.analysis.method_comparison import headline, k_sweeps
-from specbench.analysis.serving_metrics import group_records, speedups_vs_load, summarize_cell
+from specbench.analysis.method_comparison import headline_ratios, k_sweeps
+from specbench.analysis.serving_metrics import (
+    compare_cells,
+    comparison_cells,
+    group_records,
+    speedups_vs_load,
+    summarize_cell,
+)
 from specbench.analysis.workload_slices import Categories, category_matrix, workload_slices
 from specbench.config.dataset_kinds import Scorer, kind_named
 from specbench.config.plan import Cell
@@ -28,7 +34,13 @@ from specbench.config.suite import reference_method
 from specbench.results import metric_catalog
 from specbench.results.manifest import RunManifest
 from specbench.results.noise_calibration import NoiseCalibration
-from specbench.results.parts import Equivalence, ServingCellRow, ServingSpeedupRow, SummaryExtra
+from specbench.results.parts import (
+    Equivalence,
+    ServingCellRow,
+    ServingComparison,
+    ServingSpeedupRow,
+    SummaryExtra,
+)
 from specbench.results.records import CellRecord, RequestRecord
 from specbench.results.summary import GroupSummary, RunSummary
 from specbench.scoring.apply import execution_note
@@ -82,16 +94,18 @@ def summarize_run(
     reference_of = {t.name: ref for t in suite.targets if (ref := reference_method(suite, t)) is not None}
     cats = prompt_categories or {}
     slices = workload_slices(groups, greqs, cats, scores, equivalence)
+    headline = headline_ratios(groups, greqs, reference_of, references)
     summary = RunSummary(
         run_id=manifest.run_id,
         suite_name=manifest.suite_name,
         groups=groups + slices,
-        checks=metrics.counter_checks(groups),
-        headline=headline(groups, greqs, reference_of, references),
+        checks=cross_checks.counter_checks(groups),
+        headline=headline,
         k_sweeps=k_sweeps(groups, greqs),
         extra=SummaryExtra(
-            serving=serving_rows({t.name for t in suite.targets if t.engine == "vllm-server"}, cells, unique, latest),
-            cross_check=metrics.cross_check(groups + [s for s in slices if s.slice and s.slice.turn is not None],
+            serving=summarize_serving({t.name for t in suite.targets if t.engine == "vllm-server"}, cells, unique,
+                                      latest, {r.target: r.reference for r in headline}),
+            cross_check=cross_checks.cross_check(groups + [s for s in slices if s.slice and s.slice.turn is not None],
                                             suite.targets, draft_attention(manifest, cells)),
             category_matrix=category_matrix(groups, slices, greqs, cats, reference_of),
             scoring_notes=list(scoring_notes),
@@ -150,33 +164,39 @@ def draft_attention(manifest: RunManifest, cells: Sequence[Cell]) -> dict[tuple[
     return {(c.target, c.method): by_engine[c.engine_key] for c in cells if by_engine.get(c.engine_key)}
 
 
-def serving_rows(
+def summarize_serving(
     server_targets: Collection[str], cells: Sequence[Cell], unique: Sequence[RequestRecord],
-    latest: Mapping[str, CellRecord],
+    latest: Mapping[str, CellRecord], reference_of: Mapping[str, str] | None = None,
 ) -> list[ServingCellRow | ServingSpeedupRow]:
-    """Per-cell latency percentiles and speedup vs load (concurrency or request rate) for the cells
-    of server targets (``unique``: :func:`~specbench.analysis.metrics.unique_requests`; ``latest``:
-    :func:`~specbench.analysis.metrics.latest_cell_records`)."""
+    """The summary's serving part: speedup vs load (concurrency or request rate) per method, then per server
+    cell its latency percentiles and throughput with its ratios to its baseline's and its reference method's
+    cell at the same load (``unique``: :func:`~specbench.analysis.metrics.unique_requests`; ``latest``:
+    :func:`~specbench.analysis.metrics.latest_cell_records`; ``reference_of``: target → the headline's
+    reference method)."""
     if not server_targets:
         return []
-    scells = [c for c in cells if c.target in server_targets]
-    ok_ids = {c.cell_id for c in scells if latest.get(c.cell_id) and latest[c.cell_id].status == "ok"}
-    reqs = [r for r in unique if r.cell_id in ok_ids]
+    ok = [c for c in cells if c.target in server_targets and (cr := latest.get(c.cell_id)) and cr.status == "ok"]
+    reqs = [r for r in unique if r.cell_id in {c.cell_id for c in ok}]
     rows: list[ServingCellRow | ServingSpeedupRow] = []
-    for (target, dataset, temp), by_load in group_records(reqs, scells).items():
+    for (target, dataset, temp), by_load in group_records(reqs, [c for c in cells if c.target in server_targets]).items():
         for sp in speedups_vs_load(by_load):
             rows.append(ServingSpeedupRow(target=target, dataset=dataset, temperature=temp,
                                           **sp.model_dump(mode="json")))
-    for c in scells:
-        if c.cell_id in ok_ids:
-            cr = latest[c.cell_id]
-            cs = summarize_cell(
-                [r for r in reqs if r.cell_id == c.cell_id], cr.wall_time_s, counters=cr.counters,
-                cell_id=c.cell_id, method=c.method,
-                concurrency=c.batch_size if c.request_rate is None else None,
-                request_rate=c.request_rate,
-                max_concurrency=(c.batch_size or None) if c.request_rate is not None else None,
-            )
-            rows.append(ServingCellRow(target=c.target, dataset=c.dataset, temperature=c.temperature,
-                                       **cs.model_dump(mode="json")))
+    records = {c.cell_id: [r for r in reqs if r.cell_id == c.cell_id] for c in ok}
+    measured = {c.cell_id: summarize_cell(
+        records[c.cell_id], latest[c.cell_id].wall_time_s, counters=latest[c.cell_id].counters, cell_id=c.cell_id,
+        method=c.method, concurrency=c.batch_size if c.request_rate is None else None, request_rate=c.request_rate,
+        max_concurrency=(c.batch_size or None) if c.request_rate is not None else None) for c in ok}
+    against = comparison_cells(ok, reference_of or {}, {k: v.output_throughput for k, v in measured.items()})
+
+    def vs(c: Cell, other: Cell | None) -> ServingComparison | None:
+        if other is None:
+            return None
+        return compare_cells(measured[c.cell_id], records[c.cell_id], measured[other.cell_id], records[other.cell_id])
+
+    for c in ok:
+        base, ref = against[c.cell_id]
+        rows.append(ServingCellRow(target=c.target, dataset=c.dataset, temperature=c.temperature,
+                                   vs_baseline=vs(c, base), vs_reference=vs(c, ref),
+                                   **measured[c.cell_id].model_dump(mode="json")))
     return rows

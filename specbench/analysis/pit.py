@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
+
+from specbench.results.requests import ScoreRow
 
 
 def process_logprobs(raw: np.ndarray, temperature: float, top_p: float = 1.0) -> np.ndarray:
@@ -72,11 +73,12 @@ def pit_seed(cell_id: str, prompt_id: str, sample_index: int) -> int:
     return zlib.crc32(f"{cell_id}|{prompt_id}|{sample_index}".encode())
 
 
-def pit_from_row(row: dict[str, Any]) -> np.ndarray:
-    """Randomized PIT values of one ``equivalence.jsonl`` row (seeded per request)."""
-    f = np.asarray(row["f_minus"], dtype=np.float64)
-    p = np.asarray(row["p"], dtype=np.float64)
-    rng = np.random.default_rng(
-        pit_seed(row["cell_id"], row["prompt_id"], int(row.get("sample_index", 0)))
-    )
+def pit_from_row(row: ScoreRow) -> np.ndarray:
+    """Randomized PIT values of one scored ``equivalence.jsonl`` row (seeded per request)."""
+    key = row.request_key
+    if not row.scored or key is None:
+        raise ValueError("a PIT needs a scored row (f_minus and p of a request)")
+    f = np.asarray(row.f_minus, dtype=np.float64)
+    p = np.asarray(row.p, dtype=np.float64)
+    rng = np.random.default_rng(pit_seed(*key))
     return np.clip(f + rng.random(f.shape[0]) * p, 0.0, 1.0)

@@ -24,6 +24,9 @@ speedup    (tok_m, latency_m, tok_b, latency_b), paired by prompt (Σtok_m/Σlat
 accuracy   the prompt's mean score in [0, 1]                      mean
 =========  =====================================================  ==============================
 
+Each estimate is its one formula (:func:`specbench.results.counters.tau`,
+:func:`specbench.results.speed_estimators.tpot`, :func:`~specbench.results.speed_estimators.throughput_ratio`).
+
 Intervals:
 
 * ``tau``, ``tpot``, ``speedup``: the asymptotic confidence sequence of
@@ -62,7 +65,7 @@ from typing import NamedTuple
 import numpy as np
 
 from specbench.config.stop_rule import Metric, StopRecord, StopRule
-from specbench.results import counters
+from specbench.results import counters, speed_estimators
 from specbench.results.records import RequestRecord
 
 UNIT_COLUMNS: dict[str, int] = {"tau": 2, "tpot": 2, "speedup": 4, "accuracy": 1}
@@ -229,10 +232,10 @@ def estimates(metric: Metric, blocks: np.ndarray) -> np.ndarray:
         if metric == "tau":
             out = np.where(s[:, 1] > 0, counters.tau(s[:, 0], s[:, 1]), np.nan)
         elif metric == "tpot":
-            out = np.where(s[:, 1] > 0, s[:, 0] / s[:, 1], np.nan)
+            out = np.where(s[:, 1] > 0, speed_estimators.tpot(s[:, 0], s[:, 1]), np.nan)
         else:
             ok = (s[:, 1] > 0) & (s[:, 2] > 0) & (s[:, 3] > 0)
-            out = np.where(ok, (s[:, 0] / s[:, 1]) / (s[:, 2] / s[:, 3]), np.nan)
+            out = np.where(ok, speed_estimators.throughput_ratio(s[:, 0], s[:, 1], s[:, 2], s[:, 3]), np.nan)
     return out
 
 
@@ -242,7 +245,7 @@ def _gradient(metric: str, m: np.ndarray) -> np.ndarray:
         if metric in ("tau", "tpot"):
             return np.stack([1 / m[:, 1], -m[:, 0] / m[:, 1] ** 2], axis=1)
         if metric == "speedup":
-            s = (m[:, 0] / m[:, 1]) / (m[:, 2] / m[:, 3])
+            s = speed_estimators.throughput_ratio(m[:, 0], m[:, 1], m[:, 2], m[:, 3])
             return s[:, None] * np.stack([1 / m[:, 0], -1 / m[:, 1], -1 / m[:, 2], 1 / m[:, 3]], axis=1)
     raise ValueError(f"no delta method for {metric!r}")
 
@@ -252,8 +255,8 @@ def _estimates_from_means(metric: str, m: np.ndarray) -> np.ndarray:
         if metric == "tau":
             return counters.tau(m[:, 0], m[:, 1])
         if metric == "tpot":
-            return m[:, 0] / m[:, 1]
-        return (m[:, 0] / m[:, 1]) / (m[:, 2] / m[:, 3])
+            return speed_estimators.tpot(m[:, 0], m[:, 1])
+        return speed_estimators.throughput_ratio(m[:, 0], m[:, 1], m[:, 2], m[:, 3])
 
 
 # ---------------------------------------------------------------------------

@@ -8,23 +8,29 @@ Nothing here reads clocks, files or the network.
 Definitions (per cell):
 
 * TTFT, latency: per successful request; TPOT = (latency − TTFT) / (tokens − 1)
-  per request with ≥ 2 tokens; ITL percentiles pool every token gap of the cell.
-* Output throughput = output tokens of successful requests / cell wall time;
-  total throughput adds their prompt tokens; request throughput = successful
-  requests / wall time.
+  per request with ≥ 2 tokens (:func:`specbench.results.speed_estimators.tpot`); ITL percentiles pool
+  every token gap of the cell.
+* Output throughput = output tokens of successful requests / cell wall time
+  (:func:`~specbench.results.speed_estimators.token_rate`); total throughput adds their prompt tokens;
+  request throughput = successful requests / wall time.
 * Goodput = requests meeting every given SLO / wall time (failed requests
   never meet it); ``goodput_fraction`` is over all requests sent.
 * Speedup of a method over the baseline at the same load — the same
   concurrency (closed loop) or the same Poisson request rate (open loop):
-  TPOT speedup = mean TPOT(baseline) / mean TPOT(method); throughput speedup =
-  per-stream token rate ratio, (Σ tokens / Σ latency)(method) over the same for
-  the baseline — at a fixed number of streams Little's law makes that the ratio
+  TPOT speedup = pooled TPOT(baseline) / pooled TPOT(method), each Σ (latency − TTFT) /
+  Σ (tokens − 1) over the arm's requests (:func:`~specbench.results.speed_estimators.tpot_ratio`);
+  throughput speedup = per-stream token rate ratio, (Σ tokens / Σ latency)(method) over the same for
+  the baseline (:func:`~specbench.results.speed_estimators.throughput_ratio`) — at a fixed number of
+  streams Little's law makes that the ratio
   of output throughputs, and unlike a wall-clock ratio it has a sampling
   distribution over requests. At a fixed request rate below saturation both
   arms deliver the offered load, so their wall-clock throughputs agree; the
   per-stream rate ratio then says how much faster each request was served.
   95% intervals: percentile bootstrap resampling requests of each arm
   independently, seeded.
+* A cell against its baseline's and its reference method's cell at the same load and repeat
+  (:func:`comparison_cells`, :func:`compare_cells`): the pooled TPOT ratio and the ratio of aggregate
+  output tok/s (Σ tokens / wall time), point values the report's serving table shows.
 """
 
 from __future__ import annotations
@@ -37,7 +43,16 @@ from pydantic import BaseModel, ConfigDict
 
 from specbench.config.plan import Cell
 from specbench.results import counters as spec_counters
-from specbench.results.parts import Dist, Load, Rate, ServingSummary, Speedup, SpeedupMetric
+from specbench.results import speed_estimators
+from specbench.results.parts import (
+    Dist,
+    Load,
+    Rate,
+    ServingComparison,
+    ServingSummary,
+    Speedup,
+    SpeedupMetric,
+)
 from specbench.results.records import RequestRecord, SpecCounters
 from specbench.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, Estimate, bootstrap_two_sample
 
@@ -59,14 +74,20 @@ def error_kind(rec: RequestRecord) -> str | None:
     return None if rec.error is None else rec.error.split(":", 1)[0]
 
 
-def request_tpot(rec: RequestRecord) -> float | None:
-    """(latency − TTFT) / (tokens − 1); ``None`` with fewer than 2 tokens or no timings."""
+def _decode(rec: RequestRecord) -> tuple[float, int] | None:
+    """(latency − TTFT, tokens − 1) of a request; ``None`` with fewer than 2 tokens or no timings."""
     n = rec.num_output_tokens
     if n < 2 and rec.itl_s:
         n = len(rec.itl_s) + 1  # servers without token ids
     if n < 2 or rec.latency_s is None or rec.ttft_s is None:
         return None
-    return (rec.latency_s - rec.ttft_s) / (n - 1)
+    return rec.latency_s - rec.ttft_s, n - 1
+
+
+def request_tpot(rec: RequestRecord) -> float | None:
+    """(latency − TTFT) / (tokens − 1); ``None`` with fewer than 2 tokens or no timings."""
+    d = _decode(rec)
+    return None if d is None else speed_estimators.tpot(*d)
 
 
 def dist(values: Iterable[float | None]) -> Dist:
@@ -96,7 +117,13 @@ def meets_slo(rec: RequestRecord, slo: SLO) -> bool:
 
 
 def _rate(x: float, wall: float | None) -> float | None:
+    """Requests per second of wall time."""
     return x / wall if wall and wall > 0 else None
+
+
+def _token_rate(tokens: int, wall: float | None) -> float | None:
+    """Tokens per second of wall time (:func:`~specbench.results.speed_estimators.token_rate`)."""
+    return speed_estimators.token_rate(tokens, wall) if wall and wall > 0 else None
 
 
 def summarize_cell(
@@ -139,8 +166,8 @@ def summarize_cell(
         latency=dist(r.latency_s for r in ok),
         prompt_tokens=prompt_tok,
         output_tokens=out_tok,
-        output_throughput=_rate(out_tok, wall_time_s),
-        total_throughput=_rate(out_tok + prompt_tok, wall_time_s),
+        output_throughput=_token_rate(out_tok, wall_time_s),
+        total_throughput=_token_rate(out_tok + prompt_tok, wall_time_s),
         request_throughput=_rate(len(ok), wall_time_s),
         goodput=_rate(good, wall_time_s) if good is not None else None,
         goodput_fraction=(good / len(records)) if good is not None and records else None,
@@ -163,9 +190,9 @@ def _load_order(load: Load) -> tuple[int, float]:
 
 
 def _tpot_units(records: Sequence[RequestRecord]) -> np.ndarray:
-    return np.asarray(
-        [t for r in records if r.error is None and (t := request_tpot(r)) is not None], dtype=float
-    )
+    """Rows of (decode time, tokens after the first) per successful request with a TPOT."""
+    rows = [d for r in records if r.error is None and (d := _decode(r)) is not None]
+    return np.asarray(rows, dtype=float).reshape(-1, 2)
 
 
 def _rate_units(records: Sequence[RequestRecord]) -> np.ndarray:
@@ -187,15 +214,10 @@ def _speedup_ci(
     seed: int,
 ) -> Estimate:
     """The speedup with a two-sample bootstrap interval (:func:`specbench.stats.bootstrap_two_sample`)."""
-    if metric == "tpot":
+    ratio = speed_estimators.tpot_ratio if metric == "tpot" else speed_estimators.throughput_ratio
 
-        def stat(b: np.ndarray, m: np.ndarray) -> np.ndarray:
-            return b.mean(axis=-1) / m.mean(axis=-1)
-
-    else:
-
-        def stat(b: np.ndarray, m: np.ndarray) -> np.ndarray:
-            return (m[..., 0].sum(-1) / m[..., 1].sum(-1)) / (b[..., 0].sum(-1) / b[..., 1].sum(-1))
+    def stat(b: np.ndarray, m: np.ndarray) -> np.ndarray:
+        return ratio(m[..., 0].sum(-1), m[..., 1].sum(-1), b[..., 0].sum(-1), b[..., 1].sum(-1))
 
     return bootstrap_two_sample(base, meth, stat, resamples=resamples, seed=seed)
 
@@ -275,49 +297,44 @@ def group_records(
     return {k: dict(v) for k, v in out.items()}
 
 
-def _fmt_speedup(e: Estimate) -> str:
-    if e.value is None:
-        return "–"
-    if e.ci_low is None or e.ci_high is None:
-        return f"{e.value:.2f}×"
-    return f"{e.value:.2f}× [{e.ci_low:.2f}, {e.ci_high:.2f}]"
+# ---------------------------------------------------------------------------
+# a cell against its baseline's and its reference method's cell (the report's serving table)
 
 
-def speedup_table_markdown(speedups: Sequence[Speedup], *, title: str | None = None) -> str:
-    """Markdown "speedup vs concurrency" and "speedup vs request rate" tables: one
-    row per load, per method a TPOT and a throughput column (value × [95% CI]);
-    ``n`` is the smaller arm. Each kind of load gets its own table (only those present)."""
-    if not speedups:
-        return ""
-    lines = []
-    if title:
-        lines += [f"**{title}**", ""]
-    by_kind = [
-        ("concurrency", [s for s in speedups if s.request_rate is None]),
-        ("request rate (req/s)", [s for s in speedups if s.request_rate is not None]),
-    ]
-    tables = [_speedup_table(label, rows) for label, rows in by_kind if rows]
-    lines += "\n\n".join(tables).splitlines()
-    return "\n".join(lines) + "\n"
+def comparison_cells(cells: Sequence[Cell], reference_of: Mapping[str, str],
+                     output_throughput: Mapping[str, float | None]) -> dict[str, tuple[Cell | None, Cell | None]]:
+    """Per server cell: the cell it is compared with as its baseline and as its reference method, each
+    at the same target, dataset, temperature, load and repeat (None: none, or the cell itself).
+
+    The reference is the target's reference method (``reference_of``: target → the headline's reference
+    label) at the same K when it ran that K (``dflash-k3`` → ``eagle3-k3``), else its cell with the highest
+    aggregate output tok/s (``output_throughput``: cell id → tok/s)."""
+    peers: dict[tuple, list[Cell]] = defaultdict(list)
+    for c in cells:
+        peers[(c.target, c.dataset, c.temperature, cell_load(c), c.repeat)].append(c)
+    out: dict[str, tuple[Cell | None, Cell | None]] = {}
+    for c in cells:
+        around = peers[(c.target, c.dataset, c.temperature, cell_load(c), c.repeat)]
+        base = next((p for p in around if p.method_kind == "baseline"), None)
+        ref_family = reference_of.get(c.target)
+        refs = [p for p in around if ref_family is not None and p.method_family == ref_family]
+        same_k = c.method.replace(c.method_family, ref_family or "", 1)
+        ref = next((p for p in refs if p.method == same_k), None) or max(
+            refs, key=lambda p: output_throughput.get(p.cell_id) or 0.0, default=None)
+        out[c.cell_id] = (None if base is c else base, None if ref is c else ref)
+    return out
 
 
-def _speedup_table(load_header: str, speedups: Sequence[Speedup]) -> str:
-    methods = sorted({s.method for s in speedups})
-    loads = sorted({s.load for s in speedups}, key=_load_order)
-    metrics = [m for m in ("tpot", "throughput") if any(s.metric == m for s in speedups)]
-    cell: dict[tuple[str, Load, str], Speedup] = {(s.method, s.load, s.metric): s for s in speedups}
-    names = {"tpot": "TPOT", "throughput": "throughput"}
-    header = [load_header] + [f"{m} {names[k]}" for m in methods for k in metrics] + ["n"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---:"] * len(header)) + "|"]
-    for load in loads:
-        row = [f"{load.req_s:g}" if isinstance(load, Rate) else str(load)]
-        ns = []
-        for m in methods:
-            for k in metrics:
-                s = cell.get((m, load, k))
-                row.append(_fmt_speedup(s.estimate) if s else "–")
-                if s:
-                    ns.append(min(s.n_method, s.n_baseline))
-        row.append(str(min(ns)) if ns else "–")
-        lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines)
+def compare_cells(cell: ServingSummary, records: Sequence[RequestRecord], other: ServingSummary,
+                  other_records: Sequence[RequestRecord]) -> ServingComparison:
+    """``cell`` against ``other`` (its records beside each): the pooled TPOT ratio (other's over this one's,
+    :func:`~specbench.results.speed_estimators.tpot_ratio`) and the ratio of aggregate output tok/s (Σ output
+    tokens / wall time, this one's over the other's, :func:`~specbench.results.speed_estimators.throughput_ratio`)."""
+    m, o = _tpot_units(records).sum(axis=0), _tpot_units(other_records).sum(axis=0)
+    tpot = (float(speed_estimators.tpot_ratio(m[0], m[1], o[0], o[1]))
+            if m[0] > 0 and m[1] > 0 and o[1] > 0 else None)
+    walls = (cell.wall_time_s or 0.0, other.wall_time_s or 0.0)
+    thr = (float(speed_estimators.throughput_ratio(cell.output_tokens, walls[0], other.output_tokens, walls[1]))
+           if walls[0] > 0 and walls[1] > 0 and other.output_tokens > 0 else None)
+    return ServingComparison(cell_id=other.cell_id or "", method=other.method or "", tpot_ratio=tpot,
+                             throughput_ratio=thr)

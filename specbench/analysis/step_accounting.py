@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from specbench import stats
 from specbench.results.records import RequestRecord, StepTrace
@@ -82,7 +83,16 @@ def _bounds(lo: float, hi: float, n: int) -> Estimate:
     return Estimate(value=None, ci_low=lo, ci_high=hi, n=n, method="bounds")
 
 
-def step_metrics(requests: Sequence[RequestRecord]) -> dict[str, Estimate] | None:
+class StepMetrics(NamedTuple):
+    """A group's numbers from its requests' step traces (the :class:`GroupSummary` fields of the same names)."""
+
+    tokens_per_step: Estimate
+    tokens_per_step_per_request: Estimate
+    terminal_overcount: Estimate
+    draft_rate: Estimate
+
+
+def step_metrics(requests: Sequence[RequestRecord]) -> StepMetrics | None:
     """``tokens_per_step`` (pooled), ``tokens_per_step_per_request``, ``terminal_overcount`` and
     ``draft_rate`` of a group's requests; None unless every successful request has a step trace.
 
@@ -109,24 +119,24 @@ def step_metrics(requests: Sequence[RequestRecord]) -> dict[str, Estimate] | Non
             rate = Estimate(value=1.0, ci_low=1.0, ci_high=1.0, n=n, method="exact")
         else:
             rate = stats.proportion_ci(drafting, steps)
-        return {
-            "tokens_per_step": stats.ratio_ci(committed, steps),
-            "tokens_per_step_per_request": stats.mean_ci([c / s for c, s in zip(committed, steps, strict=True)]),
-            "terminal_overcount": stats.proportion_ci(over, counted),
-            "draft_rate": rate,
-        }
+        return StepMetrics(
+            tokens_per_step=stats.ratio_ci(committed, steps),
+            tokens_per_step_per_request=stats.mean_ci([c / s for c, s in zip(committed, steps, strict=True)]),
+            terminal_overcount=stats.proportion_ci(over, counted),
+            draft_rate=rate,
+        )
     lo_steps = sum(s.steps[0] for s in rows)
     hi_steps = sum(s.steps[1] for s in rows)
     total_committed, total_counted, total_drafting = sum(committed), sum(counted), sum(drafting)
     per_req_lo = sum(s.committed / s.steps[1] for s in rows) / n
     per_req_hi = sum(s.committed / max(1, s.steps[0]) for s in rows) / n
-    return {
-        "tokens_per_step": _bounds(total_committed / hi_steps, total_committed / max(1, lo_steps), n),
-        "tokens_per_step_per_request": _bounds(per_req_lo, per_req_hi, n),
-        "terminal_overcount": _bounds(sum(s.overcount[0] for s in rows) / max(1.0, total_counted),
-                                      sum(s.overcount[1] for s in rows) / max(1.0, total_counted), n),
-        "draft_rate": _bounds(total_drafting / hi_steps, total_drafting / max(1, lo_steps), n),
-    }
+    return StepMetrics(
+        tokens_per_step=_bounds(total_committed / hi_steps, total_committed / max(1, lo_steps), n),
+        tokens_per_step_per_request=_bounds(per_req_lo, per_req_hi, n),
+        terminal_overcount=_bounds(sum(s.overcount[0] for s in rows) / max(1.0, total_counted),
+                                   sum(s.overcount[1] for s in rows) / max(1.0, total_counted), n),
+        draft_rate=_bounds(total_drafting / hi_steps, total_drafting / max(1, lo_steps), n),
+    )
 
 
 def trace_note(requests: Sequence[RequestRecord]) -> str | None:

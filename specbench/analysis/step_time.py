@@ -11,8 +11,9 @@ For one request:
   EAGLE-3 runs K drafter passes per step, P-EAGLE / DFlash / DSpark one;
 * TPOT = decode time / (output tokens − 1), as ``vllm bench serve`` defines it.
 
-Group values pool requests (Σ decode time / Σ steps) with a bootstrap over
-requests (:func:`specbench.stats.ratio_ci`).
+Group values pool requests (Σ decode time / Σ steps: :func:`specbench.results.speed_estimators.step_time`
+and :func:`~specbench.results.speed_estimators.tpot`) with a bootstrap over requests
+(:func:`specbench.stats.ratio_ci`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 from specbench import stats
 from specbench.analysis.step_accounting import request_steps
 from specbench.results import counters as spec_counters
+from specbench.results import speed_estimators
 from specbench.results.parts import VerificationSpent
 from specbench.results.records import RequestRecord, SpecCounters
 from specbench.stats import Estimate
@@ -60,20 +62,21 @@ def step_rows(requests: Sequence[RequestRecord], speculative: bool) -> list[tupl
     return out
 
 
-def step_time(requests: Sequence[RequestRecord], speculative: bool) -> Estimate | None:
+def step_time_estimate(requests: Sequence[RequestRecord], speculative: bool) -> Estimate | None:
     """Σ decode time / Σ decoding steps (seconds per step)."""
     rows = step_rows(requests, speculative)
     if not rows:
         return None
-    return stats.ratio_ci([d for _, d, _ in rows], [s for _, _, s in rows])
+    return stats.ratio_ci([d for _, d, _ in rows], [s for _, _, s in rows], estimator=speed_estimators.step_time)
 
 
-def tpot(requests: Sequence[RequestRecord]) -> Estimate | None:
+def tpot_estimate(requests: Sequence[RequestRecord]) -> Estimate | None:
     """Σ decode time / Σ (output tokens − 1) (seconds per output token after the first)."""
     rows = step_rows(requests, speculative=False)
     if not rows:
         return None
-    return stats.ratio_ci([d for _, d, _ in rows], [s for _, _, s in rows], [r.round for r, _, _ in rows])
+    return stats.ratio_ci([d for _, d, _ in rows], [s for _, _, s in rows], [r.round for r, _, _ in rows],
+                          estimator=speed_estimators.tpot)
 
 
 def verification_spent(counters: SpecCounters, requests: Sequence[RequestRecord]) -> VerificationSpent | None:

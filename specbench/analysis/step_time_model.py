@@ -81,7 +81,7 @@ def running_per_step(requests: Sequence[RequestRecord], batch_size: int, specula
     return out
 
 
-def step_rows(requests: Sequence[RequestRecord], batch_size: int, k: int,
+def step_model_rows(requests: Sequence[RequestRecord], batch_size: int, k: int,
               speculative: bool) -> tuple[np.ndarray, list[RequestRecord]]:
     """One row ``[D, s, K, N, largest n]`` per request whose decode time and steps are known (see the
     module docstring for N), and those requests in the rows' order."""
@@ -111,7 +111,7 @@ def identified(rows: np.ndarray) -> tuple[bool, bool]:
     return len(ks) > 1, bool(ok.any() and np.ptp(ratio) > 1e-9)
 
 
-def fit(rows: np.ndarray, with_k: bool, with_n: bool) -> np.ndarray:
+def fit_coefficients(rows: np.ndarray, with_k: bool, with_n: bool) -> np.ndarray:
     """Least-squares coefficients (a, b, c, d; unidentified ones 0) of ``rows`` (n, 5) or of each
     resample of a block (r, n, 5): shape (4,) or (r, 4). NaN where the fit is singular."""
     x = design(rows, with_k, with_n)
@@ -144,7 +144,7 @@ def step_model(rows: np.ndarray, allow_n: bool = True) -> StepModel | None:
     with_k, with_n = identified(ok)
     with_n = with_n and allow_n
     for wk, wn in ((with_k, with_n), (with_k, False), (False, with_n), (False, False)):
-        coef = fit(ok, wk, wn)
+        coef = fit_coefficients(ok, wk, wn)
         if np.isfinite(coef).all():
             a, b, c, d = (float(x) for x in coef)
             return StepModel(a=a, b=b, c=c, d=d, k_identified=wk, n_identified=wn,

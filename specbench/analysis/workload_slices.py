@@ -28,8 +28,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 
-from specbench.analysis import metrics, step_time
-from specbench.analysis.method_comparison import best_group, family, paired_tau_ratio
+from specbench.analysis import group_acceptance, metrics, step_time
+from specbench.analysis.method_comparison import best_group, group_family, paired_tau_ratio
 from specbench.results.parts import CategoryCell, Equivalence
 from specbench.results.records import RequestRecord
 from specbench.results.slices import Slice, sliced_group_id, split_group_id
@@ -78,19 +78,18 @@ def _summary(g: GroupSummary, key: str, value: object, reqs: list[RequestRecord]
     out.equivalence = equivalence.get(out.group_id)
     if g.method_kind != "baseline":
         if ok and all(r.spec is not None for r in ok):
-            counters = metrics.sum_counters(r.spec for r in ok)
+            counters = group_acceptance.sum_counters(r.spec for r in ok)
             if counters is not None:
                 out.counters = counters
-                acc = metrics.acceptance(counters, ok, g.k)
-                out.tau, out.tau_per_request = acc["tau"], acc["tau_per_request"]
-                out.per_position, out.draft_acceptance_rate = acc["per_position"], acc["draft_acceptance_rate"]
-                out.non_degenerate = metrics.non_degenerate(out, ok)
+                acc = group_acceptance.acceptance(counters, ok, g.k)
+                out.tau, out.tau_per_request = acc.tau, acc.tau_per_request
+                out.per_position, out.draft_acceptance_rate = acc.per_position, acc.draft_acceptance_rate
+                out.non_degenerate = group_acceptance.non_degenerate(out, ok)
         elif ok:
             out.reasons = [NO_REQUEST_COUNTERS]
     if ok:
-        for name, val in metrics.speed(ok).items():
-            setattr(out, name, val)
-        out.tpot_s = step_time.tpot(ok)
+        metrics.assign_speed(out, metrics.speed(ok))
+        out.tpot_s = step_time.tpot_estimate(ok)
     out.accuracy = metrics.group_accuracy(reqs, scores)
     out.metrics = metrics.declared_metrics(out.counters, reqs)
     return out
@@ -152,7 +151,7 @@ def category_matrix(groups: Sequence[GroupSummary], slices: Sequence[GroupSummar
     out: list[CategoryCell] = []
     for bucket in buckets.values():
         ref_name = reference_of.get(bucket[0].target)
-        ref_arms = [g for g in bucket if family(g) == ref_name and g.tau is not None]
+        ref_arms = [g for g in bucket if group_family(g) == ref_name and g.tau is not None]
         ref = best_group(ref_arms) if ref_arms else None
         for g in sorted(bucket, key=lambda g: (g.method, g.k or 0)):
             gid = split_group_id(g.group_id)[0]

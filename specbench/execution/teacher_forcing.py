@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from specbench.analysis.equivalence import BASELINE_KIND, ORDER, SCORER, latest_scores, read_scores
+from specbench.analysis.equivalence import BASELINE_KIND, ORDER, SCORER, latest_scores
 from specbench.analysis.metrics import complete_conversations
 from specbench.config.plan import Cell, Plan
 from specbench.engines.factory import ResolvedEngine, resolve_engine
@@ -133,7 +133,7 @@ def teacher_forcing_work(run_dir: Path, plan: Plan) -> dict[str, list[ScoreItem]
     run_dir = Path(run_dir)
     cells = {c.cell_id: c for c in plan.cells}
     top_p = plan.decisions().top_p
-    done, _, _ = latest_scores(read_scores(run_dir))
+    done, _, _ = latest_scores(rundir.read_equivalence_rows(run_dir))
     records = complete_conversations(rundir.read_requests(run_dir))
     prompts = {(p.dataset, p.prompt_id): p for p in rundir.read_prompts(run_dir)}
     todo: dict[str, list[RequestRecord]] = defaultdict(list)

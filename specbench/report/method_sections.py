@@ -24,7 +24,7 @@ from specbench.results.fmt import (
     fmt_speedup,
     speed_intervals_note,
 )
-from specbench.results.parts import HeadlineRow, KSweep
+from specbench.results.parts import HeadlineRow, KSweep, ServingCellRow, ServingComparison
 from specbench.results.slices import split_group_id
 from specbench.results.summary import GroupSummary, RunSummary
 from specbench.stats import Estimate
@@ -174,83 +174,64 @@ def verification_section(summary: RunSummary) -> Section | None:
 # serving
 
 
-def serving_cells(summary: RunSummary) -> list[dict[str, Any]]:
-    """The server cells' rows as plain dicts (typed rows dumped)."""
-    rows = [r.model_dump(mode="json") if hasattr(r, "model_dump") else r for r in summary.extra.serving]
-    return [r for r in rows if isinstance(r, dict) and r.get("kind") == "cell"]
-
-
-def _p(row: dict[str, Any], metric: str, q: str) -> float | None:
-    d = row.get(metric) or {}
-    v = d.get(q) if isinstance(d, dict) else None
-    return float(v) if isinstance(v, (int, float)) else None
-
-
-def _ratio(a: float | None, b: float | None) -> str:
-    return f"{a / b:.2f}×" if a is not None and b else "–"
-
-
 def _ms_val(v: float | None) -> str:
     return "–" if v is None else f"{1000 * v:.1f}"
+
+
+def _ratios(c: ServingComparison | None) -> str:
+    """A comparison's TPOT speedup and tok/s ratio, as the analysis stored them."""
+    if c is None:
+        return "–"
+    return " / ".join("–" if v is None else f"{v:.2f}×" for v in (c.tpot_ratio, c.throughput_ratio))
 
 
 def serving_table(summary: RunSummary) -> Table | None:
     """Per method and load: TTFT / TPOT / ITL p50 and p99 in ms and aggregate output tok/s, with the
     method-vs-reference (the same K when the reference ran it, else its fastest) and method-vs-baseline
-    ratios of TPOT p50 and of output tok/s (point ratios)."""
-    cells = serving_cells(summary)
+    ratios the analysis stored (:class:`~specbench.results.parts.ServingComparison`: TPOT speedup, tok/s
+    ratio)."""
+    cells = summary.extra.serving_cells
     if not cells:
         return None
-    reference_of = {r.target: r.reference for r in summary.headline}
-    kinds = {(g.target, g.method): g.method_kind for g in summary.whole_groups}
-    fams = {(g.target, g.method): g.family or g.method for g in summary.whole_groups}
 
-    def load(r: dict[str, Any]) -> str:
-        return f"{r['request_rate']:g} req/s" if r.get("request_rate") is not None else f"c={r.get('concurrency')}"
+    def load(r: ServingCellRow) -> str:
+        return f"{r.request_rate:g} req/s" if r.request_rate is not None else f"c={r.concurrency}"
 
-    at: dict[tuple, dict[str, Any]] = {}
-    for r in cells:
-        at[(r.get("target"), r.get("dataset"), r.get("temperature"), load(r), r.get("method"))] = r
+    at: dict[tuple, ServingCellRow] = {}
+    for r in cells:  # a method's last repeat at each load
+        at[(r.target, r.dataset, r.temperature, load(r), r.method)] = r
     rows = []
     for (t, d, temp, ld, m), r in at.items():
-        base = next((x for (t2, d2, tp2, l2, m2), x in at.items()
-                     if (t2, d2, tp2, l2) == (t, d, temp, ld) and kinds.get((t2, m2), m2) == "baseline"), None)
-        refs = [(m2, x) for (t2, d2, tp2, l2, m2), x in at.items()
-                if (t2, d2, tp2, l2) == (t, d, temp, ld) and fams.get((t2, m2)) == reference_of.get(t)]
-        same_k = m.replace(fams.get((t, m), m), reference_of.get(t, ""), 1)  # 'dflash-k3' → 'eagle3-k3'
-        ref = next((x for m2, x in refs if m2 == same_k), None) or max(
-            (x for _, x in refs), key=lambda x: x.get("output_throughput") or 0.0, default=None)
-        tp = _p(r, "tpot", "p50")
-        thr = r.get("output_throughput")
+        thr = r.output_throughput
         rows.append([
-            str(t), str(d), "–" if temp is None else f"{temp:g}", ld, str(m), str(_p(r, "ttft", "n") or r.get("num_ok")),
-            _ms_val(_p(r, "ttft", "p50")), _ms_val(_p(r, "ttft", "p99")), _ms_val(tp), _ms_val(_p(r, "tpot", "p99")),
-            _ms_val(_p(r, "itl", "p50")), _ms_val(_p(r, "itl", "p99")),
-            "–" if thr is None else f"{thr:.0f}",
-            "–" if ref is None or ref is r else f"{_ratio(tp, _p(ref, 'tpot', 'p50'))} / "
-            f"{_ratio(thr, ref.get('output_throughput'))}",
-            "–" if base is None or base is r else f"{_ratio(tp, _p(base, 'tpot', 'p50'))} / "
-            f"{_ratio(thr, base.get('output_throughput'))}",
+            str(t), str(d), "–" if temp is None else f"{temp:g}", ld, str(m), str(r.ttft.n or r.num_ok),
+            _ms_val(r.ttft.p50), _ms_val(r.ttft.p99), _ms_val(r.tpot.p50), _ms_val(r.tpot.p99),
+            _ms_val(r.itl.p50), _ms_val(r.itl.p99), "–" if thr is None else f"{thr:.0f}",
+            _ratios(r.vs_reference), _ratios(r.vs_baseline),
         ])
     return Table(["Target", "Dataset", "T", "Load", "Method", "n", "TTFT p50 (ms)", "TTFT p99 (ms)", "TPOT p50 (ms)",
                   "TPOT p99 (ms)", "ITL p50 (ms)", "ITL p99 (ms)", "Output tok/s (aggregate)",
-                  "vs reference: TPOT p50 / tok/s", "vs baseline: TPOT p50 / tok/s"], rows,
+                  "vs reference: TPOT speedup / tok/s", "vs baseline: TPOT speedup / tok/s"], rows,
                  ["Aggregate output tok/s = output tokens / the cell's wall time (all streams together), as "
-                  "`vllm bench serve` reports it. Ratios are point ratios of this table's numbers; the paired "
-                  "intervals are in the headline and results tables. The full table is in the CSV beside this "
-                  "report."])
+                  "`vllm bench serve` reports it. TPOT speedup = the other cell's pooled TPOT (Σ decode time / "
+                  "Σ (tokens − 1)) over this one's (> 1: faster); tok/s = this cell's aggregate tok/s over the "
+                  "other's; each against the cell of the same load and repeat. Point ratios; the paired intervals "
+                  "are in the headline, results and speedup-by-load tables. The full table is in the CSV beside "
+                  "this report."])
 
 
 def serving_csv(summary: RunSummary) -> str | None:
     """Every serving cell's raw numbers (seconds), one row per cell, for the CSV beside the report."""
-    cells = serving_cells(summary)
+    cells = summary.extra.serving_cells
     if not cells:
         return None
     flat: list[dict[str, Any]] = []
     for r in cells:
         row: dict[str, Any] = {}
-        for k, v in r.items():
-            if isinstance(v, dict):
+        for k, v in r.model_dump(mode="json").items():
+            if k in ("vs_baseline", "vs_reference"):  # the same columns whether or not there is one
+                row.update({f"{k}_{k2}": (v or {}).get(k2) for k2 in ServingComparison.model_fields})
+            elif isinstance(v, dict):
                 for k2, v2 in v.items():
                     row[f"{k}_{k2}"] = v2
             else:

@@ -6,8 +6,8 @@
 * ``per_position`` — per-position acceptance curves per method;
 * ``speedup_vs_load`` / ``latency_vs_throughput`` — when groups sweep load
   (batch size or concurrency; Poisson request rates get panels of their own);
-* ``serving_speedup`` — from ``summary.extra.serving`` rows with
-  ``concurrency`` or ``request_rate`` and ``speedup``;
+* ``serving_speedup`` — from the speedup rows of ``summary.extra.serving`` (by
+  ``concurrency`` or ``request_rate``);
 * ``accuracy_speedup`` — task accuracy beside speedup.
 
 Every method keeps one colour in every figure (:func:`method_colors`); the
@@ -38,8 +38,6 @@ from specbench.report.figure import (
     new_figure,
     to_png,
 )
-from specbench.report.quality import serving_rows
-from specbench.results.fmt import as_estimate
 from specbench.results.summary import GroupSummary, RunSummary
 from specbench.stats import Estimate
 
@@ -246,19 +244,18 @@ def _latency_vs_throughput(summary: RunSummary, colors: dict[str, str]) -> bytes
 
 def _serving_speedup(summary: RunSummary, colors: dict[str, str]) -> bytes | None:
     panels: dict[tuple[str, str], dict[tuple[str, str], list[tuple[float, Estimate]]]] = {}
-    for r in serving_rows(summary.extra.serving):
-        est = as_estimate(r.get("speedup"))
-        if est is None or est.value is None:
+    for r in summary.extra.serving_speedups:
+        est = r.estimate
+        if est.value is None:
             continue
-        if r.get("request_rate") is not None:
-            kind, x = "rate", float(r["request_rate"])
-        elif r.get("concurrency") is not None:
-            kind, x = "concurrency", float(r["concurrency"])
+        if r.request_rate is not None:
+            kind, x = "rate", float(r.request_rate)
+        elif r.concurrency is not None:
+            kind, x = "concurrency", float(r.concurrency)
         else:
             continue
-        where = str(r.get("group") or " · ".join(str(r[k]) for k in ("target", "dataset") if r.get(k)))
-        series = (str(r.get("method", "?")), str(r.get("metric", "")))
-        panels.setdefault((where, kind), {}).setdefault(series, []).append((x, est))
+        where = " · ".join(v for v in (r.target, r.dataset) if v)
+        panels.setdefault((where, kind), {}).setdefault((r.method, r.metric), []).append((x, est))
     if not panels:
         return None
     fig, axes = new_figure(len(panels))
@@ -313,7 +310,7 @@ def _accuracy_speedup(summary: RunSummary, colors: dict[str, str]) -> bytes | No
 
 def make_figures(summary: RunSummary) -> dict[str, bytes]:
     """Every figure the summary has data for, as ``{name: PNG bytes}`` in a fixed order."""
-    extra = {(str(r["method"]), str(r["method"])) for r in serving_rows(summary.extra.serving) if r.get("method")}
+    extra = {(r.method, r.method) for r in summary.extra.serving if r.method}
     families = {(g.family, g.method_kind) for g in summary.whole_groups if g.family}
     colors = method_colors({*((g.method, g.method_kind) for g in summary.whole_groups), *extra, *families})
     out: dict[str, bytes] = {}

@@ -9,8 +9,6 @@ import json
 import re
 from typing import Any
 
-from pydantic import BaseModel
-
 from specbench.report.document import Block, Details, Para, Pre, Section, Table
 from specbench.report.method_sections import (
     serving_table,
@@ -23,8 +21,10 @@ from specbench.results.fmt import (
     fmt_load,
     fmt_speedup,
 )
+from specbench.results.parts import ServingSpeedupRow
 from specbench.results.slices import split_group_id
 from specbench.results.summary import GroupSummary, RunSummary
+from specbench.stats import Estimate
 
 _EQ_NUMBERS = ("n", "n_tokens", "n_identical", "n_near_tie", "n_divergent", "n_unverifiable", "match_rate",
                "pvalue", "detectable_tv", "target_tv")
@@ -133,88 +133,50 @@ def _generic_blocks(data: Any) -> list[Block]:
     return [Pre(json.dumps(data, indent=2, sort_keys=True, default=str))]
 
 
-def serving_rows(serving: Any) -> list[dict[str, Any]]:
-    """``summary.extra.serving`` flattened to rows that may carry a speedup.
-
-    Accepts a list of rows, ``{"rows": [...]}``, ``{"speedups": [...]}`` or
-    ``{group: [rows]}`` (the key lands in ``group``). Rows shaped like
-    ``serving_metrics.Speedup`` (``estimate`` + ``metric``) get their
-    estimate under ``speedup``.
-    """
-    if isinstance(serving, list):
-        items: list[tuple[str, Any]] = [("", serving)]
-    elif isinstance(serving, dict):
-        for key in ("rows", "speedups"):
-            if isinstance(serving.get(key), list):
-                items = [("", serving[key])]
-                break
-        else:
-            if not serving or not all(isinstance(v, list) for v in serving.values()):
-                return []
-            items = [(str(k), v) for k, v in serving.items()]
-    else:
-        return []
+def serving_measurements(summary: RunSummary) -> list[dict[str, Any]]:
+    """Every stored serving row (:attr:`~specbench.results.parts.SummaryExtra.serving`) as a flat dict for the
+    report's "All serving measurements" table (a speedup's estimate under ``speedup``)."""
     out = []
-    for group, rows in items:
-        for r in rows:
-            if isinstance(r, BaseModel):
-                r = r.model_dump(mode="json", exclude_none=True)
-            if not isinstance(r, dict):
-                continue
-            row = dict(r)
-            if "estimate" in row and "speedup" not in row:
-                row["speedup"] = row.pop("estimate")
-            if group:
-                row.setdefault("group", group)
-            out.append(row)
+    for r in summary.extra.serving:
+        row = r.model_dump(mode="json", exclude_none=True)
+        if isinstance(r, ServingSpeedupRow):
+            row["speedup"] = row.pop("estimate")
+        out.append(row)
     return out
 
 
 def _serving(summary: RunSummary, markdown: bool) -> Section | None:
-    serving = summary.extra.serving
-    if not serving:
+    if not summary.extra.serving:
         return None
     readable = serving_table(summary)
-    first: list[Block] = [readable] if readable is not None else []
-    rows = [r for r in serving_rows(serving) if as_estimate(r.get("speedup")) and _serving_load(r) is not None]
-    if not rows:
-        return Section("Serving", _generic_blocks(serving), anchor="serving")
-    blocks: list[Block] = list(first)
+    blocks: list[Block] = [readable] if readable is not None else []
+    rows = [r for r in summary.extra.serving_speedups if _serving_load(r) is not None]
     for kind, text, col in (("concurrency", "concurrency", "c={}"), ("rate", "request rate (Poisson arrivals)",
                                                                      "{} req/s")):
         part = [r for r in rows if _serving_load(r)[0] == kind]  # type: ignore[index]
         if part:
             blocks += [Para(f"Speedup over the baseline by {text} (95% intervals):"), _serving_pivot(part, col)]
-    blocks.append(Details("All serving measurements", _generic_blocks(serving_rows(serving))))
+    blocks.append(Details("All serving measurements", _generic_blocks(serving_measurements(summary))))
     return Section("Serving", blocks, anchor="serving")
 
 
-def _serving_load(r: dict[str, Any]) -> tuple[str, Any] | None:
-    """``("rate", r/s)`` or ``("concurrency", c)`` of a serving row; ``None`` without a load."""
-    if r.get("request_rate") is not None:
-        return "rate", r["request_rate"]
-    if r.get("concurrency") is not None:
-        return "concurrency", r["concurrency"]
+def _serving_load(r: ServingSpeedupRow) -> tuple[str, float] | None:
+    """``("rate", r/s)`` or ``("concurrency", c)`` of a speedup row; ``None`` without a load."""
+    if r.request_rate is not None:
+        return "rate", r.request_rate
+    if r.concurrency is not None:
+        return "concurrency", r.concurrency
     return None
 
 
-def _load_words(rows: list[dict[str, Any]]) -> str:
-    kinds = {k[0] for r in rows if "metric" in r and (k := _serving_load(r)) is not None}
-    return " and ".join(w for k, w in (("concurrency", "concurrency"), ("rate", "request rate")) if k in kinds) \
-        or "concurrency"
-
-
-def _serving_pivot(rows: list[dict[str, Any]], col: str) -> Table:
+def _serving_pivot(rows: list[ServingSpeedupRow], col: str) -> Table:
     levels = sorted({_serving_load(r)[1] for r in rows})  # type: ignore[index]
-    with_metric = any("metric" in r for r in rows)
-    pivot: dict[tuple[str, ...], dict[Any, Any]] = {}
+    pivot: dict[tuple[str, ...], dict[float, Estimate]] = {}
     for r in rows:
-        where = str(r.get("group") or " · ".join(str(r[k]) for k in ("target", "dataset") if r.get(k)) or "–")
-        key = (where, str(r.get("method", "–"))) + ((str(r.get("metric", "–")),) if with_metric else ())
-        pivot.setdefault(key, {})[_serving_load(r)[1]] = r["speedup"]  # type: ignore[index]
-    return Table(["Where", "Method"] + (["Metric"] if with_metric else []) + [col.format(f"{c:g}") for c in levels],
-                 [[*k, *(fmt_speedup(as_estimate(v.get(c)), n_default=None) for c in levels)]
-                  for k, v in pivot.items()])
+        where = " · ".join(x for x in (r.target, r.dataset) if x) or "–"
+        pivot.setdefault((where, r.method, r.metric), {})[_serving_load(r)[1]] = r.estimate  # type: ignore[index]
+    return Table(["Where", "Method", "Metric"] + [col.format(f"{c:g}") for c in levels],
+                 [[*k, *(fmt_speedup(v.get(c), n_default=None) for c in levels)] for k, v in pivot.items()])
 
 
 def _cross_check(summary: RunSummary) -> Section | None:

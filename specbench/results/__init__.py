@@ -4,7 +4,8 @@ records, the source of truth), ``requests`` (what an engine is asked to run),
 typed model and :func:`~specbench.results.manifest.build_manifest`), ``environment`` (the
 machine facts a manifest records), ``migrations`` (schema versions and loaders of older files),
 ``rundir`` (the only reader and writer of a run directory's files), ``fmt`` (how a number with its
-interval is written), ``metric_catalog`` (every metric declared once: field, unit,
+interval is written), ``counters`` and ``speed_estimators`` (τ and the speed estimators, each formula
+written once), ``metric_catalog`` (every metric declared once: field, unit,
 direction, digits, definition), ``slices`` (a group's optional slice keys) and ``noise_calibration``
 (an A/A speed-noise calibration: its model and file).
 """

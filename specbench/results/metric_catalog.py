@@ -124,23 +124,24 @@ CATALOG: tuple[MetricSpec, ...] = (
        "tokens per step pooled over the group's requests whose output is not degenerate; n: those requests",
        history=True),
     _M("non_degenerate.speedup", "speedup (non-degenerate)", "×", "higher", 2,
-       "speedup over the baseline on the prompts where neither arm's output is degenerate, paired by prompt; "
-       "n: those prompts", history=True, speed=True),
+       "speedup over the baseline on the prompts where neither arm's output is degenerate, paired by prompt "
+       "(speed_estimators.throughput_ratio); n: those prompts", history=True, speed=True),
     _M("per_position", "acceptance at position i", "", "higher", 2,
        "accepted tokens at draft position i / drafts (pooled); n: requests", indexed="position", gate=True,
        history=True, table="Per-position acceptance", fmt="positions"),
     _M("draft_acceptance_rate", "draft acceptance rate", "", "higher", 2,
        "accepted draft tokens / draft tokens (pooled); n: requests", history=True, table="Draft acceptance"),
     _M("output_tps", "output tok/s per stream", "tok/s", "higher", None,
-       "Σ output tokens / Σ request latency; n: requests", gate=True, history=True, speed=True,
+       "Σ output tokens / Σ request latency (speed_estimators.token_rate); n: requests", gate=True, history=True, speed=True,
        table="Output tok/s per request", fmt="rate"),
     _M("throughput_tps", "throughput", "tok/s", "higher", None,
-       "Σ output tokens / cell wall time, t-interval over repeats; n: repeats", history=True, speed=True,
+       "Σ output tokens / cell wall time (speed_estimators.token_rate), t-interval over repeats; n: repeats", history=True, speed=True,
        table="Aggregate tok/s", fmt="rate", own_n=True),
     _M("latency_s", "latency", "s", "lower", None, "mean request latency; n: requests", history=True, speed=True),
     _M("ttft_s", "TTFT", "s", "lower", None, "mean time to first token; n: requests", history=True, speed=True),
     _M("speedup", "speedup", "×", "higher", 2,
-       "(Σ tokens / Σ latency) over the baseline group's, paired by prompt; n: prompts",
+       "(Σ tokens / Σ latency) over the baseline group's, paired by prompt (speed_estimators.throughput_ratio); "
+       "n: prompts",
        gate=True, history=True, speed=True, stop="speedup", table="Speedup", fmt="ratio",
        on_baseline="1× (baseline)", max_drop_pct=5),
     _M("greedy_match", "greedy identity", "", "higher", 3,
@@ -159,10 +160,10 @@ CATALOG: tuple[MetricSpec, ...] = (
     _M("latency_p99_s", "latency p99", "s", "lower", None, "99th percentile of request latency; n: requests",
        history=True),
     _M("tpot_s", "TPOT", "s", "lower", None,
-       "Σ (latency − TTFT) / Σ (output tokens − 1); n: requests", stop="tpot", speed=True),
+       "Σ (latency − TTFT) / Σ (output tokens − 1) (speed_estimators.tpot); n: requests", stop="tpot", speed=True),
     _M("step_time_s", "time per decoding step", "s", "lower", None,
        "Σ (latency − TTFT) / Σ target forward passes after the prefill (verification steps with or without a "
-       "draft); n: requests", speed=True),
+       "draft; speed_estimators.step_time); n: requests", speed=True),
     _M("n_requests", "requests", "", "none", 0, "requests measured (latest record per prompt, sample, repeat)"),
     _M("n_errors", "errors", "", "lower", 0, "requests that returned an error"),
     _M("output_tokens", "output tokens", "tokens", "none", 0, "Σ output tokens of the group's requests"),
@@ -188,7 +189,9 @@ CATALOG: tuple[MetricSpec, ...] = (
        "pooled τ of the method over the reference's on the prompts both measured; n: prompts",
        source="headline", gate=True),
     _M("speedup_ratio", "speedup ratio to the reference method", "×", "higher", 2,
-       "(Σ tokens / Σ latency) of the method over the reference's, paired by prompt; n: prompts",
+       "(Σ tokens / Σ latency) of the method over the reference's, paired by prompt "
+       "(speed_estimators.throughput_ratio; with speed rounds the geometric mean of round_log_ratio's per-round "
+       "ratios); n: prompts",
        source="headline", gate=True, speed=True),
 )
 

@@ -16,8 +16,13 @@ other keys kept as they are).
 Later, optional (no new version: a summary without them loads as it was, and one
 without degenerate outputs measured is never marked): a group's ``metrics`` holds
 ``degenerate_share`` and ``short_share`` (issue 34), its ``non_degenerate`` τ, tokens
-per step and speedup (written only when computed), and a category-matrix cell its
-``reference_group``.
+per step and speedup (written only when computed), a category-matrix cell its
+``reference_group``, and a serving cell row its ``vs_baseline`` / ``vs_reference`` ratios (the report's
+serving table shows "–" for a summary stored without them).
+
+``equivalence.jsonl`` rows carry no version: every row written so far (a scored request, one that could not
+be scored with its error, or a target's error) reads as a :class:`~specbench.results.requests.ScoreRow` as it
+is; a row without ``sample_index`` is sample 0, as every reader took it.
 
 manifest 1 (or no version): a dict of run facts.
 manifest 2: :class:`RunManifest`, adds ``hardware_class`` (what a history

@@ -260,13 +260,31 @@ class ServingSpeedupRow(Speedup):
     temperature: float | None = None
 
 
+class ServingComparison(_Model):
+    """A server cell against another cell at the same target, dataset, temperature, load and repeat (its
+    baseline's, or its reference method's): point ratios, computed by the analysis
+    (:func:`specbench.analysis.serving_metrics.compare_cells`) and shown by the report's serving table."""
+
+    cell_id: str  # the other cell
+    method: str  # its method
+    #: :func:`~specbench.results.speed_estimators.tpot_ratio`: the other cell's pooled TPOT over this one's,
+    #: each Σ (latency − TTFT) / Σ (tokens − 1) over the cell's requests (> 1: this one is faster)
+    tpot_ratio: float | None = None
+    #: :func:`~specbench.results.speed_estimators.throughput_ratio` of aggregate output tok/s (Σ output tokens /
+    #: the cell's wall time), this cell's over the other's
+    throughput_ratio: float | None = None
+
+
 class ServingCellRow(ServingSummary):
-    """One server cell's latency percentiles and throughput."""
+    """One server cell's latency percentiles and throughput, and its ratios to its baseline's and its reference
+    method's cell at the same load (None: no such cell, or this is it; a summary stored before they existed)."""
 
     kind: Literal["cell"] = "cell"
     target: str
     dataset: str
     temperature: float | None = None
+    vs_baseline: ServingComparison | None = None
+    vs_reference: ServingComparison | None = None
 
 
 ServingRow = ServingCellRow | ServingSpeedupRow
@@ -301,6 +319,8 @@ class CategoryCell(_Model):
 
 
 class SummaryExtra(Part):
+    #: the serving part: every server cell's row and every method's speedup at each load, in one list (older
+    #: shapes are brought to it by :mod:`specbench.results.migrations`); read with the two properties below
     serving: list[ServingCellRow | ServingSpeedupRow] = Field(default_factory=list)
     category_matrix: list[CategoryCell] = Field(default_factory=list)
     cross_check: list[CrossCheckRow] = Field(default_factory=list)
@@ -311,6 +331,16 @@ class SummaryExtra(Part):
     # the A/A calibration whose between-run noise the speed intervals include (issue 22); None: within-run only
     speed_noise: NoiseCalibration | None = None
     speed_noise_note: str | None = None  # why a calibration beside the run was not used
+
+    @property
+    def serving_cells(self) -> list[ServingCellRow]:
+        """The server cells' rows, in the order stored."""
+        return [r for r in self.serving if isinstance(r, ServingCellRow)]
+
+    @property
+    def serving_speedups(self) -> list[ServingSpeedupRow]:
+        """The methods' speedups over the baseline by load, in the order stored."""
+        return [r for r in self.serving if isinstance(r, ServingSpeedupRow)]
 
     @model_serializer(mode="wrap")
     def _without_unset_noise(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

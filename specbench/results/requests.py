@@ -186,3 +186,16 @@ class ScoreRow(BaseModel):
     def stored(self) -> dict[str, Any]:
         """The row as ``equivalence.jsonl`` holds it (the keys that were set, in field order)."""
         return self.model_dump(mode="json")
+
+    @property
+    def request_key(self) -> tuple[str, str, int] | None:
+        """(cell, prompt, sample) of the request the row scores (a row without ``sample_index`` is sample 0);
+        None for a target's error row."""
+        if self.cell_id is None:
+            return None
+        return self.cell_id, str(self.prompt_id), self.sample_index or 0
+
+    @property
+    def scored(self) -> bool:
+        """Whether the row holds a request's scores (``f_minus`` and ``p``, no error)."""
+        return self.f_minus is not None and self.p is not None and not self.error

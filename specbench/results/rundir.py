@@ -13,7 +13,8 @@ older file up to date (:mod:`specbench.results.migrations`).
 * ``summary.json`` — derived; rebuilt by ``specbench analyze`` (:func:`read_summary`, :func:`write_summary`).
 * ``prompts.jsonl`` — the prompts with their references (:func:`read_prompts`, :func:`write_prompts`);
   ``scores.jsonl`` — a cache of task scores (:func:`read_scores`, :func:`append_scores`);
-  ``equivalence.jsonl`` — teacher-forced scores of sampled outputs (read with :func:`iter_jsonl`).
+  ``equivalence.jsonl`` — teacher-forced scores of sampled outputs, one :class:`ScoreRow` a line
+  (:func:`read_equivalence_rows`; appended with :class:`JsonlAppender`, each row as it was set).
 * ``engines/<key>.log`` — each engine's stdout/stderr, written by its process (:func:`engine_log`).
 """
 
@@ -27,13 +28,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from specbench.errors import SpecbenchError
 from specbench.results.manifest import RunManifest
 from specbench.results.migrations import SchemaError
 from specbench.results.records import SCHEMA_VERSION, CellRecord, RequestRecord
-from specbench.results.requests import StoredPrompt
+from specbench.results.requests import ScoreRow, StoredPrompt
 from specbench.results.summary import RunSummary
 
 RECORDS = "records.jsonl"
@@ -210,6 +211,17 @@ def append_scores(run_dir: Path, scores: dict[ScoreKey, dict[str, Any]]) -> None
             out.append({"cell_id": cid, "prompt_id": pid, "sample_index": si, "score": sc})
     finally:
         out.close()
+
+
+def read_equivalence_rows(run_dir: Path, torn: list[str] | None = None) -> list[ScoreRow]:
+    """The teacher-forced scores in ``equivalence.jsonl`` (none without the file; a torn last line of a killed
+    run is skipped, said in ``torn``). The rows carry no version: every row written so far is a
+    :class:`ScoreRow` as it is (see :mod:`specbench.results.migrations`)."""
+    path = Path(run_dir) / EQUIVALENCE
+    try:
+        return [ScoreRow.model_validate(o) for o in iter_jsonl(path, torn)]
+    except ValidationError as exc:
+        raise StoreError(f"{path}: not an equivalence row: {exc.errors()[0]['msg']}") from None
 
 
 def read_cells(run_dir: Path, torn: list[str] | None = None) -> list[CellRecord]:

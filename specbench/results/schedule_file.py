@@ -24,6 +24,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from specbench.config.methods import VllmPassthrough
+from specbench.results import speed_estimators
 from specbench.stats import Estimate
 
 SCHEDULE_FILE = "schedule.json"
@@ -141,11 +142,12 @@ class LoadArm(_Model):
 
     @property
     def predicted_tpot_s(self) -> float | None:
-        """Predicted step time over predicted tokens per step (a point value: the two intervals are apart)."""
+        """Predicted step time over predicted tokens per step (:func:`~specbench.results.speed_estimators.tpot`
+        of one step; a point value: the two intervals are apart)."""
         st, tps = self.predicted_step_time_s, self.predicted_tokens_per_step
         if st is None or tps is None or st.value is None or not tps.value:
             return None
-        return st.value / tps.value
+        return float(speed_estimators.tpot(st.value, tps.value))
 
 
 class ScheduleLoadCheck(_Model):

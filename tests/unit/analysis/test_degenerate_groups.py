@@ -16,7 +16,7 @@ import pytest
 from support.paths import FIXTURES
 
 from specbench import stats
-from specbench.analysis.method_comparison import headline, k_sweeps
+from specbench.analysis.method_comparison import headline_ratios, k_sweeps
 from specbench.analysis.metrics import (
     latest_cell_records,
     requests_by_group,
@@ -81,7 +81,7 @@ def _run(loops: int, methods: tuple = METHODS) -> RunSummary:
     groups = summarize_groups(cells, cell_records, reqs)
     greqs = requests_by_group(cells, latest_cell_records(cell_records), unique_requests(reqs))
     return RunSummary(run_id=f"20260501T12000{loops}Z-x", suite_name="s", groups=groups,
-                      headline=headline(groups, greqs, {"t": "eagle3"}), k_sweeps=k_sweeps(groups, greqs))
+                      headline=headline_ratios(groups, greqs, {"t": "eagle3"}), k_sweeps=k_sweeps(groups, greqs))
 
 
 @pytest.fixture(scope="module")

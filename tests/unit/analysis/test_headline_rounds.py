@@ -44,7 +44,7 @@ def _headline(method, ref):
     crs = [cell_record(c, num_requests=16, wall_time_s=1.0) for c in cells]
     summary = metrics.summarize("r", "s", cells, crs, reqs)
     greqs = metrics.requests_by_group(cells, metrics.latest_cell_records(crs), metrics.unique_requests(reqs))
-    (row,) = comparison.headline(summary.groups, greqs, {"t": "eagle3"})
+    (row,) = comparison.headline_ratios(summary.groups, greqs, {"t": "eagle3"})
     return row
 
 
@@ -64,12 +64,12 @@ def test_the_headline_in_rounds_is_decided_by_the_ab_rule() -> None:
     row = _headline(*_rows(1.08, 4, (1.1, 0.9, 1.05, 0.95)))
     assert row.verdict == "undecided" and row.rounds == 4 and row.rounds_to_decide is not None and row.rounds_to_decide > 4
     # the rule's interval is what the verdict reads; a ratio near the margin is undecided, not called either way
-    assert comparison.verdict(Estimate(value=1.04, ci_low=0.99, ci_high=1.09, n=16, rounds=4), 4) == "undecided"
-    assert comparison.verdict(Estimate(value=1.08, ci_low=1.06, ci_high=1.10, n=16, rounds=4), 4) == "faster"
+    assert comparison.speedup_ratio_verdict(Estimate(value=1.04, ci_low=0.99, ci_high=1.09, n=16, rounds=4), 4) == "undecided"
+    assert comparison.speedup_ratio_verdict(Estimate(value=1.08, ci_low=1.06, ci_high=1.10, n=16, rounds=4), 4) == "faster"
     # the same interval in a run of one go: only whether it holds 1
-    assert comparison.verdict(Estimate(value=1.03, ci_low=1.01, ci_high=1.05, n=16)) == "faster"
-    assert comparison.verdict(Estimate(value=1.03, ci_low=1.01, ci_high=1.05, n=16, rounds=4), 4) == "undecided"
-    assert comparison.verdict(Estimate(value=1.02, ci_low=0.98, ci_high=1.04, n=16)) == "not distinguishable"
+    assert comparison.speedup_ratio_verdict(Estimate(value=1.03, ci_low=1.01, ci_high=1.05, n=16)) == "faster"
+    assert comparison.speedup_ratio_verdict(Estimate(value=1.03, ci_low=1.01, ci_high=1.05, n=16, rounds=4), 4) == "undecided"
+    assert comparison.speedup_ratio_verdict(Estimate(value=1.02, ci_low=0.98, ci_high=1.04, n=16)) == "not distinguishable"
 
 
 def test_rounds_count_only_where_both_arms_were_timed() -> None:

@@ -127,11 +127,11 @@ def _base_arm(cell: str, batch: int, batches: int) -> list[RequestRecord]:
 
 def test_lockstep_batches_give_each_request_its_steps_batch_sizes_and_the_fit_recovers_the_model():
     reqs = _arm("c3", 3, 4, 3)
-    rows, used = step_time_model.step_rows(reqs, 4, 3, speculative=True)
+    rows, used = step_time_model.step_model_rows(reqs, 4, 3, speculative=True)
     assert used == reqs and rows.shape == (12, 5)
     s = [8, 12, 16, 20]
     assert rows[:4, step_time_model.N].tolist() == [sum(min(o, x) for o in s) for x in s]  # 8·4, 8+12·3, …
-    both = np.concatenate([rows, step_time_model.step_rows(_arm("c1", 1, 4, 3), 4, 1, speculative=True)[0]])
+    both = np.concatenate([rows, step_time_model.step_model_rows(_arm("c1", 1, 4, 3), 4, 1, speculative=True)[0]])
     m = step_time_model.step_model(both)
     assert m is not None and m.k_identified and m.n_identified and m.n_max == 4 and m.ks == [1, 3]
     assert (m.a, m.b, m.c, m.d) == pytest.approx(TRUE_M)

@@ -8,7 +8,7 @@ from support.factories import group, run_summary
 from support.paths import SUITES
 
 from specbench.analysis import k_prediction, k_schedule
-from specbench.analysis.method_comparison import headline
+from specbench.analysis.method_comparison import headline_ratios
 from specbench.config.plan import SYNTHETIC, expand
 from specbench.config.suite import load_suite
 from specbench.report.markdown import render_markdown
@@ -34,7 +34,7 @@ def _groups() -> list:
 
 def test_a_lossy_group_is_not_a_drafter_in_the_headline_the_prediction_or_the_schedule() -> None:
     groups = _groups()
-    rows = headline(groups, {}, {"t": "eagle3"})
+    rows = headline_ratios(groups, {}, {"t": "eagle3"})
     assert {r.method for r in rows} == {"dflash"}
     assert all(p.method != "synthetic-tau2" for p in k_prediction.predictions(groups, {}))
     sf = k_schedule.schedules("r", "s", groups, {})

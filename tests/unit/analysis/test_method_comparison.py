@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from support.factories import cell, cell_record, counters, request
 
+from specbench.analysis import group_acceptance, metrics, step_time
 from specbench.analysis import method_comparison as comparison
-from specbench.analysis import metrics, step_time
 from specbench.config.plan import Cell
 from specbench.regression.gate import evaluate_gate
 from specbench.regression.gate_rules import GateRules
@@ -37,7 +37,7 @@ def _arm(cell: Cell, rng: np.random.Generator, *, base_step: float, per_k: float
         accepted = int(drafts * acc_rate * rng.uniform(0.8, 1.2))
         step = (base_step + per_k * (cell.k or 0)) * rng.uniform(0.95, 1.05)
         reqs.append(_req(cell, pid, tokens=tokens, drafts=drafts, accepted=accepted, step_s=step))
-    return reqs, cell_record(cell, counters=metrics.sum_counters(r.spec for r in reqs), num_requests=len(reqs),
+    return reqs, cell_record(cell, counters=group_acceptance.sum_counters(r.spec for r in reqs), num_requests=len(reqs),
                              wall_time_s=1.0)
 
 
@@ -65,7 +65,7 @@ def run():
         reqs += rs
     summary = metrics.summarize("r", "s", cells, crs, reqs)
     greqs = metrics.requests_by_group(cells, metrics.latest_cell_records(crs), metrics.unique_requests(reqs))
-    summary.headline = comparison.headline(summary.groups, greqs, {"t": "eagle3"}, [
+    summary.headline = comparison.headline_ratios(summary.groups, greqs, {"t": "eagle3"}, [
         {"target": "t", "method": "dflash", "metric": "speedup_ratio", "value": 1.1, "high": 1.3, "source": "paper"}])
     summary.k_sweeps = comparison.k_sweeps(summary.groups, greqs)
     return summary, greqs
@@ -94,7 +94,7 @@ def test_headline_ratios_recompute_by_hand_over_shared_prompts(run):
     assert row.speedup_ratio.n == len(shared) and row.tau_ratio.n == len(shared)
     for est in (row.tau_ratio, row.speedup_ratio):
         assert est.ci_low < est.value < est.ci_high
-    assert row.verdict == comparison.verdict(row.speedup_ratio)
+    assert row.verdict == comparison.speedup_ratio_verdict(row.speedup_ratio)
     assert [c.source for c in row.published] == ["paper"]
 
 
@@ -110,10 +110,10 @@ def test_each_arm_is_taken_at_its_best_k(run):
 def test_verdicts():
     from specbench.stats import Estimate
 
-    assert comparison.verdict(Estimate(value=1.3, ci_low=1.1, ci_high=1.5)) == "faster"
-    assert comparison.verdict(Estimate(value=0.8, ci_low=0.7, ci_high=0.9)) == "slower"
-    assert comparison.verdict(Estimate(value=1.1, ci_low=0.9, ci_high=1.3)) == "not distinguishable"
-    assert comparison.verdict(Estimate(value=None)) == "no data"
+    assert comparison.speedup_ratio_verdict(Estimate(value=1.3, ci_low=1.1, ci_high=1.5)) == "faster"
+    assert comparison.speedup_ratio_verdict(Estimate(value=0.8, ci_low=0.7, ci_high=0.9)) == "slower"
+    assert comparison.speedup_ratio_verdict(Estimate(value=1.1, ci_low=0.9, ci_high=1.3)) == "not distinguishable"
+    assert comparison.speedup_ratio_verdict(Estimate(value=None)) == "no data"
 
 
 def test_step_time_is_decode_time_over_verification_steps(run):

@@ -2,7 +2,9 @@
 
 from support.factories import cell, cell_record, group, request
 
-from specbench.analysis.metrics import acceptance, counter_checks, greedy_match, paired_speedup, summarize
+from specbench.analysis.cross_checks import counter_checks
+from specbench.analysis.group_acceptance import acceptance
+from specbench.analysis.metrics import greedy_match, paired_speedup, summarize
 from specbench.results.records import SpecCounters
 
 
@@ -16,9 +18,9 @@ def test_tau_self_drafting_is_k_plus_one():
     pooled = per + per
     reqs = [req("c", "a", [1] * 20, 1.0, per), req("c", "b", [1] * 20, 1.0, per)]
     acc = acceptance(pooled, reqs, 3)
-    assert acc["tau"].value == 4.0 and acc["tau"].ci_low == 4.0 and acc["tau"].ci_high == 4.0
-    assert [p.value for p in acc["per_position"]] == [1.0, 1.0, 1.0]
-    assert acc["draft_acceptance_rate"].value == 1.0
+    assert acc.tau.value == 4.0 and acc.tau.ci_low == 4.0 and acc.tau.ci_high == 4.0
+    assert [p.value for p in acc.per_position] == [1.0, 1.0, 1.0]
+    assert acc.draft_acceptance_rate.value == 1.0
 
 
 def test_tau_pooled_vs_per_request():
@@ -26,10 +28,10 @@ def test_tau_pooled_vs_per_request():
     a = SpecCounters(num_drafts=1, num_draft_tokens=3, num_accepted_tokens=0, accepted_per_pos=[0, 0, 0])
     b = SpecCounters(num_drafts=3, num_draft_tokens=9, num_accepted_tokens=9, accepted_per_pos=[3, 3, 3])
     acc = acceptance(a + b, [req("c", "a", [1], 1.0, a), req("c", "b", [1] * 12, 1.0, b)], 3)
-    assert acc["tau"].value == 1 + 9 / 4  # pooled weighs the long request more
-    assert acc["tau_per_request"].value == (1.0 + 4.0) / 2
-    assert acc["tau"].n == 2
-    assert acc["per_position"][0].value == 3 / 4
+    assert acc.tau.value == 1 + 9 / 4  # pooled weighs the long request more
+    assert acc.tau_per_request.value == (1.0 + 4.0) / 2
+    assert acc.tau.n == 2
+    assert acc.per_position[0].value == 3 / 4
 
 
 def test_speedup_paired_and_known():
@@ -82,7 +84,7 @@ def test_counter_checks_catch_inconsistency():
 
 
 def test_cross_check_flags_non_overlapping_tau():
-    from specbench.analysis.metrics import cross_check
+    from specbench.analysis.cross_checks import cross_check
 
     def grp(target, lo, hi):
         return tau_group(target, "eagle3", (lo + hi) / 2, kind="eagle3", half=(hi - lo) / 2)
@@ -119,7 +121,7 @@ def tau_group(target: str, method: str, v: float, kind: str = "dflash", half: fl
 
 
 def test_cross_check_pairs_by_checkpoint_and_assets():
-    from specbench.analysis.metrics import cross_check
+    from specbench.analysis.cross_checks import cross_check
 
     grp = tau_group
 
@@ -140,7 +142,7 @@ def test_cross_check_pairs_by_checkpoint_and_assets():
 
 def test_cross_check_reports_a_served_attention_mismatch_beside_the_tau_test():
     """The config fact is reported whether or not τ shows it; ``flag`` stays the τ test."""
-    from specbench.analysis.metrics import cross_check
+    from specbench.analysis.cross_checks import cross_check
 
     grp = tau_group
     methods = [{"name": "same", "method": "dflash", "speculator": "/ckpt/causal"},
@@ -167,7 +169,8 @@ def test_a_stopped_cell_reports_its_confidence_sequence_where_the_metric_is_comp
     """τ, TPOT and speedup of a group whose one cell stopped early are the confidence sequence at the
     prompts it used (not the bootstrap); the baseline keeps its own; without a stop, the bootstrap."""
     from specbench.analysis.cell_stopper import stopped_interval
-    from specbench.analysis.metrics import sum_counters, summarize_groups
+    from specbench.analysis.group_acceptance import sum_counters
+    from specbench.analysis.metrics import summarize_groups
     from specbench.config.stop_rule import StopRecord, StopRule
 
     cb, cm = cell("baseline", "baseline"), cell("eagle3", "eagle3", 3)

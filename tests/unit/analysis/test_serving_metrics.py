@@ -14,7 +14,6 @@ from specbench.analysis.serving_metrics import (
     meets_slo,
     request_tpot,
     speedup,
-    speedup_table_markdown,
     speedups_vs_concurrency,
     speedups_vs_load,
     summarize_cell,
@@ -88,8 +87,13 @@ def test_speedup_point_and_interval() -> None:
     base = [rec(f"b{i}", n=20, tpot=float(t)) for i, t in enumerate(rng.normal(0.02, 0.002, 60))]
     meth = [rec(f"m{i}", n=20, tpot=float(t)) for i, t in enumerate(rng.normal(0.01, 0.001, 60))]
     est = speedup(base, meth, "tpot")
-    point = np.mean([request_tpot(r) for r in base]) / np.mean([request_tpot(r) for r in meth])
-    assert est.value == pytest.approx(point)
+
+    def pooled(recs: list[RequestRecord]) -> float:  # Σ (latency − TTFT) / Σ (tokens − 1)
+        return sum(r.latency_s - r.ttft_s for r in recs) / sum(r.num_output_tokens - 1 for r in recs)
+
+    assert est.value == pytest.approx(pooled(base) / pooled(meth))
+    # every request has 20 tokens: the pooled ratio is the ratio of the mean TPOTs
+    assert est.value == pytest.approx(np.mean([request_tpot(r) for r in base]) / np.mean([request_tpot(r) for r in meth]))
     assert est.ci_low is not None and est.ci_high is not None
     assert est.ci_low < est.value < est.ci_high and 1.8 < est.value < 2.2
     assert est.ci_high - est.ci_low < 0.3
@@ -122,13 +126,10 @@ def test_speedup_vs_concurrency_table() -> None:
     ]
     tp = [s for s in sp if s.metric == "tpot"]
     assert all(s.estimate.value == pytest.approx(2.0) for s in tp)
-    md = speedup_table_markdown(sp, title="Speedup vs concurrency")
-    lines = md.strip().splitlines()
-    assert lines[0] == "**Speedup vs concurrency**"
-    assert lines[2] == "| concurrency | eagle3 TPOT | eagle3 throughput | n |"
-    assert lines[4].startswith("| 1 | 2.00× [") and lines[4].endswith("| 16 |")
-    assert lines[5].startswith("| 4 | 2.00×")
-    assert speedup_table_markdown([]) == ""
+    assert all(min(s.n_method, s.n_baseline) == 16 for s in sp)
+    text = _report_of(sp)
+    assert "| Where | Method | Metric | c=1 | c=4 |" in text
+    assert "| t · d | eagle3 | tpot | 2.00× [" in text
 
 
 def test_speedup_skips_concurrency_without_baseline() -> None:
@@ -189,20 +190,31 @@ def test_speedup_vs_request_rate_table() -> None:
     assert est[(0.5, "tpot")].value == pytest.approx(1.5) and est[(8.0, "tpot")].value == pytest.approx(1.2)
     lo, hi = est[(8.0, "tpot")].ci_low, est[(8.0, "tpot")].ci_high
     assert lo is not None and hi is not None and lo < 1.2 < hi
-    md = speedup_table_markdown(sp).strip().splitlines()
-    assert md[0] == "| request rate (req/s) | eagle3 TPOT | eagle3 throughput | n |"
-    assert md[2].startswith("| 0.5 | 1.50× [") and md[3].startswith("| 8 | 1.20× [") and md[3].endswith("| 16 |")
-    # With both kinds of load, each gets its own table.
+    assert all(min(s.n_method, s.n_baseline) == 16 for s in sp)
+    text = _report_of(sp)
+    assert "| Where | Method | Metric | 0.5 req/s | 8 req/s |" in text
+    assert "| t · d | eagle3 | tpot | 1.50× [" in text and "(n=16) | 1.20× [" in text
+    # With both kinds of load, each gets its own table, concurrency first.
     conc = speedups_vs_load({("baseline", 2): [rec("a", tpot=0.02)], ("eagle3", 2): [rec("a", tpot=0.01)]})
-    both = speedup_table_markdown([*conc, *sp])
-    assert "| concurrency | eagle3 TPOT" in both and "| request rate (req/s) | eagle3 TPOT" in both
-    assert both.index("| concurrency |") < both.index("| request rate")
+    both = _report_of([*conc, *sp])
+    assert "| Where | Method | Metric | c=2 |" in both and "| Where | Method | Metric | 0.5 req/s | 8 req/s |" in both
+    assert both.index("| c=2 |") < both.index("| 0.5 req/s |")
+
+
+def _report_of(speedups: list) -> str:
+    """The report's serving section of speedup rows (the analysis stores them with their target and dataset)."""
+    from specbench.report.markdown import render_markdown
+    from specbench.results.parts import ServingSpeedupRow
+
+    rows = [ServingSpeedupRow(target="t", dataset="d", **s.model_dump()) for s in speedups]
+    return render_markdown(run_summary(extra={"serving": rows}))
 
 
 def test_rate_rows_reach_the_summary_and_the_report(tmp_path) -> None:
-    """serving_rows on hand-built records: cell rows carry the rate, the report shows a rate table."""
+    """summarize_serving on hand-built records: cell rows carry the rate and their stored ratios, the report shows
+    a rate table."""
     from specbench.analysis.metrics import latest_cell_records, unique_requests
-    from specbench.analysis.pipeline import serving_rows
+    from specbench.analysis.pipeline import summarize_serving
     from specbench.report.build import build_report
     from specbench.report.document import Table
     from specbench.report.markdown import render_markdown
@@ -214,7 +226,7 @@ def test_rate_rows_reach_the_summary_and_the_report(tmp_path) -> None:
             ("baseline", 2): 1.0, ("eagle3", 2): 1.0}
     records = _records_for(cells, slow)
     cell_recs = [cell_record(c, wall_time_s=2.0) for c in cells]
-    rows = serving_rows({"t"}, cells, unique_requests(records), latest_cell_records(cell_recs))
+    rows = summarize_serving({"t"}, cells, unique_requests(records), latest_cell_records(cell_recs))
     cell_rows = {r.cell_id: r for r in rows if isinstance(r, ServingCellRow)}
     r8 = cell_rows["t/eagle3/d/T0/rate8/r0"]
     assert r8.request_rate == 8.0 and r8.concurrency is None and r8.max_concurrency == 4
@@ -233,10 +245,42 @@ def test_rate_rows_reach_the_summary_and_the_report(tmp_path) -> None:
     assert h[:5] == ["Target", "Dataset", "T", "Load", "Method"] and "TPOT p50 (ms)" in h and "ITL p99 (ms)" in h
     row = next(r for r in readable.rows if r[3] == "8 req/s" and r[4] == "eagle3")
     base = next(r for r in readable.rows if r[3] == "8 req/s" and r[4] == "baseline")
-    tp = h.index("TPOT p50 (ms)")
-    assert row[-1].startswith(f"{float(row[tp]) / float(base[tp]):.2f}× / ")  # TPOT p50 over the baseline's
+
+    def pooled_tpot(cell_id: str) -> float:  # Σ (latency − TTFT) / Σ (tokens − 1) over the cell's requests
+        mine = [r for r in records if r.cell_id == cell_id]
+        return sum(r.latency_s - r.ttft_s for r in mine) / sum(r.num_output_tokens - 1 for r in mine)
+
+    want = pooled_tpot("t/baseline/d/T0/rate8/r0") / pooled_tpot("t/eagle3/d/T0/rate8/r0")
+    assert r8.vs_baseline is not None and r8.vs_baseline.cell_id == "t/baseline/d/T0/rate8/r0"
+    assert r8.vs_baseline.tpot_ratio == pytest.approx(want) and r8.vs_baseline.throughput_ratio == pytest.approx(1.0)
+    assert r8.vs_reference is None and cell_rows["t/baseline/d/T0/rate8/r0"].vs_baseline is None
+    assert row[-1] == f"{want:.2f}× / 1.00×" and base[-1] == "–"  # the stored ratios, as stored
     assert [t.headers for t in tables] == [["Where", "Method", "Metric", "c=2"],
                                            ["Where", "Method", "Metric", "1 req/s", "8 req/s"]]
     tpot_row = next(r for r in tables[1].rows if r[2] == "tpot")
     assert tpot_row[:3] == ["t · d", "eagle3", "tpot"]
     assert tpot_row[3].startswith("2.00× [") and tpot_row[4].startswith("1.50× [")
+
+
+def test_a_server_cell_is_compared_with_the_reference_at_the_same_k_else_its_fastest() -> None:
+    """The serving table's reference: the reference method at the same K when it ran it, else its cell with the
+    highest aggregate tok/s; the reference's own cell has none."""
+    from specbench.analysis.serving_metrics import compare_cells, comparison_cells
+
+    cells = [cell("baseline", batch_size=2), cell("dflash-k3", "dflash", 3, batch_size=2, family="dflash"),
+             cell("dflash-k5", "dflash", 5, batch_size=2, family="dflash"),
+             cell("eagle3-k3", "eagle3", 3, batch_size=2, family="eagle3"),
+             cell("eagle3-k4", "eagle3", 4, batch_size=2, family="eagle3")]
+    tput = {c.cell_id: float(i) for i, c in enumerate(cells)}  # eagle3-k4 is the fastest eagle3
+    against = comparison_cells(cells, {"t": "eagle3"}, tput)
+    by = {c.method: c for c in cells}
+    assert against[by["dflash-k3"].cell_id] == (by["baseline"], by["eagle3-k3"])
+    assert against[by["dflash-k5"].cell_id] == (by["baseline"], by["eagle3-k4"])
+    assert against[by["eagle3-k3"].cell_id] == (by["baseline"], None)
+    assert against[by["baseline"].cell_id] == (None, by["eagle3-k4"])
+    fast = [rec(f"p{i}", n=11, tpot=0.01, cell=by["dflash-k3"].cell_id) for i in range(4)]
+    slow = [rec(f"p{i}", n=11, tpot=0.03, cell=by["eagle3-k3"].cell_id) for i in range(4)]
+    c = compare_cells(summarize_cell(fast, 1.0, cell_id="x", method="dflash-k3"), fast,
+                      summarize_cell(slow, 2.0, cell_id="y", method="eagle3-k3"), slow)
+    assert (c.cell_id, c.method) == ("y", "eagle3-k3")
+    assert c.tpot_ratio == pytest.approx(3.0) and c.throughput_ratio == pytest.approx(2.0)

@@ -65,12 +65,12 @@ def test_group_metrics_equal_hand_computation() -> None:
     recs = [record(*EOS, pid="a"), record(*MAX_TOKENS, pid="b")]
     m = step_metrics(recs)
     assert m is not None
-    assert m["tokens_per_step"].value == pytest.approx((5 + 4) / (2 + 2))
-    assert m["tokens_per_step_per_request"].value == pytest.approx((5 / 2 + 4 / 2) / 2)
-    assert m["terminal_overcount"].value == pytest.approx((2 + 2) / (7 + 6))
-    rate = m["draft_rate"]
+    assert m.tokens_per_step.value == pytest.approx((5 + 4) / (2 + 2))
+    assert m.tokens_per_step_per_request.value == pytest.approx((5 / 2 + 4 / 2) / 2)
+    assert m.terminal_overcount.value == pytest.approx((2 + 2) / (7 + 6))
+    rate = m.draft_rate
     assert (rate.value, rate.ci_low, rate.ci_high, rate.n, rate.method) == (1.0, 1.0, 1.0, 2, "exact")
-    assert all(e.n == 2 for e in m.values())
+    assert all(e.n == 2 for e in m)
     # Time per step divides by forward passes: 2 for each.
     assert [decoding_steps(r, speculative=True) for r in recs] == [2, 2]
 
@@ -79,18 +79,18 @@ def test_group_metrics_with_steps_without_a_draft() -> None:
     recs = [record(*NO_DRAFT, pid="a"), record(*EOS, pid="b")]
     m = step_metrics(recs)
     assert m is not None
-    assert m["tokens_per_step"].value == pytest.approx((7 + 5) / (4 + 2))
-    assert m["draft_rate"].value == pytest.approx((2 + 2) / (4 + 2))
-    assert m["draft_rate"].method == "bootstrap"
-    assert m["terminal_overcount"].value == pytest.approx(2 / (5 + 7))
+    assert m.tokens_per_step.value == pytest.approx((7 + 5) / (4 + 2))
+    assert m.draft_rate.value == pytest.approx((2 + 2) / (4 + 2))
+    assert m.draft_rate.method == "bootstrap"
+    assert m.terminal_overcount.value == pytest.approx(2 / (5 + 7))
 
 
 def test_bounds_are_labelled_not_estimated() -> None:
     m = step_metrics([record(8, trace([3, 2], [2, 1], complete=False))])
     assert m is not None
-    tps = m["tokens_per_step"]
+    tps = m.tokens_per_step
     assert tps.value is None and tps.method == "bounds" and (tps.ci_low, tps.ci_high) == (7 / 5, 7 / 4)
-    assert (m["draft_rate"].ci_low, m["draft_rate"].ci_high) == (2 / 5, 2 / 4)
+    assert (m.draft_rate.ci_low, m.draft_rate.ci_high) == (2 / 5, 2 / 4)
     assert decoding_steps(record(8, trace([3, 2], [2, 1], complete=False)), speculative=True) is None
 
 

@@ -106,7 +106,6 @@ def test_other_jsonl_files_go_through_the_one_reader(tmp_path):
     """Datasets (strict, gzip) and equivalence.jsonl (torn tail said, repaired on append) use rundir.iter_jsonl."""
     import gzip
 
-    from specbench.analysis import equivalence as equivalence_run
     from specbench.datasets import DatasetError, read_jsonl
 
     data = tmp_path / "d.jsonl.gz"
@@ -120,15 +119,37 @@ def test_other_jsonl_files_go_through_the_one_reader(tmp_path):
     with pytest.raises(FileNotFoundError):
         read_jsonl(tmp_path / "missing.jsonl")
 
-    eq = tmp_path / equivalence_run.EQUIVALENCE
-    _append_rows(eq, [{"cell_id": "c", "prompt_id": "p", "u": [0.5]}])
+    eq = tmp_path / rundir.EQUIVALENCE
+    _append_rows(eq, [{"cell_id": "c", "prompt_id": "p", "f_minus": [0.5], "p": [0.25]}])
     with open(eq, "a") as fh:
         fh.write('{"cell_id": "c", "pro')
     torn: list[str] = []
-    assert len(equivalence_run.read_scores(tmp_path, torn)) == 1
+    assert len(rundir.read_equivalence_rows(tmp_path, torn)) == 1
     assert torn and torn[0].startswith("equivalence.jsonl:2: torn last line")
-    _append_rows(eq, [{"cell_id": "c", "prompt_id": "q", "u": [0.1]}])
-    assert [r["prompt_id"] for r in equivalence_run.read_scores(tmp_path)] == ["p", "q"]
+    _append_rows(eq, [{"cell_id": "c", "prompt_id": "q", "sample_index": 1, "error": "boom"}])
+    rows = rundir.read_equivalence_rows(tmp_path)
+    assert [r.prompt_id for r in rows] == ["p", "q"]
+    assert [(r.request_key, r.scored) for r in rows] == [(("c", "p", 0), True), (("c", "q", 1), False)]
+
+
+def test_equivalence_rows_are_typed_and_read_back_as_written(tmp_path):
+    """Every shape of row a run writes (a scored request, an unscored one, a target's error) reads back as the
+    ScoreRow it was, and writes back byte for byte; a row that is no such row is an error with its file."""
+    from specbench.results.requests import ScoreRow
+
+    rows = [ScoreRow(cell_id="c", prompt_id="p", sample_index=0, repeat=0, temperature=1.0, top_p=1.0,
+                     order="probability", scorer="s", f_minus=[0.1, 0.2], p=[0.5, 0.25]),
+            ScoreRow(cell_id="c", prompt_id="q", sample_index=2, repeat=0, temperature=1.0, top_p=1.0,
+                     order="probability", scorer="s", error="too long"),
+            ScoreRow(target="t", error="engine did not start")]
+    _append_rows(tmp_path / rundir.EQUIVALENCE, [r.stored() for r in rows])
+    back = rundir.read_equivalence_rows(tmp_path)
+    assert back == rows and [r.stored() for r in back] == [r.stored() for r in rows]
+    assert [r.request_key for r in back] == [("c", "p", 0), ("c", "q", 2), None]
+    assert rundir.read_equivalence_rows(tmp_path / "none") == []
+    (tmp_path / rundir.EQUIVALENCE).write_text('{"cell_id": "c", "u": [0.5]}\n')
+    with pytest.raises(rundir.StoreError, match="equivalence.jsonl: not an equivalence row"):
+        rundir.read_equivalence_rows(tmp_path)
 
 
 def _append_rows(path, rows):
