@@ -100,12 +100,6 @@ def predict_tokens_per_step(rows: np.ndarray, k: int, k_max: int) -> Estimate | 
                            batched=lambda b: tokens_per_step_of(b, k, k_max))
 
 
-def half_width(e: Estimate | None) -> float | None:
-    if e is None or e.ci_low is None or e.ci_high is None:
-        return None
-    return (e.ci_high - e.ci_low) / 2
-
-
 def _workload(g: GroupSummary) -> tuple:
     return (*g.baseline_key, g.family or g.method)
 
@@ -137,7 +131,7 @@ def predict_workload(source: GroupSummary, requests: Sequence[RequestRecord],
         m_tau = m.tau if m is not None else None
         err = (tau.value - m_tau.value) if m_tau is not None and tau.value is not None and m_tau.value is not None \
             else None
-        hw = half_width(m_tau)
+        hw = m_tau.half_width if m_tau is not None else None
         points.append(KPredictionPoint(
             k=k, tau=tau, tokens_per_step=predict_tokens_per_step(rows, k, k_max),
             measured_group=m.group_id if m is not None else None, measured_tau=m_tau,

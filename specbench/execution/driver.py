@@ -42,12 +42,12 @@ from specbench.execution.jobs import (
     ScoresDone,
 )
 from specbench.execution.teacher_forcing import (
-    EQUIVALENCE,
     SCORE_BATCH,
     teacher_forcing_engine,
     teacher_forcing_work,
 )
 from specbench.execution.worker import now_iso, warmup_requests
+from specbench.results import rundir
 from specbench.results.records import CellRecord, RequestRecord
 from specbench.results.requests import (
     CellRequest,
@@ -57,7 +57,7 @@ from specbench.results.requests import (
     ScoreRow,
     StoredPrompt,
 )
-from specbench.results.rundir import CELLS, RECORDS, JsonlAppender, read_cells, read_requests, write_prompts
+from specbench.results.rundir import JsonlAppender, read_cells, read_requests, write_prompts
 from specbench.settings import settings
 
 
@@ -183,7 +183,7 @@ class Runner:
 
     def _resume_state(self) -> tuple[set[str], dict[str, list[RequestRecord]]]:
         """Cells already finished (ok or skipped) and records of unfinished ones."""
-        if not (self.run_dir / CELLS).exists():
+        if not rundir.has_cells(self.run_dir):
             return set(), {}
         latest: dict[str, CellRecord] = {}
         for c in read_cells(self.run_dir):
@@ -356,8 +356,8 @@ class Runner:
             self.prompts(c)
         self._write_prompts()
         done, partial = self._resume_state()
-        self._records = JsonlAppender(self.run_dir / RECORDS)
-        self._cells_out = JsonlAppender(self.run_dir / CELLS)
+        self._records = rundir.records_appender(self.run_dir)
+        self._cells_out = rundir.cells_appender(self.run_dir)
         try:
             jobs = self.cell_jobs(done, partial)
             problems = self.executor.check(jobs)
@@ -452,7 +452,7 @@ class Runner:
 
     def _scores(self, rows: list[ScoreRow]) -> None:
         if self._scores_out is None:
-            self._scores_out = JsonlAppender(self.run_dir / EQUIVALENCE)
+            self._scores_out = rundir.equivalence_appender(self.run_dir)
         for row in rows:
             self._scores_out.append(row.stored())
 

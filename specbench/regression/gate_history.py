@@ -33,7 +33,6 @@ from specbench.results import metric_catalog as catalog
 from specbench.results.manifest import RunManifest
 from specbench.results.noise_calibration import NoiseCalibration
 from specbench.results.summary import RunSummary
-from specbench.stats import Estimate
 
 DEFAULT_WINDOW = 5
 _SPEC = re.compile(r"^history(?::([1-9][0-9]*))?$")
@@ -47,12 +46,6 @@ def history_window(spec: str) -> int | None:
     return int(m.group(1)) if m.group(1) else DEFAULT_WINDOW
 
 
-def _half_width(e: Estimate) -> float | None:
-    if e.ci_low is None or e.ci_high is None:
-        return None
-    return (e.ci_high - e.ci_low) / 2
-
-
 def window_baseline(points: list[Point]) -> ExpectedMetric | None:
     """Median of the window's values with the interval described in the module docstring."""
     vals = np.array([p.estimate.value for p in points if p.estimate.value is not None], float)
@@ -60,7 +53,7 @@ def window_baseline(points: list[Point]) -> ExpectedMetric | None:
         return None
     med = float(np.median(vals))
     spread = 1.96 * 1.4826 * float(np.median(np.abs(vals - med))) if len(vals) >= 3 else 0.0
-    hws = [h for h in (_half_width(p.estimate) for p in points) if h is not None]
+    hws = [h for h in (p.estimate.half_width for p in points) if h is not None]
     own = float(np.median(hws)) / math.sqrt(len(vals)) if hws else 0.0
     h = max(spread, own)
     return ExpectedMetric(value=med, ci_low=med - h, ci_high=med + h, n=len(vals))
@@ -103,7 +96,7 @@ def evaluate_history_gate(
         if not pts or est is None or est.value is None:
             continue
         step = current_step([float(p.estimate.value or 0.0) for p in pts] + [est.value],
-                            [_half_width(p.estimate) for p in pts] + [_half_width(est)],
+                            [p.estimate.half_width for p in pts] + [est.half_width],
                             higher_is_better=catalog.higher_is_better(c.metric))
         if step is None:
             c.message += "; no step in the history (a drift or a single bad run)"

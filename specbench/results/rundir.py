@@ -101,6 +101,21 @@ class JsonlAppender:
         self._fh.close()
 
 
+def records_appender(run_dir: Path) -> JsonlAppender:
+    """The run's ``records.jsonl``, opened for appending (a torn last line repaired first)."""
+    return JsonlAppender(Path(run_dir) / RECORDS)
+
+
+def cells_appender(run_dir: Path) -> JsonlAppender:
+    """The run's ``cells.jsonl``, opened for appending."""
+    return JsonlAppender(Path(run_dir) / CELLS)
+
+
+def equivalence_appender(run_dir: Path) -> JsonlAppender:
+    """The run's ``equivalence.jsonl``, opened for appending."""
+    return JsonlAppender(Path(run_dir) / EQUIVALENCE)
+
+
 def _repair_torn_tail(path: Path) -> None:
     """Cut a partial last line (a write interrupted mid-line) before appending.
 
