@@ -141,13 +141,47 @@ def _report(fd: int, **item) -> None:
 
 
 def _launcher_main(argv: list[str]) -> int:
-    import resource
-
+    """Set the sandbox up, run the target, report how it ended (on the status pipe); 0, or
+    ``SETUP_ERROR_RC`` when the sandbox could not be set up."""
     cfg = json.loads(argv[0])
     status_fd = int(cfg["status_fd"])
     os.set_inheritable(status_fd, False)
     mode = cfg["mode"]
-    uid = cfg["uid"]
+    _ignore_signals()
+    try:
+        libc = _libc()
+        prog = _place_program(libc, cfg)
+    except Exception as exc:
+        _report(status_fd, setup_error=f"{type(exc).__name__}: {exc}")
+        return SETUP_ERROR_RC
+
+    env = {"PATH": SAFE_PATH, "LANG": "C.UTF-8", "HOME": cfg["workdir"]}
+    argv, token, token_r, result_r, result_w = _target_argv(libc, cfg, prog)
+    child = os.fork()
+    if child == 0:  # the target
+        _exec_target(libc, cfg, argv, env, (token_r, result_r, result_w), status_fd)
+
+    if token_r >= 0:
+        os.close(token_r)
+        os.close(result_w)
+    status = _wait_for_target(child, status_fd, float(cfg["deadline_s"]))
+    if status is None:
+        return SETUP_ERROR_RC
+    if os.WIFSIGNALED(status):
+        _report(status_fd, signal=os.WTERMSIG(status))
+    elif result_r >= 0:
+        # Exactly the token, nothing before or after it: the driver's own write.
+        _report(status_fd, exit=os.WEXITSTATUS(status), finished=drain(result_r, 4096) == token)
+    else:
+        _report(status_fd, exit=os.WEXITSTATUS(status))
+    if mode == "none":
+        _kill_children()
+    # As PID 1 of the namespace, exiting kills whatever is left.
+    return 0
+
+
+def _ignore_signals() -> None:
+    """The launcher outlives what specbench's terminal or process group is sent (the parent kills it)."""
     for ignored in (
         signal.SIGINT,
         signal.SIGTERM,
@@ -157,24 +191,28 @@ def _launcher_main(argv: list[str]) -> int:
         signal.SIGUSR2,
     ):
         signal.signal(ignored, signal.SIG_IGN)
-    try:
-        libc = _libc()
-        prog = cfg["prog"]
-        if mode != "none":
-            with open(prog, encoding="utf-8") as f:
-                source = f.read()
-            _setup_mounts(libc, cfg)
-            prog = "/tmp/prog.py"
-            with open(prog, "w", encoding="utf-8") as f:
-                f.write(source)
-            os.chmod(prog, 0o644)
-        else:
-            libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    except Exception as exc:
-        _report(status_fd, setup_error=f"{type(exc).__name__}: {exc}")
-        return SETUP_ERROR_RC
 
-    env = {"PATH": SAFE_PATH, "LANG": "C.UTF-8", "HOME": cfg["workdir"]}
+
+def _place_program(libc, cfg: dict) -> str:
+    """The program's path as the target sees it: in the namespace modes the mounts are set up and the
+    program copied into the fresh tmpfs; in mode ``none`` the launcher becomes a child subreaper."""
+    prog = cfg["prog"]
+    if cfg["mode"] != "none":
+        with open(prog, encoding="utf-8") as f:
+            source = f.read()
+        _setup_mounts(libc, cfg)
+        prog = "/tmp/prog.py"
+        with open(prog, "w", encoding="utf-8") as f:
+            f.write(source)
+        os.chmod(prog, 0o644)
+    else:
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    return prog
+
+
+def _target_argv(libc, cfg: dict, prog: str) -> tuple[list[str], bytes, int, int, int]:
+    """The target's command line, and with ``must_finish`` the token and its pipes (the token's read
+    end, the result's read and write ends; -1 without)."""
     interp = cfg["interpreter"]
     argv = [interp, "-I", "-S", "-B", prog]
     token = b""
@@ -190,41 +228,52 @@ def _launcher_main(argv: list[str]) -> int:
         result_r, result_w = os.pipe()
         driver = _DRIVER.format(path=prog, token_fd=token_r, result_fd=result_w)
         argv = [interp, "-I", "-S", "-B", "-c", driver]
-    child = os.fork()
-    if child == 0:  # the target
-        try:
-            for sig in range(1, signal.NSIG):
-                try:
-                    signal.signal(sig, signal.SIG_DFL)
-                except (OSError, ValueError):
-                    pass
-            for name, (soft, hard) in cfg["rlimits"].items():
-                resource.setrlimit(getattr(resource, name), (soft, hard))
-            if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-                raise OSError("prctl(PR_SET_NO_NEW_PRIVS) failed")
-            if uid is not None:
-                os.setgroups([])
-                os.setgid(uid)
-                os.setuid(uid)
-            elif mode == "userns":
-                with open("/proc/sys/kernel/cap_last_cap") as f:
-                    last = int(f.read())
-                for cap in range(last + 1):
-                    libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-            os.chdir(cfg["workdir"])
-            if token_r >= 0:
-                os.close(result_r)
-                os.set_inheritable(token_r, True)
-                os.set_inheritable(result_w, True)
-            os.execve(interp, argv, env)
-        except BaseException as exc:
-            _report(status_fd, setup_error=f"{type(exc).__name__}: {exc}")
-        os._exit(SETUP_ERROR_RC)
+    return argv, token, token_r, result_r, result_w
 
-    if token_r >= 0:
-        os.close(token_r)
-        os.close(result_w)
+
+def _exec_target(libc, cfg: dict, argv: list[str], env: dict, pipes: tuple[int, int, int], status_fd: int):
+    """In the forked child: default signals, rlimits, no_new_privs, the dedicated uid (or, ``userns``, no
+    capabilities), then ``exec`` of the target. Never returns: a failure is reported and the child exits
+    ``SETUP_ERROR_RC``. ``pipes``: the token's read end, the result's read and write ends (-1 without)."""
+    token_r, result_r, result_w = pipes
+    uid = cfg["uid"]
+    try:
+        import resource
+
+        for sig in range(1, signal.NSIG):
+            try:
+                signal.signal(sig, signal.SIG_DFL)
+            except (OSError, ValueError):
+                pass
+        for name, (soft, hard) in cfg["rlimits"].items():
+            resource.setrlimit(getattr(resource, name), (soft, hard))
+        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise OSError("prctl(PR_SET_NO_NEW_PRIVS) failed")
+        if uid is not None:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+        elif cfg["mode"] == "userns":
+            with open("/proc/sys/kernel/cap_last_cap") as f:
+                last = int(f.read())
+            for cap in range(last + 1):
+                libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        os.chdir(cfg["workdir"])
+        if token_r >= 0:
+            os.close(result_r)
+            os.set_inheritable(token_r, True)
+            os.set_inheritable(result_w, True)
+        os.execve(cfg["interpreter"], argv, env)
+    except BaseException as exc:
+        _report(status_fd, setup_error=f"{type(exc).__name__}: {exc}")
+    os._exit(SETUP_ERROR_RC)
+
+
+def _wait_for_target(child: int, status_fd: int, deadline_s: float) -> int | None:
+    """The target's wait status, reaping every other process on the way (as PID 1 or subreaper, orphans
+    are ours); None (reported) when it vanished. Past ``deadline_s`` the backstop alarm kills it, reports
+    the timeout and ends the launcher."""
 
     def on_alarm(signum, frame):
         try:
@@ -236,28 +285,18 @@ def _launcher_main(argv: list[str]) -> int:
         os._exit(0)
 
     signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, float(cfg["deadline_s"]))
+    signal.setitimer(signal.ITIMER_REAL, deadline_s)
     while True:
         # Reap everything (as PID 1 or subreaper orphans are ours) until the target exits.
         try:
             pid, status = os.waitpid(-1, 0)
         except ChildProcessError:
             _report(status_fd, setup_error="target vanished")
-            return SETUP_ERROR_RC
+            return None
         if pid == child:
             break
     signal.setitimer(signal.ITIMER_REAL, 0)
-    if os.WIFSIGNALED(status):
-        _report(status_fd, signal=os.WTERMSIG(status))
-    elif result_r >= 0:
-        # Exactly the token, nothing before or after it: the driver's own write.
-        _report(status_fd, exit=os.WEXITSTATUS(status), finished=drain(result_r, 4096) == token)
-    else:
-        _report(status_fd, exit=os.WEXITSTATUS(status))
-    if mode == "none":
-        _kill_children()
-    # As PID 1 of the namespace, exiting kills whatever is left.
-    return 0
+    return status
 
 
 def _kill_children(deadline_s: float = 5.0) -> None:
