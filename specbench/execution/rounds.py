@@ -273,25 +273,7 @@ def _run_set(group: list[EngineJob], rounds: int, seed: int, emit: Emit, placeme
             inner_emit(ev)
     try:
         for job in group:
-            runner = _Job(job, emit, placement, follow_up, kept)
-            try:
-                engine = runner.start()
-            except EngineUnavailable as exc:
-                emit(EngineState(job_id=job.job_id, state="skipped" if exc.skipped else "failed",
-                                 reason=exc.reason, log_tail=exc.log_tail, placement=placement))
-                runner.fail_cells(job.cells, exc)
-                continue
-            up[job.job_id] = _Resident(runner, engine)
-            runner.prepare_to_measure(engine)
-            try:
-                turns.join(job.job_id, engine)
-            except CellFailed as exc:
-                engine.kill()
-                del up[job.job_id]
-                reason = f"vLLM's sleep mode: {exc.reason}"
-                emit(EngineState(job_id=job.job_id, state="failed", reason=reason, log_tail=exc.log_tail,
-                                 placement=placement))
-                runner.fail_cells(job.cells, EngineUnavailable(reason, log_tail=exc.log_tail))
+            _start_resident(job, emit, placement, follow_up, kept, up, turns)
         keys = list(up)
         # A later start may have left a zygote importing vLLM (one that failed to start has no
         # warmup that waits for it): it is done before the first measured round.
@@ -304,45 +286,8 @@ def _run_set(group: list[EngineJob], rounds: int, seed: int, emit: Emit, placeme
         for r in range(rounds):
             order = ab_round_order(keys, pairs, arms, r, seed) if any(arms.values()) else round_order(keys, r, seed)
             this_round.clear()
-            # One step per slot (the cells of the engines that share prompts and load: what is compared with
-            # each other), its engines in the round's order; in an A/B run one step per pair and cell. A step's
-            # batches alternate between its engines (below): what is compared runs seconds apart at most.
-            slots: dict[tuple, list[tuple[str, int]]] = {}
-            for key in order:
-                for i, w in enumerate(up[key].runner.job.cells):
-                    slots.setdefault(slot_of(w), []).append((key, i))
-            steps = list(slots.values())
-            if any(arms.values()):
-                units = {u: [k for k in order if pairs[k] == u] for u in dict.fromkeys(pairs[k] for k in order)}
-                steps = []
-                for members in units.values():
-                    n = max(len(up[k].runner.job.cells) for k in members)
-                    if turns.members & set(members):  # taking turns: one arm's cells of the round, then the other's
-                        steps += [[(key, i)] for key in members for i in range(n)]
-                    else:
-                        steps += [[(key, i) for key in members] for i in range(n)]
-            for step in steps:
-                runs: list[tuple[str, CellWork, tuple[int, int]]] = []
-                for key, i in step:
-                    res = up[key]
-                    if i >= len(res.runner.job.cells):
-                        continue
-                    work = res.runner.job.cells[i]
-                    if work.request.cell.stop is not None or work.request.cell.cell_id in finished:
-                        continue
-                    spans = round_spans(len(work.request.prompts), rounds, work.request.cell.batch_size,
-                                        work.request.sampling.samples_per_prompt)
-                    if r < len(spans):
-                        runs.append((key, work, spans[r]))
-                sizes = {prompts_per_batch(w.request.cell.batch_size, w.request.sampling.samples_per_prompt)
-                         for _, w, _ in runs}
-                if len(runs) >= 2 and len({sp for _, _, sp in runs}) == 1 and len(sizes) == 1:
-                    # The step's batches alternate between its engines (A B | B A | … for an A/B pair), so
-                    # that they see the machine of the same second (its bursts last about one). A request-rate
-                    # cell's round is one Poisson stream: it is not cut into batches.
-                    unit = interleave_unit(runs[0][2], sizes.pop(), runs[0][1].request.cell.request_rate)
-                    runs = [(runs[o][0], runs[o][1], chunk)
-                            for chunk, order in batch_order(runs[0][2], unit, len(runs)) for o in order]
+            for step in _round_steps(up, order, arms, pairs, turns):
+                runs = _step_runs(up, step, r, rounds, finished)
                 for key, work, span in runs:
                     t0 = wall_now()
                     if work.request.cell.cell_id not in up[key].failed and turns.switch(key, up, (work, span, r)):
@@ -354,24 +299,7 @@ def _run_set(group: list[EngineJob], rounds: int, seed: int, emit: Emit, placeme
                 finished |= round_hook(r, list(this_round))
                 if measured <= finished:
                     break
-        for key in keys:
-            res = up[key]
-            runner, job = res.runner, res.runner.job
-            if job.teacher_forcing_after or any(w.request.cell.stop is not None for w in job.cells):
-                turns.switch(key, up)  # the work after the rounds runs on this engine: awake
-            for work in job.cells:
-                cid = work.request.cell.cell_id
-                if work.request.cell.stop is not None and res.dead is None:
-                    t0 = wall_now()
-                    runner.run_cell(res.engine, work)
-                    runner._phase("cells", t0)
-                elif cid not in res.failed:
-                    outcome = res.outcomes.get(cid) or CellOutcome(counters=None, wall_time_s=0.0, num_requests=0)
-                    runner.cell_done(work, outcome, res.started.get(cid) or now_iso())
-            if job.teacher_forcing_after and follow_up is not None and res.dead is None:
-                items = follow_up(job)
-                if items:
-                    res.engine = runner.score(res.engine, items)
+        _finish_set(up, keys, turns, follow_up)
     except BaseException:
         for res in up.values():
             res.engine.kill()
@@ -379,3 +307,104 @@ def _run_set(group: list[EngineJob], rounds: int, seed: int, emit: Emit, placeme
     finally:
         for res in up.values():
             res.runner.close(res.engine)
+
+
+def _start_resident(job: EngineJob, emit: Emit, placement: Placement, follow_up: FollowUp | None,
+                    kept: KeptEngines | None, up: dict[str, _Resident], turns: Turns) -> None:
+    """Start ``job``'s engine and add it to ``up`` (prepared to measure, joined to ``turns``); a job whose
+    engine does not start, or cannot take its turns, has its cells failed and stays out."""
+    runner = _Job(job, emit, placement, follow_up, kept)
+    try:
+        engine = runner.start()
+    except EngineUnavailable as exc:
+        emit(EngineState(job_id=job.job_id, state="skipped" if exc.skipped else "failed",
+                         reason=exc.reason, log_tail=exc.log_tail, placement=placement))
+        runner.fail_cells(job.cells, exc)
+        return
+    up[job.job_id] = _Resident(runner, engine)
+    runner.prepare_to_measure(engine)
+    try:
+        turns.join(job.job_id, engine)
+    except CellFailed as exc:
+        engine.kill()
+        del up[job.job_id]
+        reason = f"vLLM's sleep mode: {exc.reason}"
+        emit(EngineState(job_id=job.job_id, state="failed", reason=reason, log_tail=exc.log_tail,
+                         placement=placement))
+        runner.fail_cells(job.cells, EngineUnavailable(reason, log_tail=exc.log_tail))
+
+
+def _round_steps(up: dict[str, _Resident], order: list[str], arms: dict[str, str], pairs: dict[str, str],
+                 turns: Turns) -> list[list[tuple[str, int]]]:
+    """A round's steps, each a list of (engine key, cell index), its engines in the round's ``order``."""
+    # One step per slot (the cells of the engines that share prompts and load: what is compared with
+    # each other), its engines in the round's order; in an A/B run one step per pair and cell. A step's
+    # batches alternate between its engines (_step_runs): what is compared runs seconds apart at most.
+    slots: dict[tuple, list[tuple[str, int]]] = {}
+    for key in order:
+        for i, w in enumerate(up[key].runner.job.cells):
+            slots.setdefault(slot_of(w), []).append((key, i))
+    steps = list(slots.values())
+    if any(arms.values()):
+        units = {u: [k for k in order if pairs[k] == u] for u in dict.fromkeys(pairs[k] for k in order)}
+        steps = []
+        for members in units.values():
+            n = max(len(up[k].runner.job.cells) for k in members)
+            if turns.members & set(members):  # taking turns: one arm's cells of the round, then the other's
+                steps += [[(key, i)] for key in members for i in range(n)]
+            else:
+                steps += [[(key, i) for key in members] for i in range(n)]
+    return steps
+
+
+def _step_runs(up: dict[str, _Resident], step: list[tuple[str, int]], r: int, rounds: int,
+               finished: set[str]) -> list[tuple[str, CellWork, tuple[int, int]]]:
+    """What a step runs in round ``r``, in order: (engine key, cell, prompt span), the cells with a stop
+    rule, done by the hook or without a round ``r`` left out; the batches alternating between the
+    engines when they run the same span in batches of one size."""
+    runs: list[tuple[str, CellWork, tuple[int, int]]] = []
+    for key, i in step:
+        res = up[key]
+        if i >= len(res.runner.job.cells):
+            continue
+        work = res.runner.job.cells[i]
+        if work.request.cell.stop is not None or work.request.cell.cell_id in finished:
+            continue
+        spans = round_spans(len(work.request.prompts), rounds, work.request.cell.batch_size,
+                            work.request.sampling.samples_per_prompt)
+        if r < len(spans):
+            runs.append((key, work, spans[r]))
+    sizes = {prompts_per_batch(w.request.cell.batch_size, w.request.sampling.samples_per_prompt)
+             for _, w, _ in runs}
+    if len(runs) >= 2 and len({sp for _, _, sp in runs}) == 1 and len(sizes) == 1:
+        # The step's batches alternate between its engines (A B | B A | … for an A/B pair), so
+        # that they see the machine of the same second (its bursts last about one). A request-rate
+        # cell's round is one Poisson stream: it is not cut into batches.
+        unit = interleave_unit(runs[0][2], sizes.pop(), runs[0][1].request.cell.request_rate)
+        runs = [(runs[o][0], runs[o][1], chunk)
+                for chunk, order in batch_order(runs[0][2], unit, len(runs)) for o in order]
+    return runs
+
+
+def _finish_set(up: dict[str, _Resident], keys: list[str], turns: Turns, follow_up: FollowUp | None) -> None:
+    """After the rounds: each cell with a stop rule runs whole on its engine, every other cell that did not
+    fail is done with its outcome summed over its rounds, and a job that teacher-forces the target's
+    outputs after its cells scores them."""
+    for key in keys:
+        res = up[key]
+        runner, job = res.runner, res.runner.job
+        if job.teacher_forcing_after or any(w.request.cell.stop is not None for w in job.cells):
+            turns.switch(key, up)  # the work after the rounds runs on this engine: awake
+        for work in job.cells:
+            cid = work.request.cell.cell_id
+            if work.request.cell.stop is not None and res.dead is None:
+                t0 = wall_now()
+                runner.run_cell(res.engine, work)
+                runner._phase("cells", t0)
+            elif cid not in res.failed:
+                outcome = res.outcomes.get(cid) or CellOutcome(counters=None, wall_time_s=0.0, num_requests=0)
+                runner.cell_done(work, outcome, res.started.get(cid) or now_iso())
+        if job.teacher_forcing_after and follow_up is not None and res.dead is None:
+            items = follow_up(job)
+            if items:
+                res.engine = runner.score(res.engine, items)
