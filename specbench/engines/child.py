@@ -14,13 +14,13 @@ import importlib
 import multiprocessing as mp
 import multiprocessing.util  # noqa: F401 - its exit hook joins live children: registered before ours, it runs after
 import os
-import time
 import traceback
 from pathlib import Path
 from typing import Any
 
 from specbench.config.methods import VllmPassthrough
 from specbench.config.plan import EngineConfig
+from specbench.engines.piped_engine import PipedEngine, tail
 from specbench.engines.procs import LIVE, end_process
 from specbench.engines.protocol import (
     CellFailed,
@@ -30,7 +30,6 @@ from specbench.engines.protocol import (
     cannot_score,
 )
 from specbench.engines.vllm_forks import _as_worker, _log_to
-from specbench.engines.vllm_offline import tail
 from specbench.results.records import RequestRecord
 from specbench.results.requests import CellOutcome, CellRequest, ScoreItem, ScoreResult
 from specbench.settings import settings
@@ -132,7 +131,7 @@ def close_hosts() -> None:
     _HOSTS.close()
 
 
-class ChildEngine:
+class ChildEngine(PipedEngine):
     """``ChildEngine(config, log_path, "module:Class", args, capabilities)``: ``Class(*args)`` in a
     child process; ``capabilities`` are those of ``Class`` (declared by the factory, which knows it)."""
 
@@ -147,10 +146,6 @@ class ChildEngine:
         self._conn: Any = None
         self._describe: VllmPassthrough = {}
         self._live: int | None = None  # this child's entry in procs.LIVE
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
 
     @property
     def capabilities(self) -> EngineCapabilities:
@@ -180,33 +175,8 @@ class ChildEngine:
                                     log_tail=payload["log_tail"] or tail(self.log_path))
         self._describe = payload
 
-    def _recv(self, timeout: float, starting: bool = False) -> tuple[str, Any]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._conn.poll(0.2):
-                try:
-                    return self._conn.recv()
-                except (EOFError, OSError):
-                    break
-            if not self._proc.is_alive() and not self._conn.poll(0):
-                break
-        else:
-            self.kill()
-            what = "start" if starting else "finish the cell"
-            reason = f"engine did not {what} within {timeout:.0f} s"
-            if starting:
-                raise EngineUnavailable(reason, log_tail=tail(self.log_path))
-            raise CellFailed(reason, engine_dead=True, log_tail=tail(self.log_path))
-        code = self._proc.exitcode
-        self.kill()
-        reason = f"engine process died (exit code {code})"
-        if starting:
-            raise EngineUnavailable(reason, log_tail=tail(self.log_path))
-        raise CellFailed(reason, engine_dead=True, log_tail=tail(self.log_path))
-
     def run_cell(self, request: CellRequest, emit: EmitRecord) -> CellOutcome:
-        if self._proc is None or not self._proc.is_alive():
-            raise CellFailed("engine is not running", engine_dead=True, log_tail=tail(self.log_path))
+        self._require_running()
         self._conn.send(("cell", request.model_dump(mode="json")))
         while True:
             kind, payload = self._recv(settings().cell_timeout)
@@ -222,18 +192,13 @@ class ChildEngine:
     def score(self, items: list[ScoreItem]) -> list[ScoreResult]:
         if not self._capabilities.scores:
             raise cannot_score(self)
-        if self._proc is None or not self._proc.is_alive():
-            raise CellFailed("engine is not running", engine_dead=True, log_tail=tail(self.log_path))
+        self._require_running()
         self._conn.send(("score", [it.model_dump(mode="json") for it in items]))
         kind, payload = self._recv(settings().cell_timeout)
         if kind == "cell_failed":
             raise CellFailed(payload["reason"], engine_dead=payload["engine_dead"],
                              log_tail=payload["log_tail"] or tail(self.log_path))
         return [ScoreResult.model_validate(r) for r in payload]
-
-    @property
-    def alive(self) -> bool:
-        return self._proc is not None and self._proc.is_alive()
 
     def kill(self) -> None:
         if self._proc is not None:
@@ -243,6 +208,9 @@ class ChildEngine:
         self._proc = None
         LIVE.discard(self._live)
         self._live = None
+
+    def _gone(self) -> None:
+        self.kill()
 
     def _release(self) -> None:
         """The host process goes back to the pool for the next engine of this class."""

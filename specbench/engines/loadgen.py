@@ -158,129 +158,143 @@ async def run_load(
     ``alive_hint`` (cheap, synchronous: e.g. "is the server process still
     running") is asked before every send; ``False`` aborts the run.
     """
-    abort = abort or asyncio.Event()
-    todo: deque[RequestItem] = deque(items[: profile.num_requests] if profile.num_requests else items)
-    inflight: dict[asyncio.Task[Any], RequestResult] = {}
-    delivered: set[int] = set()
-    results: list[RequestResult] = []
-    t_start = time.perf_counter()
-    deadline = t_start + profile.duration_s if profile.duration_s else None
-    reason: list[str] = []
+    load = _Load(session, base_url, items, profile, on_result, abort or asyncio.Event(), check_alive, alive_hint,
+                 follow_up)
+    return await load.run()
 
-    def deliver(res: RequestResult) -> None:
-        if id(res) in delivered:
+
+class _Load:
+    """One :func:`run_load`: what is left to send, what is in flight, what was delivered, and why it stopped."""
+
+    def __init__(self, session: aiohttp.ClientSession, base_url: str, items: Sequence[RequestItem],
+                 profile: LoadProfile, on_result: Callable[[RequestResult], None], abort: asyncio.Event,
+                 check_alive: Callable[[], Awaitable[bool]] | None, alive_hint: Callable[[], bool] | None,
+                 follow_up: FollowUp | None):
+        self.session, self.base_url, self.profile, self.on_result = session, base_url, profile, on_result
+        self.abort, self.check_alive, self.alive_hint, self.follow_up = abort, check_alive, alive_hint, follow_up
+        self.todo: deque[RequestItem] = deque(items[: profile.num_requests] if profile.num_requests else items)
+        self.inflight: dict[asyncio.Task[Any], RequestResult] = {}
+        self.delivered: set[int] = set()
+        self.results: list[RequestResult] = []
+        self.t_start = time.perf_counter()
+        self.deadline = self.t_start + profile.duration_s if profile.duration_s else None
+        self.reason: list[str] = []
+
+    def deliver(self, res: RequestResult) -> None:
+        if id(res) in self.delivered:
             return
-        delivered.add(id(res))
-        results.append(res)
-        on_result(res)
+        self.delivered.add(id(res))
+        self.results.append(res)
+        self.on_result(res)
 
-    def going() -> bool:
-        if alive_hint is not None and not abort.is_set() and not alive_hint():
-            reason.append("server process is gone")
-            abort.set()
-        return not abort.is_set()
+    def going(self) -> bool:
+        if self.alive_hint is not None and not self.abort.is_set() and not self.alive_hint():
+            self.reason.append("server process is gone")
+            self.abort.set()
+        return not self.abort.is_set()
 
-    def may_send() -> bool:
-        return going() and bool(todo) and (deadline is None or time.perf_counter() < deadline)
+    def may_send(self) -> bool:
+        return self.going() and bool(self.todo) and (self.deadline is None or time.perf_counter() < self.deadline)
 
-    async def one(item: RequestItem) -> RequestResult:
+    async def one(self, item: RequestItem) -> RequestResult:
         holder: list[RequestResult] = []
         task = asyncio.current_task()
         assert task is not None
 
         def sent(r: RequestResult) -> None:
-            r.sent_offset_s = r.sent_at - t_start
+            r.sent_offset_s = r.sent_at - self.t_start
             holder.append(r)
-            inflight[task] = r
+            self.inflight[task] = r
 
         try:
-            res = await stream_request(session, base_url, item, profile.request_timeout_s, on_sent=sent)
+            res = await stream_request(self.session, self.base_url, item, self.profile.request_timeout_s, on_sent=sent)
         except asyncio.CancelledError:
             if holder:
-                deliver(holder[0])
+                self.deliver(holder[0])
             raise
         finally:
-            inflight.pop(task, None)
-        deliver(res)
-        if res.error_kind in ("connection", "incomplete") and check_alive is not None and not abort.is_set():
-            if not await check_alive():
-                reason.append(f"server unreachable after {res.error}")
-                abort.set()
+            self.inflight.pop(task, None)
+        self.deliver(res)
+        if res.error_kind in ("connection", "incomplete") and self.check_alive is not None and not self.abort.is_set():
+            if not await self.check_alive():
+                self.reason.append(f"server unreachable after {res.error}")
+                self.abort.set()
         return res
 
-    async def chain(item: RequestItem | None) -> None:
+    async def chain(self, item: RequestItem | None) -> None:
         """One request, or a whole conversation: its turns one after the other."""
         while item is not None:
-            res = await one(item)
-            item = follow_up(res) if follow_up is not None and going() else None
+            res = await self.one(item)
+            item = self.follow_up(res) if self.follow_up is not None and self.going() else None
 
-    async def closed_loop() -> None:
+    async def closed_loop(self) -> None:
         async def worker() -> None:
-            while may_send():
-                await chain(todo.popleft())
+            while self.may_send():
+                await self.chain(self.todo.popleft())
 
-        n = profile.concurrency or 1
+        n = self.profile.concurrency or 1
         await asyncio.gather(*(worker() for _ in range(n)))
 
-    async def open_loop() -> None:
-        assert profile.request_rate is not None
-        arrivals = poisson_offsets(profile.request_rate, profile.seed)
-        sem = asyncio.Semaphore(profile.concurrency) if profile.concurrency else None
+    async def open_loop(self) -> None:
+        assert self.profile.request_rate is not None
+        arrivals = poisson_offsets(self.profile.request_rate, self.profile.seed)
+        sem = asyncio.Semaphore(self.profile.concurrency) if self.profile.concurrency else None
         tasks: list[asyncio.Task[None]] = []
 
         async def gated(item: RequestItem) -> None:
             if sem is None:
-                await chain(item)
+                await self.chain(item)
                 return
             async with sem:
-                if abort.is_set():
-                    todo.appendleft(item)  # never sent
+                if self.abort.is_set():
+                    self.todo.appendleft(item)  # never sent
                     return
-                await chain(item)
+                await self.chain(item)
 
-        while may_send():
-            next_t = t_start + next(arrivals)  # the schedule, whatever the completions do
+        while self.may_send():
+            next_t = self.t_start + next(arrivals)  # the schedule, whatever the completions do
             delay = next_t - time.perf_counter()
             if delay > 0:
                 try:
-                    await asyncio.wait_for(abort.wait(), timeout=delay)
+                    await asyncio.wait_for(self.abort.wait(), timeout=delay)
                 except TimeoutError:
                     pass
-                if not may_send():
+                if not self.may_send():
                     break
-            tasks.append(asyncio.create_task(gated(todo.popleft())))
+            tasks.append(asyncio.create_task(gated(self.todo.popleft())))
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    main = asyncio.create_task(open_loop() if profile.mode == "poisson" else closed_loop())
+    async def run(self) -> LoadReport:
+        main = asyncio.create_task(self.open_loop() if self.profile.mode == "poisson" else self.closed_loop())
 
-    async def watch_abort() -> None:
-        await abort.wait()
-        for t in list(inflight):
-            t.cancel()
-        main.cancel()
+        async def watch_abort() -> None:
+            await self.abort.wait()
+            for t in list(self.inflight):
+                t.cancel()
+            main.cancel()
 
-    watcher = asyncio.create_task(watch_abort())
-    try:
-        await main
-    except asyncio.CancelledError:
-        if not abort.is_set():
-            raise  # cancelled from outside (Ctrl-C): propagate
-        # Give cancelled requests a moment to deliver their results.
-        for _ in range(50):
-            if not inflight:
-                break
-            await asyncio.sleep(0.01)
-    finally:
-        watcher.cancel()
-    t_end = max((r.finished_at or t_start for r in results), default=t_start)
-    return LoadReport(
-        results=results,
-        started_at=t_start,
-        finished_at=max(t_end, t_start),
-        aborted=(reason[0] if reason else "aborted") if abort.is_set() else None,
-        not_sent=len(todo),
-    )
+        watcher = asyncio.create_task(watch_abort())
+        try:
+            await main
+        except asyncio.CancelledError:
+            if not self.abort.is_set():
+                raise  # cancelled from outside (Ctrl-C): propagate
+            # Give cancelled requests a moment to deliver their results.
+            for _ in range(50):
+                if not self.inflight:
+                    break
+                await asyncio.sleep(0.01)
+        finally:
+            watcher.cancel()
+        t_end = max((r.finished_at or self.t_start for r in self.results), default=self.t_start)
+        return LoadReport(
+            results=self.results,
+            started_at=self.t_start,
+            finished_at=max(t_end, self.t_start),
+            aborted=(self.reason[0] if self.reason else "aborted") if self.abort.is_set() else None,
+            not_sent=len(self.todo),
+        )
 
 
 async def run_warmup(

@@ -117,7 +117,7 @@ class Sleeper(Protocol):
 
 def sleeper(engine: Engine) -> Sleeper:
     """``engine`` as a :class:`Sleeper`: one whose capabilities say it sleeps (else :class:`CellFailed`)."""
-    if not engine.capabilities.sleeps or not hasattr(engine, "sleep"):
+    if not engine.capabilities.sleeps:
         raise CellFailed(f"engine {engine.config.key} ({engine.capabilities.kind}) was not started with vLLM's "
                          "sleep mode (enable_sleep_mode)")
     return cast(Sleeper, engine)

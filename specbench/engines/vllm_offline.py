@@ -32,6 +32,7 @@ from specbench.config.arms import SLEEP_LEVEL
 from specbench.config.methods import VllmPassthrough
 from specbench.config.plan import EngineConfig
 from specbench.engines.interpreter import start_in
+from specbench.engines.piped_engine import PipedEngine, tail
 from specbench.engines.procs import (
     LIVE,
     descendants,
@@ -53,13 +54,6 @@ from specbench.settings import settings
 UNSUPPORTED_MARKERS = ("not supported", "only supported", "unsupported", "model runner v2")
 
 
-def tail(path: Path | None, n_chars: int = 4000) -> str:
-    if path is None or not path.exists():
-        return ""
-    data = path.read_bytes()[-n_chars:]
-    return data.decode("utf-8", "replace")
-
-
 # ---------------------------------------------------------------------------
 # worker side (runs in the child process)
 
@@ -78,7 +72,7 @@ def _ngram_propose(llm: Any) -> Propose | None:
                                int(llm.llm_engine.model_config.max_model_len))
 
 
-def request_steps(out: Any, method: str | None, ngram: Propose | None) -> StepTrace | None:
+def finished_request_trace(out: Any, method: str | None, ngram: Propose | None) -> StepTrace | None:
     """A finished request's verification steps: vLLM's drafted steps, completed by the ngram replay."""
     comp = out.outputs[0]
     trace = trace_from_vllm(getattr(comp, "spec_decode_metrics", None), method)
@@ -336,7 +330,7 @@ def _serve(conn: Any, engine_kwargs: dict[str, Any], env: dict[str, str], import
                 ]
                 outs = llm.generate(texts, params, use_tqdm=False)
                 recs = [
-                    _request_record(req, msg[2]["engine_key"], p.prompt_id, s, o, k, request_steps(o, method, ngram))
+                    _request_record(req, msg[2]["engine_key"], p.prompt_id, s, o, k, finished_request_trace(o, method, ngram))
                     for (p, s), o in zip(batch, outs, strict=False)
                 ]
                 conn.send(("records", recs))
@@ -352,7 +346,7 @@ def _serve(conn: Any, engine_kwargs: dict[str, Any], env: dict[str, str], import
 # parent side
 
 
-class VllmOfflineEngine:
+class VllmOfflineEngine(PipedEngine):
     """One ``vllm.LLM`` in a child process."""
 
     def __init__(self, config: EngineConfig, engine_kwargs: VllmPassthrough, log_path: Path, env: dict[str, str],
@@ -383,10 +377,6 @@ class VllmOfflineEngine:
         if self.vllm_version is not None:
             out["vllm_version"] = self.vllm_version
         return out
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -424,35 +414,8 @@ class VllmOfflineEngine:
             self.dtype = payload.get("dtype")
             self.vllm_version = payload.get("vllm_version")
 
-    def _recv(self, timeout: float, starting: bool = False) -> tuple[str, Any]:
-        deadline = time.monotonic() + timeout
-        while True:
-            if self._conn.poll(0.2):
-                try:
-                    return self._conn.recv()
-                except (EOFError, OSError):
-                    break
-            if not self._proc.is_alive():
-                if self._conn.poll(0):
-                    continue
-                break
-            if time.monotonic() > deadline:
-                self.kill()
-                what = "start" if starting else "finish the cell"
-                reason = f"engine did not {what} within {timeout:.0f} s"
-                if starting:
-                    raise EngineUnavailable(reason, log_tail=tail(self.log_path))
-                raise CellFailed(reason, engine_dead=True, log_tail=tail(self.log_path))
-        code = self._proc.exitcode if self._proc is not None else None
-        self._reap()
-        reason = f"engine process died (exit code {code})"
-        if starting:
-            raise EngineUnavailable(reason, log_tail=tail(self.log_path))
-        raise CellFailed(reason, engine_dead=True, log_tail=tail(self.log_path))
-
     def run_cell(self, request: CellRequest, emit: EmitRecord) -> CellOutcome:
-        if self._proc is None or not self._proc.is_alive():
-            raise CellFailed("engine is not running", engine_dead=True, log_tail=tail(self.log_path))
+        self._require_running()
         opts = {
             "engine_key": self.config.key,
             "chat_template_kwargs": self.config.target.chat_template_kwargs,
@@ -477,8 +440,7 @@ class VllmOfflineEngine:
                 raise CellFailed(payload, log_tail=tail(self.log_path))
 
     def _toggle(self, op: str, *args: Any) -> None:
-        if self._proc is None or not self._proc.is_alive():
-            raise CellFailed("engine is not running", engine_dead=True, log_tail=tail(self.log_path))
+        self._require_running()
         self._conn.send((op, *args))
         kind, payload = self._recv(settings().cell_timeout)
         if kind == "cell_error":
@@ -498,8 +460,7 @@ class VllmOfflineEngine:
         The engine must be a plain target started with ``max_logprobs=-1``. Raises
         :class:`CellFailed` when the engine fails.
         """
-        if self._proc is None or not self._proc.is_alive():
-            raise CellFailed("engine is not running", engine_dead=True, log_tail=tail(self.log_path))
+        self._require_running()
         opts = {"chat_template_kwargs": self.config.target.chat_template_kwargs}
         self._busy = True
         self._conn.send(("score", [it.model_dump(mode="json") for it in items], opts))
@@ -509,14 +470,13 @@ class VllmOfflineEngine:
             raise CellFailed(payload, log_tail=tail(self.log_path))
         return [ScoreResult.model_validate(r) for r in payload]
 
-    @property
-    def alive(self) -> bool:
-        return self._proc is not None and self._proc.is_alive()
-
     def kill(self) -> None:
         """SIGKILL the worker and its descendants (vLLM's EngineCore where it runs one)."""
         if self._proc is not None and self._proc.is_alive():
             kill_tree(self._proc.pid)
+        self._reap()
+
+    def _gone(self) -> None:
         self._reap()
 
     def _reap(self) -> None:

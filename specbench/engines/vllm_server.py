@@ -30,7 +30,8 @@ emitted (in-flight requests with ``error`` set); requests not yet sent are
 not recorded. A signal whose handler raises (a run being stopped) ends the
 cell within moments: requests that completed were emitted, those it cut
 short are not (they are sent again on resume), and the handler's exception
-leaves ``run_cell`` (see :func:`_run_async`).
+leaves ``run_cell`` (see :func:`specbench.engines.signal_safe_loop.run_keeping_signals`). Start-up helpers
+(the port, the readiness probe, the reason a start failed) are in :mod:`specbench.engines.server_startup`.
 """
 
 from __future__ import annotations
@@ -39,26 +40,21 @@ import asyncio
 import atexit
 import json
 import os
-import re
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Coroutine, Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from types import FrameType
-from typing import Any, TypeVar
+from typing import Any
 
 from specbench.config.arms import SLEEP_LEVEL
 from specbench.config.methods import VllmPassthrough
 from specbench.config.plan import EngineConfig
 from specbench.engines.interpreter import executable
 from specbench.engines.loadgen import FollowUp, LoadProfile, LoadReport, run_load, run_warmup
+from specbench.engines.piped_engine import tail
 from specbench.engines.procs import LIVE, descendants, kill_tree, pdeathsig_preexec
 from specbench.engines.prom import CounterReset, PromSnapshot, scrape_settled, served_mismatch
 from specbench.engines.protocol import (
@@ -69,9 +65,10 @@ from specbench.engines.protocol import (
     cannot_score,
 )
 from specbench.engines.server_conversations import ConversationLoad
+from specbench.engines.server_startup import HOST, free_port, http_get, start_failure
+from specbench.engines.signal_safe_loop import run_keeping_signals
 from specbench.engines.stream_client import RequestItem, RequestResult, build_item, make_session, to_record
 from specbench.engines.vllm_args import num_speculative_tokens, server_argv
-from specbench.engines.vllm_offline import tail
 from specbench.results.requests import (
     CellOutcome,
     CellRequest,
@@ -81,158 +78,6 @@ from specbench.results.requests import (
     is_conversations,
 )
 from specbench.settings import settings
-
-HOST = "127.0.0.1"
-
-# Phrases in a start-up exception meaning "this configuration cannot run on
-# this platform" (skipped, not failed). Deliberately narrower than "not
-# supported": vLLM also says "Model architectures [...] are not supported"
-# for a bad checkpoint, which is a failure. The runner additionally marks
-# skips from the method registry.
-UNSUPPORTED_MARKERS = (
-    "model runner v1 does not support",  # e.g. DSpark on CPU (V2 GPU runner only)
-    "model runner v2 does not yet support",
-    "not supported on cpu",
-    "not supported on this platform",
-    "only supported on",
-    "requires cuda",
-    "requires triton",
-    "triton is not available",
-    "is not available on",
-    "unsupported platform",
-)
-
-_EXC_LINE = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Exit)\b:?.*$")
-
-T = TypeVar("T")
-
-
-def free_port(host: str = HOST) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-def start_failure(log_text: str) -> tuple[str, bool]:
-    """``(reason, unsupported)`` from a server log that ended in a start-up failure.
-
-    The reason is the exception naming an unsupported configuration if any,
-    else the last exception, each with its indented continuation lines (where
-    pydantic puts the actual message), cut to 400 characters. Only exceptions
-    are searched, so warnings such as "X is not supported, falling back" do
-    not count.
-    """
-    lines = log_text.splitlines()
-    blocks: list[str] = []
-    for i, ln in enumerate(lines):
-        if not _EXC_LINE.match(ln):
-            continue
-        parts = [ln.strip()]
-        for nxt in lines[i + 1 : i + 4]:
-            if not nxt.startswith((" ", "\t")) or nxt.lstrip().startswith(
-                ("File ", "For further information")
-            ):
-                break
-            parts.append(nxt.strip())
-        block = " ".join(parts)
-        blocks.append(block if len(block) <= 400 else block[:397] + "...")
-    for block in blocks:
-        if any(m in block.lower() for m in UNSUPPORTED_MARKERS):
-            return block, True
-    if blocks:
-        return blocks[-1], False
-    rest = [ln.strip() for ln in lines if ln.strip()]
-    return (rest[-1] if rest else "no output"), False
-
-
-def _http_get(url: str, timeout_s: float) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as r:  # noqa: S310 - loopback/user URL
-            return r.status, r.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, b""
-    except (urllib.error.URLError, OSError, TimeoutError):
-        return 0, b""
-
-
-def _run_async(coro: Coroutine[Any, Any, T], on_stop: Callable[[], None] | None = None) -> T:
-    """Run a coroutine on a fresh event loop (uvloop when installed: less client overhead).
-
-    A SIGINT/SIGTERM whose Python handler raises (``KeyboardInterrupt``, or a
-    run's stop) must not raise inside the loop: asyncio and uvloop log and
-    drop any exception but ``KeyboardInterrupt``/``SystemExit`` raised in a
-    loop callback, and uvloop even while it waits for I/O, so the stop would
-    be lost and the cell run on. While the loop runs (main thread only), such
-    a handler is called at once and what it raises is kept: ``on_stop`` is
-    called, the coroutine is cancelled, and once the loop has unwound (its
-    tasks cancelled, the HTTP session closed) the kept exception is raised here.
-    """
-    try:
-        import uvloop
-
-        factory = uvloop.new_event_loop
-    except ImportError:  # pragma: no cover
-        factory = None
-    raised: list[BaseException] = []
-    main: list[asyncio.Task[T]] = []
-
-    def on_raise(exc: BaseException) -> None:
-        raised.append(exc)
-        if len(raised) == 1:
-            if on_stop is not None:
-                on_stop()
-            if main and not main[0].done():
-                main[0].cancel()
-                main[0].get_loop().call_soon_threadsafe(lambda: None)  # wake the loop
-
-    async def guarded() -> T:
-        task = asyncio.current_task()
-        assert task is not None
-        main.append(task)
-        if raised:  # a signal came before the loop started
-            coro.close()
-            raise asyncio.CancelledError
-        return await coro
-
-    with _signals_kept(on_raise):
-        try:
-            if sys.version_info >= (3, 11):
-                with asyncio.Runner(loop_factory=factory) as runner:
-                    result = runner.run(guarded())
-            else:  # pragma: no cover
-                result = asyncio.run(guarded())
-        except asyncio.CancelledError:
-            if not raised:
-                raise
-    if raised:
-        raise raised[0]
-    return result
-
-
-@contextmanager
-def _signals_kept(on_raise: Callable[[BaseException], None]) -> Iterator[None]:
-    """While inside, SIGINT/SIGTERM handlers that are Python functions run wrapped: what they raise goes to ``on_raise``."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old: dict[int, Any] = {}
-
-    def wrapped(signum: int, frame: FrameType | None) -> None:
-        handler = old.get(signum)
-        if callable(handler):
-            try:
-                handler(signum, frame)
-            except BaseException as exc:  # noqa: BLE001 - raised again once the loop has unwound
-                on_raise(exc)
-
-    try:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            if callable(signal.getsignal(sig)):  # SIG_DFL and SIG_IGN keep their meaning
-                old[sig] = signal.signal(sig, wrapped)
-        yield
-    finally:
-        for signum, handler in old.items():
-            signal.signal(signum, handler)
 
 
 class VllmServerEngine:
@@ -366,7 +211,7 @@ class VllmServerEngine:
                     skipped=unsupported,
                     log_tail=tail(self.log_path),
                 )
-            status, _ = _http_get(url + "/health", timeout_s=2.0)
+            status, _ = http_get(url + "/health", timeout_s=2.0)
             if status == 200:
                 return
             if time.monotonic() > deadline:
@@ -378,7 +223,7 @@ class VllmServerEngine:
             time.sleep(0.5)
 
     def _fetch_model(self, url: str) -> str:
-        status, body = _http_get(url + "/v1/models", timeout_s=10.0)
+        status, body = http_get(url + "/v1/models", timeout_s=10.0)
         if status == 200:
             try:
                 data = json.loads(body)["data"]
@@ -454,7 +299,7 @@ class VllmServerEngine:
         if self._proc is not None:
             return self._proc.poll() is None
         if self.attach_url is not None:
-            return _http_get(self.attach_url + "/health", timeout_s=2.0)[0] == 200
+            return http_get(self.attach_url + "/health", timeout_s=2.0)[0] == 200
         return False
 
     def kill(self) -> None:
@@ -561,7 +406,7 @@ class VllmServerEngine:
                             method=(self.config.speculative_config or {}).get("method"))
             emit(convs.annotate(rec) if convs is not None else rec)
 
-        report, before, after, prom_error = _run_async(
+        report, before, after, prom_error = run_keeping_signals(
             self._cell(items, profile, on_result, convs.follow_up if convs is not None else None),
             on_stop=lambda: stopping.append(True),
         )
@@ -625,7 +470,7 @@ class VllmServerEngine:
                 await asyncio.sleep(0.2)  # let the watchdog see a dying process
                 return self._proc.poll() is None
             loop = asyncio.get_running_loop()
-            status, _ = await loop.run_in_executor(None, _http_get, url + "/health", 2.0)
+            status, _ = await loop.run_in_executor(None, http_get, url + "/health", 2.0)
             return status == 200
 
         async with make_session(profile.concurrency) as session:

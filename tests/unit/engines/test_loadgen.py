@@ -28,6 +28,7 @@ from specbench.config.suite import MethodSpec, TargetSpec
 from specbench.engines.loadgen import LoadProfile, poisson_offsets, run_load, run_warmup
 from specbench.engines.prom import parse_metrics
 from specbench.engines.protocol import CellFailed
+from specbench.engines.server_startup import start_failure
 from specbench.engines.stream_client import (
     RequestItem,
     build_item,
@@ -37,7 +38,7 @@ from specbench.engines.stream_client import (
     token_timing,
 )
 from specbench.engines.vllm_args import server_cli_args
-from specbench.engines.vllm_server import VllmServerEngine, start_failure
+from specbench.engines.vllm_server import VllmServerEngine
 from specbench.results.counters import from_response
 from specbench.results.records import RequestRecord, SpecCounters
 from specbench.results.requests import CellRequest, PreparedPrompt, SamplingRequest, request_seed
@@ -360,7 +361,7 @@ def test_engine_attach_all_failed_fails_the_cell(server: FakeServer, tmp_path: P
 
 def test_engine_attach_unreachable(tmp_path: Path) -> None:
     from specbench.engines.protocol import EngineUnavailable
-    from specbench.engines.vllm_server import free_port
+    from specbench.engines.server_startup import free_port
 
     eng = VllmServerEngine(
         _config(),
