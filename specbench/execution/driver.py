@@ -435,6 +435,9 @@ class Runner:
             status.pop("reason", None)
             if attention is not None:
                 status["draft_attention"] = attention
+        elif ev.state == "closed" and ev.describe and status.get("status") == "started":
+            status["describe"] = {**status.get("describe", {}),
+                                  **{k: v for k, v in ev.describe.items() if k != "draft_attention"}}
         elif ev.state in ("failed", "skipped"):
             status.update(status=ev.state, reason=ev.reason)
         elif ev.state == "restarting":

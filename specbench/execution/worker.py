@@ -176,11 +176,14 @@ class _Job:
             self.close(engine)
 
     def close(self, engine: Engine) -> None:
+        # What the engine found while serving (a server's checks of what it serves) goes to the driver by value,
+        # as everything crosses to it (an executor may run this worker in another process).
+        final = engine.describe()
         t0 = wall_now()
         if self.kept is None or not self.kept.keep(self.identity, engine, self.first_log):
             engine.close()
         self._phase("engine_close", t0)
-        self.emit(EngineState(job_id=self.job.job_id, state="closed"))
+        self.emit(EngineState(job_id=self.job.job_id, state="closed", describe=final))
 
     def warmup(self, engine: Engine) -> None:
         """Unrecorded requests in the shape of each load the engine will see (the driver built them)."""
