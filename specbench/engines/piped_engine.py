@@ -80,6 +80,8 @@ class PipedEngine:
                 self.kill()
                 raise self._dead(f"engine did not {'start' if starting else 'finish the cell'} within {timeout:.0f} s",
                                  starting=starting)
+        if self._proc is not None:
+            self._proc.join(timeout=5)  # the pipe may close before the process is reaped: wait for its exit code
         code = self._proc.exitcode if self._proc is not None else None
         self._gone()
         raise self._dead(f"engine process died (exit code {code})", starting=starting)
