@@ -14,7 +14,7 @@ from specbench.config.plan import EngineConfig, Plan, expand, sampled_prompt_lim
 from specbench.config.suite import MethodSpec, TargetSpec, load_suite
 from specbench.engines.child import ChildEngine
 from specbench.engines.factory import ResolvedEngine, make_engine
-from specbench.engines.protocol import CellFailed, Engine
+from specbench.engines.protocol import CellFailed, Engine, Sleeper, sleeper
 from specbench.engines.reference import ReferenceEngine
 from specbench.engines.vllm_offline import VllmOfflineEngine
 from specbench.engines.vllm_server import VllmServerEngine
@@ -52,6 +52,24 @@ def test_the_factory_builds_engines_that_declare_their_capabilities(tmp_path: Pa
     if not scores:
         with pytest.raises(CellFailed, match="cannot teacher-force"):
             engine.score([])
+
+
+SLEEPER_MEMBERS = tuple(m for m in vars(Sleeper) if not m.startswith("_"))
+
+
+@pytest.mark.parametrize("kind", ["vllm-offline", "vllm-server"])
+@pytest.mark.parametrize("sleep_mode", [True, False])
+def test_an_engine_sleeps_when_its_capabilities_say_so(tmp_path: Path, kind: str, sleep_mode: bool) -> None:
+    kwargs = {"model": "m", **({"enable_sleep_mode": True} if sleep_mode else {})}
+    engine = make_engine(ResolvedEngine(config=_cfg(kind), model_path="m", speculator_path=None,
+                                        engine_kwargs=kwargs), tmp_path)
+    assert engine.capabilities.sleeps is sleep_mode
+    if sleep_mode:  # what it declares, it has: the sleeper's operations
+        assert SLEEPER_MEMBERS == ("sleep", "wake_up")
+        assert all(callable(getattr(sleeper(engine), m)) for m in SLEEPER_MEMBERS)
+    else:
+        with pytest.raises(CellFailed, match="sleep mode"):
+            sleeper(engine)
 
 
 def test_only_the_offline_engine_prepares_a_zygote_for_the_next(tmp_path: Path) -> None:
