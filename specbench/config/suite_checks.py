@@ -88,6 +88,8 @@ def check_semantics(suite: Suite, base_dir: Path) -> list[tuple[tuple[Any, ...],
         _unique([m.label for m in t.methods], (*loc_t, "methods"), "method name", problems)
         if t.assets is not None and t.model != "tiny":
             problems.append(((*loc_t, "assets"), "'assets' only applies to model: tiny"))
+        if t.zoo_target != "trained" and t.model != "tiny":
+            problems.append(((*loc_t, "zoo_target"), "'zoo_target' only applies to model: tiny"))
         if t.python is not None:
             exe = Path(t.python).expanduser()
             if "/" in t.python and not exe.is_absolute():

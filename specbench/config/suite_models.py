@@ -116,6 +116,13 @@ class TargetSpec(Strict):
         "'tiny:<kind>' drafter, else 'untrained'",
     )
 
+    zoo_target: Literal["trained", "weight-bound"] = Field(
+        "trained",
+        description="model: tiny only: 'trained' serves the zoo's trained target; 'weight-bound' the same function "
+        "carried by a wider network (MLP units that cost weight traffic and add exactly zero to the output), "
+        "so that a decode step is bound by its weights as on a GPU (specbench.zoo.weight_bound)",
+    )
+
     @model_validator(mode="after")
     def _default_assets(self) -> TargetSpec:
         if self.assets is None and self.model == "tiny":

@@ -51,7 +51,16 @@ def target_model_path(target: TargetSpec, assets_factory: Callable[[], Any] | No
     from specbench.zoo.assets import ensure_assets_for
 
     assets = ensure_assets_for(target.assets) if assets_factory is None else assets_factory()
-    return str(assets.target)
+    return zoo_target_path(target, assets.target)
+
+
+def zoo_target_path(target: TargetSpec, trained: Path) -> str:
+    """The directory of the zoo target a ``model: tiny`` target serves: the trained one, or its weight-bound copy."""
+    if target.zoo_target == "weight-bound":
+        from specbench.zoo.weight_bound import ensure_weight_bound
+
+        return str(ensure_weight_bound(trained))
+    return str(trained)
 
 
 def resolve_engine(cfg: EngineConfig, platform: str, assets_factory: Callable[[], Any] | None = None) -> ResolvedEngine:
@@ -64,7 +73,7 @@ def resolve_engine(cfg: EngineConfig, platform: str, assets_factory: Callable[[]
     assets = None
     if uses_zoo(cfg):
         assets = ensure_assets_for(cfg.target.assets) if assets_factory is None else assets_factory()
-    model_path = str(assets.target) if model == "tiny" and assets is not None else model
+    model_path = zoo_target_path(cfg.target, assets.target) if model == "tiny" and assets is not None else model
     spec_path: str | None = None
     if spec_ref == "target":
         spec_path = model_path

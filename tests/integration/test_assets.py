@@ -171,6 +171,30 @@ def test_suite_assets_default_and_validation(tmp_path):
         _suite(tmp_path, model="Qwen/Qwen3-8B", assets="trained")
     with pytest.raises(SuiteError, match="assets"):
         _suite(tmp_path, assets="half-trained")
+    with pytest.raises(SuiteError, match="'zoo_target' only applies to model: tiny"):
+        _suite(tmp_path, model="Qwen/Qwen3-8B", extra="    zoo_target: weight-bound\n")
+
+
+def test_a_weight_bound_target_serves_the_widened_copy(built, tmp_path):
+    """``zoo_target: weight-bound`` resolves to the copy beside the zoo's target, built on first use; its drafters
+    stay the zoo's."""
+    import json
+
+    from specbench.config.plan import expand
+    from specbench.engines.factory import resolve_engine
+    from specbench.zoo.weight_bound import WEIGHT_BOUND_INTERMEDIATE
+
+    _, a, _ = built
+    eagle = "      - method: eagle3\n        speculator: tiny:eagle3\n        num_speculative_tokens: 3\n"
+    plan = expand(_suite(tmp_path, extra=eagle + "    zoo_target: weight-bound\n"))
+    (eng,) = [e for e in plan.engines if e.method.method == "eagle3"]
+    res = resolve_engine(eng, "cpu", assets_factory=lambda: a)
+    assert res.model_path != str(a.target) and Path(res.model_path).parent == a.target.parent
+    cfg = json.loads((Path(res.model_path) / "config.json").read_text())
+    assert cfg["intermediate_size"] == WEIGHT_BOUND_INTERMEDIATE
+    assert res.speculator_path == str(a.speculators["eagle3"])
+    trained = resolve_engine(expand(_suite(tmp_path, extra=eagle)).engines[1], "cpu", assets_factory=lambda: a)
+    assert trained.model_path == str(a.target)
 
 
 def test_cpu_smoke_uses_the_trained_zoo_and_a_greedy_reference_target():

@@ -135,6 +135,13 @@ def check_zoo_target_levers(out: str) -> None:
     assert all(v["short"] == v["n"] for v in res["degeneracy"].values()), out  # 8 tokens: all short
 
 
+def check_target_regime(out: str) -> None:
+    rows = {r[0]: r for r in re.findall(r"^\| (trained|1024) \| (\d+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|$", out, re.M)}
+    assert set(rows) == {"trained", "1024"}, out
+    assert int(rows["1024"][1]) > int(rows["trained"][1]), out  # the widened copy carries more weight bytes
+    assert "ms per MB of weights" in out, out
+
+
 #: script -> (extra arguments, given the shared run's directory; the check of its output)
 SMOKES = {
     "ab_gate.py": (lambda run: [], check_ab_gate),  # 2 × specbench ab at once (2 engines each), B a layered env
@@ -151,6 +158,7 @@ SMOKES = {
     "k_schedule.py": (lambda run: ["--runs", str(run)], check_k_schedule),  # no engine: the shared run's K sweep
     "parallel_vs_eagle3.py": (lambda run: ["--runs", str(run)], check_parallel_vs_eagle3),
     "time_breakdown.py": (lambda run: [str(run)], check_time_breakdown),
+    "target_regime.py": (lambda run: [], check_target_regime),  # 2 engines, one after the other
     "vllm_cpu_expand_bug.py": (lambda run: [], check_vllm_cpu_expand_bug),  # 1 engine, in-process
     "zoo_target_levers.py": (lambda run: ["--label", "smoke"], check_zoo_target_levers),  # PyTorch, no engine
 }
