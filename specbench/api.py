@@ -33,6 +33,8 @@ from specbench.execution.run_manifest import finish_manifest, new_run_manifest, 
 from specbench.execution.run_manifest import record_time_breakdown as record_time_breakdown
 from specbench.execution.run_plan import DataChanged as DataChanged  # a resumed run's data changed: bad input
 from specbench.execution.run_plan import RunPlan, engine_configs, plan_resume, plan_run
+from specbench.execution.run_plan import headline_plan as headline_plan  # --dry-run
+from specbench.execution.run_plan import with_headline_budget as with_headline_budget  # --budget
 from specbench.execution.timeline import Timeline
 from specbench.report.build import torn_lines_note as torn_lines_note  # what a front end shows of a run
 from specbench.report.terminal import TerminalTable, shown, terminal_tables
@@ -51,6 +53,7 @@ if TYPE_CHECKING:
 __all__ = [
     # a run: plan it once (or take a stopped run's stored plan), run it, rebuild and render its summary
     "validate", "load_suite", "with_ks", "plan", "resume_plan", "dry_run", "dataset_plan", "equivalence_plan",
+    "headline_plan", "with_headline_budget",
     "run", "analyze", "load_summary", "report", "record_time_breakdown", "results_root",
     # K per batch size for vLLM's dynamic speculative decoding, predicted from a run
     "schedule",
@@ -324,7 +327,8 @@ def _analyze(run_dir: Path, allow_code_exec: bool | None, timeline: Timeline, no
     speed_noise, noise_note = run_speed_noise(run_dir, manifest, noise)
     cells = manifest.plan.cells if manifest.plan is not None else []
     torn: list[str] = []  # torn last lines of interrupted writes, "file:line: …"
-    requests = rundir.read_requests(run_dir, torn)
+    every = rundir.read_requests(run_dir, torn, speed_rounds=True)
+    requests = [r for r in every if not r.speed_only]  # the suite's single pass; the headline's rounds besides
     cell_records = rundir.read_cells(run_dir, torn)
     with timeline.span("scoring"):
         scores, notes = score_run(run_dir, manifest, cells, requests, allow_code_exec, torn)
@@ -333,7 +337,7 @@ def _analyze(run_dir: Path, allow_code_exec: bool | None, timeline: Timeline, no
     summary = summarize_run(manifest, cells, cell_records, requests, scores=scores, scoring_notes=notes,
                             prompt_references=prompt_references, prompt_categories=rundir.prompt_categories(run_dir),
                             equivalence=equivalence, torn_lines=torn, speed_noise=speed_noise,
-                            speed_noise_note=noise_note)
+                            speed_noise_note=noise_note, speed_rounds=[r for r in every if r.speed_only])
     rundir.write_summary(run_dir, summary)
     if any(g.schedule is not None for g in summary.groups):  # a method ran with a schedule: checked on the engine
         from specbench.analysis.k_schedule import schedule_run

@@ -198,6 +198,9 @@ def run_command(
     noise: Annotated[Path | None, typer.Option(
         help="an A/A calibration (specbench calibrate) whose between-run noise the speed intervals include "
              "(default: results/<suite>/noise.json when it is of this hardware class)")] = None,
+    budget: Annotated[float | None, typer.Option(
+        min=1, help="seconds the headline's speed rounds may take after the single pass (the suite's "
+                    "headline.budget_s); what is undecided then stays so")] = None,
 ) -> None:
     """Run a suite on real engines; write records, summary and reports."""
     ks: list[int] | None = None
@@ -210,11 +213,18 @@ def run_command(
             _bad_input(["--num-speculative-tokens: give at least one K"])
     # The suite is read and expanded once, here (a resumed run: its stored suite and plan, not the YAML).
     planned = api.resume_plan(resume) if resume is not None else api.plan(suite, ks)
+    if budget is not None:
+        try:
+            planned = api.with_headline_budget(planned, budget)
+        except ValueError as exc:
+            _bad_input([f"--budget: {exc}"])
     if dry_run:
         for line in api.dataset_plan(planned.suite):  # a SuiteError (bad rows, file:line) exits 2
             console.print("dataset " + line, highlight=False, soft_wrap=True)
         for line in api.equivalence_plan(planned.suite):
             console.print("equivalence " + line, highlight=False, soft_wrap=True)
+        for line in api.headline_plan(planned, platform):
+            console.print("headline " + line, highlight=False, soft_wrap=True)
         _print_engine_configs(planned, platform)
         return
     timeline = api.Timeline()  # where the time goes (issue 16): the manifest's time_breakdown, the closing line

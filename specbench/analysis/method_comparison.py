@@ -14,7 +14,7 @@ and load, each arm at its best K there:
 * in a run with speed rounds (the method against the reference inside one run is an A/B, issue 36) the
   speed ratio is decided by ``specbench ab``'s rule (:data:`HEADLINE_RULE`): per round, the paired log
   ratio of output throughput over the requests both arms measured in it
-  (:func:`paired_round_log_ratios`, :func:`specbench.results.speed_estimators.round_log_ratio`); the ratio is their geometric mean, its interval the rule's
+  (:func:`specbench.analysis.headline_rounds.round_log_ratios`); the ratio is their geometric mean, its interval the rule's
   confidence sequence (t-corrected for a spread estimated from few rounds), and the verdict three-way:
   *faster* / *slower* beyond ±:data:`HEADLINE_MARGIN`, *same* within, else *undecided*; the row keeps
   the rounds it rests on and how many would decide it. In a run of one round (the arms measured minutes
@@ -38,8 +38,8 @@ import numpy as np
 
 from specbench import stats
 from specbench.analysis import step_time
-from specbench.analysis.ab_decision import ABRule, decide, margin_code
-from specbench.analysis.ab_rounds import round_values
+from specbench.analysis.ab_decision import ABRule, margin_code
+from specbench.analysis.headline_rounds import choose_k, decide_pair
 from specbench.analysis.metrics import paired_speedup
 from specbench.results import counters, speed_estimators
 from specbench.results.parts import HeadlineRow, KPoint, KSweep, PublishedClaim, Verdict
@@ -142,24 +142,16 @@ def _claims(published: Sequence[dict], target: str, method: str, g: GroupSummary
     ]
 
 
-def paired_round_log_ratios(method: Sequence[RequestRecord], reference: Sequence[RequestRecord]) -> np.ndarray:
-    """Per speed round (in round order), ``log(method / reference)`` of output tok/s per stream
-    (:func:`~specbench.analysis.ab_rounds.round_values`, as ``specbench ab`` computes it) over the requests
-    both arms measured in that round (same prompt, sample and repeat; the two arms of a prompt share a round)."""
-    ref = {(r.prompt_id, r.sample_index, r.repeat): r for r in reference if r.error is None and r.latency_s}
-    pairs: dict[int, tuple[list[RequestRecord], list[RequestRecord]]] = defaultdict(lambda: ([], []))
-    for r in method:
-        key = (r.prompt_id, r.sample_index, r.repeat)
-        if r.error is None and r.latency_s and r.round is not None and key in ref:
-            pairs[r.round][0].append(r)
-            pairs[r.round][1].append(ref[key])
-    vms, vbs = [], []
-    for _, (m, b) in sorted(pairs.items()):
-        vm, vb = round_values(m, True).get("output_tps"), round_values(b, True).get("output_tps")
-        if vm and vb:
-            vms.append(vm)
-            vbs.append(vb)
-    return np.asarray(speed_estimators.round_log_ratio(np.array(vms, float), np.array(vbs, float)), float)
+def _headline_point(arms: Sequence[GroupSummary], group_requests: dict[str, list[RequestRecord]],
+                    rule: ABRule) -> tuple[GroupSummary, list[int]]:
+    """A family's point for the headline, and its tie: with speed rounds, the paired rule's K
+    (:func:`~specbench.analysis.headline_rounds.choose_k`); in a run of one round, the best group."""
+    timed = {g.k: group_requests.get(g.group_id, []) for g in arms}
+    if len(arms) < 2 or not any(r.round is not None for recs in timed.values() for r in recs):
+        return best_group(arms), []
+    choice = choose_k(timed, rule)
+    g = next(g for g in arms if g.k == choice.k)
+    return g, list(choice.tie) if len(choice.tie) > 1 else []
 
 
 def headline_ratios(
@@ -167,8 +159,14 @@ def headline_ratios(
     group_requests: dict[str, list[RequestRecord]],
     reference_of: dict[str, str],
     published: Sequence[dict] = (),
+    speed_requests: dict[str, list[RequestRecord]] | None = None,
+    rule: ABRule = HEADLINE_RULE,
 ) -> list[HeadlineRow]:
-    """One row per (target, dataset, temperature, load, method other than the reference)."""
+    """One row per (target, dataset, temperature, load, method other than the reference).
+
+    ``group_requests``: the suite's single pass (τ, the pooled speed of a run of one round);
+    ``speed_requests``: those with the headline's speed rounds on repeats of the prompts (default: the same)."""
+    speed = group_requests if speed_requests is None else speed_requests
     buckets: dict[tuple, dict[str, list[GroupSummary]]] = defaultdict(lambda: defaultdict(list))
     for g in groups:
         if _usable(g):
@@ -179,18 +177,18 @@ def headline_ratios(
         ref_name = reference_of.get(target)
         if ref_name not in fams:
             continue
-        ref = best_group(fams[ref_name])
+        ref, ref_tie = _headline_point(fams[ref_name], speed, rule)
         for name, arms in fams.items():
             if name == ref_name:
                 continue
-            g = best_group(arms)
+            g, tie = _headline_point(arms, speed, rule)
             m_reqs, r_reqs = group_requests.get(g.group_id, []), group_requests.get(ref.group_id, [])
             pooled = paired_speedup(m_reqs, r_reqs)
-            sp, rounds, to_decide = pooled, None, None
-            lr = paired_round_log_ratios(m_reqs, r_reqs)
-            if lr.size >= 2:  # interleaved rounds: the A/B rule, the method as B
-                decision = decide(lr, "output_tps", HEADLINE_RULE)
-                sp, rounds, to_decide = decision.ratio, decision.rounds, decision.rounds_to_decide
+            sp, rounds, to_decide, instances = pooled, None, None, None
+            decision, units = decide_pair(speed.get(g.group_id, []), speed.get(ref.group_id, []), rule)
+            if units.log_ratios.size >= 2:  # interleaved rounds: the A/B rule, the method as B
+                sp, rounds, to_decide = decision.ratio, units.rounds, decision.rounds_to_decide
+                instances = units.instances
             tau = paired_tau_ratio(m_reqs, r_reqs)
             out.append(
                 HeadlineRow(
@@ -198,8 +196,9 @@ def headline_ratios(
                     request_rate=g.request_rate, method=name, method_kind=g.method_kind, method_group=g.group_id,
                     method_k=g.k, reference=ref_name, reference_group=ref.group_id, reference_k=ref.k,
                     n_prompts=max(pooled.n, tau.n), tau_ratio=tau, speedup_ratio=sp,
-                    method_speedup=g.speedup, reference_speedup=ref.speedup, verdict=speedup_ratio_verdict(sp, rounds), rounds=rounds,
-                    rounds_to_decide=to_decide,
+                    method_speedup=g.speedup, reference_speedup=ref.speedup,
+                    verdict=speedup_ratio_verdict(sp, rounds), rounds=rounds, rounds_to_decide=to_decide,
+                    instances=instances, method_k_tie=tie, reference_k_tie=ref_tie,
                     published=_claims(published, target, name, g),
                 )
             )

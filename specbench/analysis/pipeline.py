@@ -63,6 +63,7 @@ def summarize_run(
     torn_lines: Sequence[str] = (),
     speed_noise: NoiseCalibration | None = None,
     speed_noise_note: str | None = None,
+    speed_rounds: Sequence[RequestRecord] = (),
 ) -> RunSummary:
     """The run's summary (``summary.json``) from its manifest, the plan's cells and the raw records.
 
@@ -74,7 +75,8 @@ def summarize_run(
     prompt id) → category (the category slices and matrix); ``torn_lines``: the torn last
     lines of interrupted writes that reading the records dropped; ``speed_noise``: an A/A calibration
     whose between-run noise the speed intervals then include (:mod:`specbench.analysis.apply_noise`),
-    ``speed_noise_note``: why one beside the run was not used.
+    ``speed_noise_note``: why one beside the run was not used; ``speed_rounds``: the headline's speed rounds on
+    repeats of the prompts (``speed_only`` records, which only the headline's speed reads).
     """
     suite = manifest.suite
     if suite is None:
@@ -94,7 +96,12 @@ def summarize_run(
     reference_of = {t.name: ref for t in suite.targets if (ref := reference_method(suite, t)) is not None}
     cats = prompt_categories or {}
     slices = workload_slices(groups, greqs, cats, scores, equivalence)
-    headline = headline_ratios(groups, greqs, reference_of, references)
+    speed_reqs = greqs
+    if speed_rounds:
+        speed_reqs = {g: list(v) for g, v in greqs.items()}
+        for g, v in metrics.requests_by_group(cells, latest, list(speed_rounds)).items():
+            speed_reqs.setdefault(g, []).extend(v)
+    headline = headline_ratios(groups, greqs, reference_of, references, speed_requests=speed_reqs)
     summary = RunSummary(
         run_id=manifest.run_id,
         suite_name=manifest.suite_name,

@@ -24,10 +24,12 @@ from specbench.config.stop_rule import StopRule
 from specbench.config.suite import (
     DatasetSpec,
     ExecutorSpec,
+    HeadlineSpeedSpec,
     MethodSpec,
     Suite,
     SuiteError,
     TargetSpec,
+    reference_method,
 )
 from specbench.config.suite_checks import check_semantics
 
@@ -184,6 +186,8 @@ class RunDecisions(BaseModel):
     warmup: bool = True
     teacher_forcing: bool = False  # sampled equivalence: score T>0 outputs under the plain target
     rounds: int = 1  # speed rounds (round_spans, round_order; specbench.execution.rounds); 1: cells in one go
+    headline: HeadlineSpeedSpec | None = None  # speed rounds until the headline decides (execution.headline_blocks)
+    reference_of: dict[str, str] = Field(default_factory=dict)  # target → its reference method's label (headline)
     executor: ExecutorSpec = Field(default_factory=ExecutorSpec)  # where the engines run (the CLI may override it)
 
     def sampling_at(self, temperature: float) -> CellSampling:
@@ -239,6 +243,8 @@ def run_decisions(suite: Suite) -> RunDecisions:
         warmup=suite.warmup,
         teacher_forcing=eq.sampled is not None,
         rounds=suite.rounds,
+        headline=suite.headline,
+        reference_of={t.name: ref for t in suite.targets if (ref := reference_method(suite, t)) is not None},
         executor=suite.executor,
     )
 

@@ -24,6 +24,7 @@ from specbench.config.suite_models import (
     DatasetSpec,
     EquivalenceSpec,
     ExecutorSpec,
+    HeadlineSpeedSpec,
     LoadSpec,
     MethodSpec,
     ReferenceValue,
@@ -40,7 +41,7 @@ from specbench.config.suite_models import (
 )
 
 __all__ = [
-    "ENGINES", "DatasetSpec", "EquivalenceSpec", "ExecutorSpec", "LoadSpec", "MethodSpec", "ReferenceValue",
+    "ENGINES", "DatasetSpec", "EquivalenceSpec", "ExecutorSpec", "HeadlineSpeedSpec", "LoadSpec", "MethodSpec", "ReferenceValue",
     "SampledEquivalenceSpec", "SamplingSpec", "ScheduleFrom", "ScoringSpec", "Strict", "Suite", "SuiteError",
     "SuiteWarning", "TargetSpec", "TauDefinitionName", "load_suite", "load_yaml_model", "reference_method", "resolve_path",
 ]

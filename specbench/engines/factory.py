@@ -88,9 +88,10 @@ def resolve_engine(cfg: EngineConfig, platform: str, assets_factory: Callable[[]
         env["HF_HUB_OFFLINE"] = "1"
         env["TRANSFORMERS_OFFLINE"] = "1"
     if cfg.target.engine != "reference":
-        env.update(patch_env(cfg.target.engine_patches))
+        env.update(patch_env(list(dict.fromkeys([*cfg.target.engine_patches, *cfg.method.engine_patches]))))
         env.update(get_method(cfg.method.method).env_for(platform))
     env.update(cfg.target.env)  # the suite's (an A/B arm's) own, last: it may override a default
+    env.update(cfg.method.env)  # and the method's own over the target's
     return ResolvedEngine(config=cfg, model_path=model_path, speculator_path=spec_path, engine_kwargs=kwargs, env=env)
 
 

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict
 
 from specbench import datasets
 from specbench.analysis.metrics import complete_conversations
-from specbench.config.plan import Cell, Plan, RunDecisions
+from specbench.config.plan import Cell, EngineConfig, Plan, RunDecisions
 from specbench.config.suite import TargetSpec
 from specbench.engines.factory import engine_gpus, resolve_engine, target_model_path
 from specbench.engines.loadgen import LoadProfile
@@ -133,6 +133,7 @@ class Runner:
         self._cells = {c.cell_id: c for c in plan.cells}
         self.engine_status: dict[str, dict[str, Any]] = {}
         self.phases: list[PhaseTimed] = []  # engine starts, warmups, cells, teacher forcing
+        self._round_records: list[RequestRecord] | None = None  # an earlier attempt's, read once (headline)
         self._jobs: dict[str, EngineJob] = {}
         self._ended_cells: set[str] = set()
         self._records: JsonlAppender | None = None
@@ -218,6 +219,19 @@ class Runner:
             work.order_seed = self.run_plan.seed
         return work
 
+    def _headline_fields(self, cfg: EngineConfig, cells: list[Cell]) -> dict[str, Any]:
+        """A vLLM engine's part in the headline's speed rounds (the plan's ``headline``): the spec, the target's
+        reference method and what an earlier attempt measured in rounds on its cells."""
+        spec = self.run_plan.headline
+        if spec is None or cfg.target.engine == "reference" or self.run_plan.rounds < 2:
+            return {}
+        ids = {c.cell_id for c in cells}
+        if self._round_records is None:
+            self._round_records = [r for r in read_requests(self.run_dir, speed_rounds=True) if r.round is not None] \
+                if rundir.has_cells(self.run_dir) else []
+        return {"headline": spec, "headline_reference": self.run_plan.reference_of.get(cfg.target.name),
+                "round_records": [r for r in self._round_records if r.cell_id in ids]}
+
     def _recorded_caps(self, work: CellWork) -> CellWork:
         """``replay: recorded``: each replayed turn's max_tokens is its recorded reply's length in the
         target's tokens (the reply is the prompt's reference)."""
@@ -284,6 +298,7 @@ class Runner:
                 gpus=engine_gpus(cfg, self.platform),
                 # Speed rounds: vLLM engines only (the reference simulator's time is not a measurement).
                 rounds=self.run_plan.rounds if cfg.target.engine != "reference" else 1, round_seed=self.run_plan.seed,
+                **self._headline_fields(cfg, todo),
             ))
         if isinstance(self.executor, LocalExecutor):
             jobs = self._teacher_forcing_on_baselines(jobs)

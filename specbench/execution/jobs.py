@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from specbench.config.methods import VllmPassthrough
+from specbench.config.suite_models import HeadlineSpeedSpec
 from specbench.engines.factory import ResolvedEngine
 from specbench.engines.loadgen import LoadProfile
 from specbench.results.manifest import Placement
@@ -65,6 +66,12 @@ class EngineJob(BaseModel):
     # (specbench.execution.rounds), in the order round_order(…, round_seed) gives; local executor only.
     rounds: int = 1
     round_seed: int = 0
+    # Headline speed rounds after the single pass (the plan's; specbench.execution.headline_blocks), the label of
+    # the target's reference method, and the records an earlier attempt measured in rounds (``--resume``: the
+    # decisions start from them, instances and rounds are numbered on from them).
+    headline: HeadlineSpeedSpec | None = None
+    headline_reference: str | None = None
+    round_records: list[RequestRecord] = Field(default_factory=list)
 
     @property
     def cell_ids(self) -> list[str]:

@@ -34,6 +34,7 @@ from specbench.engines.kept import KeptEngines
 from specbench.engines.procs import available_gib
 from specbench.engines.protocol import CellFailed, Engine, EngineUnavailable, sleeper
 from specbench.engines.vllm_offline import settle_zygotes
+from specbench.execution.headline_blocks import HeadlineBlocks
 from specbench.execution.jobs import (
     CellDone,
     CellStarted,
@@ -45,6 +46,7 @@ from specbench.execution.jobs import (
     RequestDone,
     wall_now,
 )
+from specbench.execution.round_schedule import ab_round_order, batch_order, interleave_unit, slot_of
 from specbench.execution.worker import Emit, FollowUp, _Job, now_iso
 from specbench.results.records import CellRecord, RequestRecord
 from specbench.results.requests import CellOutcome
@@ -97,8 +99,11 @@ class _Resident:
         self.failed: set[str] = set()
         self.started: dict[str, str] = {}
         self.round_t0: dict[tuple[str, int], float] = {}  # when each cell's round sent its first batch
+        self.instance: int | None = None  # the engine instance its records carry (a run with headline blocks)
 
-    def run_round(self, work: CellWork, span: tuple[int, int], r: int) -> None:
+    def run_round(self, work: CellWork, span: tuple[int, int], r: int, speed_only: bool = False) -> None:
+        """Run ``span`` of a cell's prompts as round ``r``; a ``speed_only`` round (the headline's, on a repeat
+        of the prompts) adds nothing to the cell's outcome, which is the single pass's."""
         job, req = self.runner.job, work.request
         cid = req.cell.cell_id
         if cid in self.failed:
@@ -115,7 +120,7 @@ class _Resident:
         shift = time.perf_counter() - self.round_t0.setdefault((cid, r), time.perf_counter())
 
         def on_record(rec: RequestRecord) -> None:
-            update: dict = {"round": r}
+            update: dict = {"round": r, "instance": self.instance, "speed_only": speed_only}
             if rec.sent_offset_s is not None:
                 update["sent_offset_s"] = rec.sent_offset_s + shift
             self.runner.emit(RequestDone(job_id=job.job_id, record=rec.model_copy(update=update)))
@@ -127,6 +132,8 @@ class _Resident:
             self._fail(work, f"round {r}: {exc.reason}", exc.log_tail)
             if exc.engine_dead:
                 self.dead = f"the engine died in round {r} ({exc.reason}); not restarted between rounds"
+            return
+        if speed_only:
             return
         prev = self.outcomes.get(cid)
         if prev is not None:
@@ -205,49 +212,6 @@ class Turns:
 RoundHook = Callable[[int, list[RequestRecord]], set[str]]
 
 
-def ab_round_order(keys: list[str], pairs: dict[str, str], arms: dict[str, str], round_index: int,
-                   seed: int) -> list[str]:
-    """An A/B run's order in one round: the engine pairs in a seeded order, and within each pair the arms
-    alternating round by round (A B | B A | A B | …: ABBA over two rounds), from a seeded phase per pair."""
-    import random
-
-    units = sorted(set(pairs.values()))
-    order = round_order(units, round_index, seed)
-    out: list[str] = []
-    for u in order:
-        members = sorted((k for k in keys if pairs[k] == u), key=lambda k: arms[k])
-        phase = random.Random(f"{seed}:{u}").randrange(2)
-        out += members if (round_index + phase) % 2 == 0 else members[::-1]
-    return out
-
-
-def batch_order(span: tuple[int, int], unit: int, members: int = 2) -> list[tuple[tuple[int, int], tuple[int, ...]]]:
-    """A round ``span`` of cells that ``members`` engines run on the same prompts, in batches of ``unit``
-    prompts (:func:`~specbench.config.plan.prompts_per_batch`), each with the order the engines run it in:
-    forwards, backwards, forwards, … (ABBA by batch: over two batches every engine has the same mean place,
-    and every two engines have each gone first once; the round's order already alternates round by round).
-    An A/B pair is two members: (0, 1), (1, 0), (0, 1), …"""
-    a, b = span
-    unit = max(1, unit)
-    chunks = [(s, min(b, s + unit)) for s in range(a, b, unit)]
-    fwd = tuple(range(members))
-    return [(c, fwd if j % 2 == 0 else fwd[::-1]) for j, c in enumerate(chunks)]
-
-
-def interleave_unit(span: tuple[int, int], batch_unit: int, request_rate: float | None) -> int:
-    """Prompts an engine runs before the next engine of a round's step takes its turn: one batch of a
-    closed-loop cell, or the whole round of a request-rate cell (one Poisson stream, not cut)."""
-    return span[1] - span[0] if request_rate is not None else batch_unit
-
-
-def slot_of(work: CellWork) -> tuple:
-    """Cells of one round that a normal run interleaves by batch: the same prompts at the same load (a
-    method, its reference and the baseline on one dataset, temperature, load and repeat: what the headline
-    and the speedups pair)."""
-    c = work.request.cell
-    return (*c.baseline_group_key, c.repeat)
-
-
 def run_interleaved(jobs: Sequence[EngineJob], emit: Emit, placement: Placement,
                     follow_up: FollowUp | None = None, free_gib: float | None = None,
                     kept: KeptEngines | None = None, round_hook: RoundHook | None = None) -> None:
@@ -264,12 +228,15 @@ def _run_set(group: list[EngineJob], rounds: int, seed: int, emit: Emit, placeme
     turns = Turns()
     finished: set[str] = set()  # cells the hook needs no more rounds of
     this_round: list[RequestRecord] = []
-    if round_hook is not None:
+    blocks = HeadlineBlocks.for_set(group)
+    if round_hook is not None or blocks is not None:
         inner_emit = emit
 
-        def emit(ev: Event) -> None:  # noqa: F811 - the round's records, kept for the hook
+        def emit(ev: Event) -> None:  # noqa: F811 - the round's records, kept for the hooks
             if isinstance(ev, RequestDone):
                 this_round.append(ev.record)
+                if blocks is not None:
+                    blocks.records.append(ev.record)
             inner_emit(ev)
     try:
         for job in group:
@@ -280,6 +247,8 @@ def _run_set(group: list[EngineJob], rounds: int, seed: int, emit: Emit, placeme
         t0 = wall_now()
         if settle_zygotes() > 0.05 and keys:
             up[keys[-1]].runner._phase("warmup", t0)
+        if blocks is not None:
+            blocks.number_instances(up)
         arms = {k: arm_of(up[k].runner.job.engine.config.target.name) or "" for k in keys}
         pairs = {k: pair_key(up[k].runner.job) for k in keys}
         measured = {w.request.cell.cell_id for k in keys for w in up[k].runner.job.cells if w.request.cell.stop is None}
@@ -299,6 +268,8 @@ def _run_set(group: list[EngineJob], rounds: int, seed: int, emit: Emit, placeme
                 finished |= round_hook(r, list(this_round))
                 if measured <= finished:
                     break
+        if blocks is not None:
+            blocks.run(up, keys, first_round=rounds)
         _finish_set(up, keys, turns, follow_up)
     except BaseException:
         for res in up.values():

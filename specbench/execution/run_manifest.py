@@ -29,9 +29,19 @@ def new_run_manifest(suite: Suite, plan: Plan, run_id: str, platform: str, limit
     return build_manifest(
         suite, plan, run_id=run_id, platform=platform, limit=limit, command=settings().command or shlex.join(sys.argv),
         datasets={d.name: datasets.source_of(d, base) for d in suite.datasets},
-        engine_patches={t.name: [{"name": n, "summary": ENGINE_PATCHES[n].summary} for n in t.engine_patches]
-                        for t in suite.targets if t.engine_patches and t.engine != "reference"},
+        engine_patches=_engine_patches(suite),
     )
+
+
+def _engine_patches(suite: Suite) -> dict[str, list[dict[str, str]]]:
+    """The engine patches each target runs with (under its name) and each method's own (``target/method``)."""
+    def described(names: list[str]) -> list[dict[str, str]]:
+        return [{"name": n, "summary": ENGINE_PATCHES[n].summary} for n in names]
+
+    out = {t.name: described(t.engine_patches) for t in suite.targets if t.engine_patches and t.engine != "reference"}
+    out.update({f"{t.name}/{m.label}": described(m.engine_patches) for t in suite.targets if t.engine != "reference"
+                for m in t.methods if m.engine_patches})
+    return out
 
 
 def resume_manifest(manifest: RunManifest, suite: Suite, sources: dict[str, dict[str, Any]]) -> RunManifest:

@@ -11,7 +11,7 @@ started with (the sha256 the manifest recorded), else the run is refused before 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -139,4 +139,57 @@ def engine_configs(planned: RunPlan, platform: str, assets_factory: Any = None) 
                 ],
             }
         )
+    return out
+
+
+def with_headline_budget(planned: RunPlan, budget_s: float) -> RunPlan:
+    """``planned`` with its headline speed rounds bounded by ``budget_s`` seconds (``--budget``); a suite without
+    ``headline:`` is refused (bad input)."""
+    decisions = planned.plan.decisions()
+    if decisions.headline is None:
+        raise ValueError(f"suite {planned.suite.name!r} has no headline speed rounds (headline:) to bound")
+    spec = decisions.headline.model_copy(update={"budget_s": float(budget_s)})
+    plan_ = planned.plan.model_copy(update={"run": decisions.model_copy(update={"headline": spec})})
+    return replace(planned, plan=plan_)
+
+
+#: ``--dry-run``'s assumptions for the headline's expected time (stated in its lines): seconds per engine start
+#: and output tok/s per stream, by platform (CPU: the zoo's weight-bound target at batch 1, docs/data.md; CUDA: an
+#: 8B target on one H100-class GPU). A run measures; these only size the plan.
+ASSUMED_START_S = {"cpu": 5.0, "cuda": 90.0}
+ASSUMED_TOKENS_PER_S = {"cpu": 40.0, "cuda": 100.0}
+
+
+def headline_plan(planned: RunPlan, platform: str | None = None) -> list[str]:
+    """Per headline pair (``--dry-run``): its rounds, engine instances and the time it may take at the cap
+    (``platform``: default the detected one)."""
+    from specbench.execution.driver import detect_platform
+
+    platform = platform or detect_platform()
+    decisions = planned.plan.decisions()
+    spec, suite = decisions.headline, planned.suite
+    if spec is None:
+        return [f"one engine instance per arm, {suite.rounds} round(s) over the suite's prompts (no headline: "
+                "speed rounds); the headline decides on them or stays undecided"]
+    start_s, rate = ASSUMED_START_S.get(platform, 60.0), ASSUMED_TOKENS_PER_S.get(platform, 50.0)
+    out = [f"{spec.instances} engine instances per arm at most: the single pass's, then blocks of "
+           f"{spec.rounds_per_instance} round(s) of {spec.batches_per_round} batches per engine on fresh instances, "
+           f"until the headline's rule decides (margin 5 %, α 0.01) or "
+           + (f"the budget ({spec.budget_s:.0f} s) ends;" if spec.budget_s else "the instances end (no budget);")
+           + f" expected time at the cap assumes {start_s:.0f} s per engine start and {rate:.0f} output tok/s "
+           "per stream"]
+    pairs: dict[tuple, list] = {}
+    for c in planned.plan.cells:
+        if c.method_kind != "baseline" and c.lossy is None and c.target in decisions.reference_of and c.repeat == 0:
+            pairs.setdefault(c.baseline_group_key, []).append(c)
+    for key, cells in pairs.items():
+        ref = decisions.reference_of[key[0]]
+        fams = sorted({c.method_family for c in cells} - {ref})
+        c0 = cells[0]
+        batch_s = decisions.max_tokens / rate
+        speed_rounds = (spec.instances - 1) * spec.rounds_per_instance
+        row_s = (spec.instances - 1) * 2 * start_s + speed_rounds * spec.batches_per_round * 2 * batch_s
+        out += [f"{c0.target} {c0.dataset} T{c0.temperature:g} load {c0.load_label}: {f} against {ref}: "
+                f"{suite.rounds} rounds in the single pass, then up to {speed_rounds} speed rounds on "
+                f"{spec.instances - 1} fresh instances (≤ {row_s / 60:.1f} min for the pair alone)" for f in fams]
     return out

@@ -98,6 +98,22 @@ class _Job:
         self.announce(engine.describe())
         return engine
 
+    def restart(self, engine: Engine) -> Engine:
+        """A fresh instance of the job's engine (the headline's speed blocks): ``engine`` is closed, never kept
+        for a later run, and another started and prepared to measure (raises :class:`EngineUnavailable`)."""
+        self.emit(EngineState(job_id=self.job.job_id, state="restarting", reason="a fresh engine instance",
+                              placement=self.placement))
+        t0 = wall_now()
+        engine.close()
+        self._phase("engine_close", t0)
+        kept, self.kept = self.kept, None  # a kept engine of this identity would be this one again
+        try:
+            fresh = self.start()
+        finally:
+            self.kept = kept
+        self.prepare_to_measure(fresh)
+        return fresh
+
     def take_over(self, engine: Engine, first_log: str) -> Engine:
         """A kept engine with this job's identity serves it: no start; its log stays where it was
         started, this run's engine log says where, and the manifest's entry says ``kept_from``."""

@@ -73,8 +73,13 @@ def headline_section(summary: RunSummary, refs: Refs) -> Section | None:
         "the ratio over the round's shared prompts; shown, their geometric mean and its confidence sequence "
         "(α = 0.01, widened for a spread estimated from few rounds); faster / slower when it lies beyond ±5 %, "
         "same when it lies within, else undecided, over the rounds shown (with how many rounds would decide "
-        "at this ratio and spread). In a run of one round (the arms measured minutes apart): 95 % bootstrap "
-        "interval over prompts, faster / slower when it excludes 1, else not distinguishable"
+        "at this ratio and spread). With headline speed rounds (`headline:`, docs/speed.md: The headline decides) "
+        "the pairs get more rounds on repeats of the prompts until decided, in blocks on freshly started engine "
+        "instances, and the unit is an instance's block (the mean of its rounds' log ratios: an instance's own "
+        "offset is then spread the rule sees); τ stays the single pass's. A K the paired rule cannot split from "
+        "the fastest is a tie (K 1≈3): the row compares the cheapest K of it. In a run of one round (the arms "
+        "measured minutes apart): 95 % bootstrap interval over prompts, faster / slower when it excludes 1, else "
+        "not distinguishable"
         + (f"; {TAU_ONLY_NOTE}" if any(r.tau_only for r in summary.headline) else "")
         + ". " + speed_intervals_note(summary)
         + (f" {MARK_NOTE}." if any(headline_looped(summary, r) for r in summary.headline) else ""))]

@@ -132,11 +132,17 @@ def headline_note(summary: RunSummary, target: str) -> str:
 
 
 def rounds_said_of(r: HeadlineRow) -> str:
-    """' (4 rounds)', ' (4 rounds; ~23 would decide)' after a row's verdict; '' in a run of one round."""
+    """' (4 rounds)', ' (12 rounds on 5 instances; ~9 instances would decide)' after a row's verdict, with a K tie
+    (' K 1≈3'); '' in a run of one round."""
+    ties = "".join(f"; {who} K {'≈'.join(str(k) for k in tie)}" for who, tie in
+                   (("method", r.method_k_tie), ("reference", r.reference_k_tie)) if tie)
     if r.rounds is None:
-        return ""
-    more = f"; ~{r.rounds_to_decide} would decide" if r.verdict == "undecided" and r.rounds_to_decide else ""
-    return f" ({r.rounds} rounds{more})"
+        return f" ({ties[2:]})" if ties else ""
+    many = (r.instances or 1) > 1
+    unit = "instances" if many else "rounds"
+    more = f"; ~{r.rounds_to_decide} {unit} would decide" if r.verdict == "undecided" and r.rounds_to_decide else ""
+    on = f" on {r.instances} instances" if many else ""
+    return f" ({r.rounds} rounds{on}{more}{ties})"
 
 
 def rounds_said(rounds: list[int]) -> str:

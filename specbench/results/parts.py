@@ -127,9 +127,15 @@ class HeadlineRow(_Model):
     reference_speedup: Estimate | None = None
     verdict: Verdict
     rounds: int | None = None  # the speed rounds the verdict rests on (None: a run of one round)
-    #: an undecided row: the rounds at which the rule would decide if the ratio and spread held (None: no
-    #: number of rounds would, or the row is decided)
+    #: an undecided row: the units (rounds, or instances when ``instances`` > 1) at which the rule would decide
+    #: if the ratio and spread held (None: no number would, or the row is decided)
     rounds_to_decide: int | None = None
+    #: engine instances per arm the rounds ran on (issue 51); > 1: the rule's unit is an instance's block of
+    #: rounds (analysis.headline_rounds), 1: the round (that one instance's offset is not in the interval)
+    instances: int | None = None
+    #: the Ks the paired rule could not split from the fastest K (the row compares the cheapest of them)
+    method_k_tie: list[int] = Field(default_factory=list)
+    reference_k_tie: list[int] = Field(default_factory=list)
     published: list[PublishedClaim] = Field(default_factory=list)
 
     @property

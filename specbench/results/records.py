@@ -116,6 +116,11 @@ class RequestRecord(BaseModel):
     sample_index: int = 0
     seed: int | None = None
     round: int | None = None  # the speed round it was measured in (a run with rounds > 1), 0-based
+    # The engine instance it was measured on (0-based; None: the run starts each engine once) and whether it is
+    # a headline speed round's repeat of the suite's prompts (issue 51): such a record counts for the headline's
+    # speed only; τ, accuracy, equivalence and every per-prompt figure use the suite's single pass.
+    instance: int | None = None
+    speed_only: bool = False
     prompt_tokens: int
     output_token_ids: list[int]
     output_text: str
@@ -155,6 +160,9 @@ class RequestRecord(BaseModel):
         for key in _CONVERSATION_KEYS:
             if data.get(key, 0) is None:
                 del data[key]
+        for key, default in _SPEED_ROUND_DEFAULTS.items():  # a run without headline speed rounds: as before
+            if key in data and data[key] == default:
+                del data[key]
         return data
 
     @property
@@ -163,6 +171,7 @@ class RequestRecord(BaseModel):
 
 
 _CONVERSATION_KEYS = ("conversation_id", "turn", "conversation_turns")
+_SPEED_ROUND_DEFAULTS: dict[str, object] = {"instance": None, "speed_only": False}
 
 
 class CellRecord(BaseModel):

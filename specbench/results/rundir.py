@@ -185,8 +185,11 @@ def migrate(obj: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
-def read_requests(run_dir: Path, torn: list[str] | None = None) -> list[RequestRecord]:
-    return [RequestRecord.model_validate(migrate(o)) for o in iter_jsonl(run_dir / RECORDS, torn)]
+def read_requests(run_dir: Path, torn: list[str] | None = None, *, speed_rounds: bool = False) -> list[RequestRecord]:
+    """The run's request records: the suite's single pass; with ``speed_rounds``, also the headline's speed
+    rounds on repeats of its prompts (``speed_only``: they count for the headline's speed alone)."""
+    recs = (RequestRecord.model_validate(migrate(o)) for o in iter_jsonl(run_dir / RECORDS, torn))
+    return [r for r in recs if speed_rounds or not r.speed_only]
 
 
 def read_prompts(run_dir: Path, torn: list[str] | None = None) -> list[StoredPrompt]:

@@ -14,7 +14,8 @@ from specbench.config.suite import MethodSpec, TargetSpec
 from specbench.engines.factory import ResolvedEngine
 from specbench.execution.ab_round_decisions import RoundDecisions
 from specbench.execution.jobs import EngineJob
-from specbench.execution.rounds import ab_round_order, batch_order, pair_key, resident_sets
+from specbench.execution.round_schedule import ab_round_order, batch_order
+from specbench.execution.rounds import pair_key, resident_sets
 
 
 def _job(target: str, method: str) -> EngineJob:

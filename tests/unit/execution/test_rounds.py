@@ -119,7 +119,7 @@ def test_best_k_reports_how_often_it_wins_a_round() -> None:
 
 
 def test_a_request_rate_cells_round_runs_as_one_stream_and_a_closed_loop_alternates_by_batch() -> None:
-    from specbench.execution.rounds import batch_order, interleave_unit
+    from specbench.execution.round_schedule import batch_order, interleave_unit
 
     span = (16, 32)
     closed = batch_order(span, interleave_unit(span, 4, None), 3)

@@ -26,7 +26,7 @@ def _row(verdict: str, rounds: int | None, to_decide: int | None) -> HeadlineRow
 
 
 def test_the_verdict_says_its_rounds_and_what_would_decide_it() -> None:
-    assert rounds_said_of(_row("undecided", 4, 23)) == " (4 rounds; ~23 would decide)"
+    assert rounds_said_of(_row("undecided", 4, 23)) == " (4 rounds; ~23 rounds would decide)"
     assert rounds_said_of(_row("undecided", 4, None)) == " (4 rounds)"
     assert rounds_said_of(_row("faster", 4, None)) == " (4 rounds)"
     assert rounds_said_of(_row("not distinguishable", None, None)) == ""

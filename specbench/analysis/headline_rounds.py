@@ -1,0 +1,171 @@
+"""The headline's speed decision over rounds and engine instances (pure; issue 51).
+
+A headline pair is a method at one K against the reference method (EAGLE-3) at one K, on the same target,
+dataset, temperature and load. Their requests are paired within a speed round (same round, same engine
+instance, same prompt, sample and repeat: both arms ran it seconds apart), and per round the log ratio of
+output tok/s per stream (:func:`~specbench.results.speed_estimators.round_log_ratio` of
+:func:`~specbench.analysis.ab_rounds.round_values`) is one observation.
+
+**The unit.** An engine instance carries an offset of its own (where its memory landed, how its threads were
+placed): rounds measured on one pair of instances share it, so their spread does not contain it and an
+interval over them cannot cover it (an A/A with one instance per arm gave TPOT B/A 0.936 [0.886, 0.989]).
+A run with headline speed blocks (:class:`~specbench.config.suite_models.HeadlineSpeedSpec`) starts every
+engine afresh for each block of rounds, and the rule's unit is the block: the mean log ratio of a block's
+rounds, one value per pair of instances. The instance offset is then part of the units' spread, which the
+rule's t-corrected confidence sequence estimates; a block is the smallest unit whose spread contains it
+(a random-effects model would estimate the same between-instance variance from the same few instances, and
+a fresh pair per round pays a restart per round for what a block pays once). A run whose records carry one
+instance (no blocks) keeps the round as the unit and says so (``instances == 1``).
+
+**Best K.** Among the Ks a method ran, the one with the highest output tok/s over the units is compared
+with each other K by the same rule; a K the rule does not find slower ties with it, and the headline
+compares the cheapest K of the tie (shown as a tie): an argmax that flips on noise decides nothing.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from specbench.analysis.ab_decision import ABRule, ABVerdict, decide
+from specbench.analysis.ab_rounds import round_values
+from specbench.config.plan import Cell
+from specbench.results import speed_estimators
+from specbench.results.records import RequestRecord
+
+METRIC = "output_tps"  # the headline's speed metric: output tok/s per stream (the method as B)
+
+
+class PairUnits(NamedTuple):
+    """The units one headline pair is decided on: ``log_ratios`` (method over reference, one per unit, in
+    run order), how many rounds and engine instances they rest on, and what a unit is."""
+
+    log_ratios: np.ndarray
+    rounds: int
+    instances: int
+
+    @property
+    def unit(self) -> str:
+        return "instance" if self.instances > 1 else "round"
+
+
+def _round_key(r: RequestRecord) -> tuple[int, int]:
+    return (r.instance or 0, r.round if r.round is not None else 0)
+
+
+def round_log_ratios(method: Sequence[RequestRecord], reference: Sequence[RequestRecord]
+                     ) -> list[tuple[int, int, float]]:
+    """``(instance, round, log(method/reference))`` per speed round both arms measured, over the requests
+    both measured in it (same instance, round, prompt, sample and repeat), in run order."""
+    def key(r: RequestRecord) -> tuple:
+        return (*_round_key(r), r.prompt_id, r.sample_index, r.repeat)
+
+    ref = {key(r): r for r in reference if r.error is None and r.latency_s and r.round is not None}
+    pairs: dict[tuple[int, int], tuple[list[RequestRecord], list[RequestRecord]]] = defaultdict(lambda: ([], []))
+    for r in method:
+        if r.error is None and r.latency_s and r.round is not None and key(r) in ref:
+            pairs[_round_key(r)][0].append(r)
+            pairs[_round_key(r)][1].append(ref[key(r)])
+    out = []
+    for (inst, rnd), (m, b) in sorted(pairs.items()):
+        vm, vb = round_values(m, True).get(METRIC), round_values(b, True).get(METRIC)
+        if vm and vb:
+            out.append((inst, rnd, float(speed_estimators.round_log_ratio(vm, vb))))
+    return out
+
+
+def pair_units(method: Sequence[RequestRecord], reference: Sequence[RequestRecord]) -> PairUnits:
+    """The pair's units: per engine instance, the mean log ratio of its rounds when the rounds span two
+    instances or more; else each round's log ratio (one instance: its offset is not in the interval)."""
+    rounds = round_log_ratios(method, reference)
+    per_instance: dict[int, list[float]] = defaultdict(list)
+    for inst, _, lr in rounds:
+        per_instance[inst].append(lr)
+    if len(per_instance) >= 2:
+        units = np.array([float(np.mean(v)) for _, v in sorted(per_instance.items())], float)
+    else:
+        units = np.array([lr for _, _, lr in rounds], float)
+    return PairUnits(units, len(rounds), max(1, len(per_instance)))
+
+
+def decide_pair(method: Sequence[RequestRecord], reference: Sequence[RequestRecord], rule: ABRule
+                ) -> tuple[ABVerdict, PairUnits]:
+    """The rule's verdict on the method (B) against the reference (A) over the pair's units."""
+    units = pair_units(method, reference)
+    return decide(units.log_ratios, METRIC, rule), units
+
+
+def pooled_rate(records: Sequence[RequestRecord]) -> float:
+    """Σ output tokens / Σ latency over a point's measured requests (−inf without any)."""
+    ok = [r for r in records if r.error is None and r.latency_s]
+    if not ok:
+        return float("-inf")
+    return float(speed_estimators.token_rate(sum(r.num_output_tokens for r in ok), sum(r.latency_s or 0 for r in ok)))
+
+
+class KChoice(NamedTuple):
+    """A method's K for the headline: ``k`` (the cheapest of the tie), ``fastest`` (the K with the highest
+    pooled rate) and ``tie`` (the Ks the rule does not find slower than the fastest, itself included);
+    ``open``: Ks whose comparison with the fastest is undecided (more rounds could split the tie)."""
+
+    k: int | None
+    fastest: int | None
+    tie: tuple[int, ...]
+    open: tuple[int, ...]
+
+
+def choose_k(points: Mapping[int | None, Sequence[RequestRecord]], rule: ABRule) -> KChoice:
+    """The headline's K among ``points`` (K → its requests), by the paired rule (see the module)."""
+    ks = list(points)
+    if len(ks) == 1:
+        return KChoice(ks[0], ks[0], tuple(k for k in ks if k is not None), ())
+    fastest = max(ks, key=lambda k: (pooled_rate(points[k]), -(k or 0)))
+    tie, still_open = [fastest], []
+    for k in ks:
+        if k == fastest:
+            continue
+        verdict, _ = decide_pair(points[k], points[fastest], rule)
+        if verdict.verdict in ("same", "undecided"):  # not found slower than the fastest: a tie
+            tie.append(k)
+        if verdict.verdict == "undecided":
+            still_open.append(k)
+    k = min(tie, key=lambda x: x or 0)
+    return KChoice(k, fastest, tuple(sorted(x for x in tie if x is not None)),
+                   tuple(sorted(x for x in still_open if x is not None)))
+
+
+def open_headline_cells(cells: Sequence[Cell], records: Mapping[str, Sequence[RequestRecord]],
+                        reference_of: Mapping[str, str], rule: ABRule) -> set[str]:
+    """The cells that need more headline speed rounds: those of every pair (a method at its K against the
+    reference at its K, per target, dataset, temperature, load and slice) the rule leaves undecided, and of
+    every K whose comparison with its family's fastest is undecided. The K of each arm is chosen as the
+    headline chooses it (:func:`choose_k`), from the records so far; repeats are pooled."""
+    slots: dict[tuple, dict[str, dict[int | None, list[str]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    for c in cells:
+        if c.method_kind != "baseline" and c.lossy is None and c.stop is None:
+            slots[c.baseline_group_key][c.method_family][c.k].append(c.cell_id)
+    out: set[str] = set()
+    for key, fams in slots.items():
+        ref_name = reference_of.get(key[0])
+        if ref_name not in fams:
+            continue
+
+        def recs(ids: list[str]) -> list[RequestRecord]:
+            return [r for cid in ids for r in records.get(cid, ())]
+
+        choices = {name: choose_k({k: recs(ids) for k, ids in ks.items()}, rule) for name, ks in fams.items()}
+        for name, choice in choices.items():  # Ks not yet split from the fastest
+            if choice.open:
+                out.update(cid for k in (*choice.open, choice.fastest) for cid in fams[name][k])
+        ref = choices[ref_name]
+        for name, choice in choices.items():
+            if name == ref_name:
+                continue
+            verdict, _ = decide_pair(recs(fams[name][choice.k]), recs(fams[ref_name][ref.k]), rule)
+            if verdict.verdict == "undecided":
+                out.update(fams[name][choice.k])
+                out.update(fams[ref_name][ref.k])
+    return out

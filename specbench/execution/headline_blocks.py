@@ -1,0 +1,133 @@
+"""The headline's speed blocks (issue 51): rounds until each headline pair is decided, on fresh engine instances.
+
+After a target's single pass in rounds (specbench.execution.rounds), a suite with ``headline:``
+(:class:`~specbench.config.suite_models.HeadlineSpeedSpec`) goes on in blocks. Before each block the
+headline's rule is applied to every pair from the records so far
+(:func:`~specbench.analysis.headline_rounds.open_headline_cells`, the same code the report's headline runs);
+the engines of the cells still open are closed and started again (a fresh instance: its offset becomes
+spread between blocks, which the rule's unit, the block, contains), and run ``rounds_per_instance`` speed
+rounds: in each, every open cell of a slot (same prompts and load) runs ``batches_per_round`` batches of a
+repeat of its prompts (rotating through them round by round), the slot's engines alternating by batch
+(A B | B A …). Those records are ``speed_only`` (numbered on after the single pass's rounds, tagged with
+their instance): the cell's outcome, τ and accuracy stay the single pass's. The blocks end when every pair
+is decided, after ``instances`` instances in all, or once ``budget_s`` is spent (a block started is
+finished). A decided pair's engines are not restarted again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from specbench.analysis.headline_rounds import open_headline_cells
+from specbench.analysis.method_comparison import HEADLINE_RULE
+from specbench.config.arms import arm_of
+from specbench.config.plan import Cell, prompts_per_batch, round_order
+from specbench.config.suite_models import HeadlineSpeedSpec
+from specbench.engines.protocol import EngineUnavailable
+from specbench.execution.jobs import CellWork, EngineJob, wall_now
+from specbench.execution.round_schedule import batch_order, interleave_unit, slot_of
+from specbench.results.records import RequestRecord
+
+if TYPE_CHECKING:
+    from specbench.execution.rounds import _Resident
+
+
+class HeadlineBlocks:
+    """One resident set's headline blocks: its cells, the records so far and the decisions' log."""
+
+    def __init__(self, spec: HeadlineSpeedSpec, reference: str, cells: Sequence[Cell],
+                 earlier: Sequence[RequestRecord], seed: int):
+        self.spec, self.reference, self.cells, self.seed = spec, reference, list(cells), seed
+        self.records: list[RequestRecord] = list(earlier)  # every round's records: the decisions read them
+        self.next_instance = 1 + max((r.instance or 0 for r in earlier), default=-1)
+        self.log: list[str] = []
+
+    @classmethod
+    def for_set(cls, group: Sequence[EngineJob]) -> HeadlineBlocks | None:
+        """The blocks of a resident set whose jobs ask for them (an A/B run decides its own way: none)."""
+        job = group[0]
+        if job.headline is None or job.headline_reference is None:
+            return None
+        if any(arm_of(j.engine.config.target.name) for j in group):
+            return None
+        cells = [w.request.cell for j in group for w in j.cells]
+        return cls(job.headline, job.headline_reference, cells, [r for j in group for r in j.round_records],
+                   job.round_seed)
+
+    def number_instances(self, up: dict[str, _Resident]) -> None:
+        """The single pass's engines are one instance (0 in a fresh run, the next number on ``--resume``)."""
+        for res in up.values():
+            res.instance = self.next_instance
+        self.next_instance += 1
+
+    def open_cells(self) -> set[str]:
+        by_cell: dict[str, list[RequestRecord]] = defaultdict(list)
+        for r in self.records:
+            by_cell[r.cell_id].append(r)
+        targets = {c.target for c in self.cells}
+        return open_headline_cells(self.cells, by_cell, {t: self.reference for t in targets}, HEADLINE_RULE)
+
+    def run(self, up: dict[str, _Resident], keys: list[str], first_round: int) -> None:
+        """Blocks until every pair is decided, the instances are spent or the budget is."""
+        t0 = time.monotonic()
+        next_round = max([first_round, *(r.round + 1 for r in self.records if r.round is not None)])
+        while self.next_instance < self.spec.instances:
+            still = self.open_cells()
+            if not still:
+                self.log.append(f"every headline pair decided after {self.next_instance} instance(s)")
+                return
+            spent = time.monotonic() - t0
+            if self.spec.budget_s is not None and spent >= self.spec.budget_s:
+                self.log.append(f"budget of {self.spec.budget_s:.0f} s spent: {len(still)} cell(s) undecided")
+                return
+            works = {k: [w for w in up[k].runner.job.cells if w.request.cell.cell_id in still] for k in keys}
+            fresh = [k for k in keys if works[k] and up[k].dead is None and _restart(up[k])]
+            instance, self.next_instance = self.next_instance, self.next_instance + 1
+            for k in fresh:
+                up[k].instance = instance
+            for _ in range(self.spec.rounds_per_instance):
+                self._round(up, {k: works[k] for k in fresh}, next_round)
+                next_round += 1
+            self.log.append(f"instance {instance}: {len(fresh)} engine(s), {len(still)} open cell(s) "
+                            f"({time.monotonic() - t0:.0f} s)")
+        self.log.append(f"{self.spec.instances} instances run; undecided pairs stay so")
+
+    def _round(self, up: dict[str, _Resident], works: dict[str, list[CellWork]], r: int) -> None:
+        """One speed round: per slot, its open cells on a repeat of the prompts, alternating by batch."""
+        slots: dict[tuple, list[tuple[str, CellWork]]] = defaultdict(list)
+        for key in round_order(list(works), r, self.seed):
+            for w in works[key]:
+                slots[slot_of(w)].append((key, w))
+        for members in slots.values():
+            w0 = members[0][1]
+            unit = prompts_per_batch(w0.request.cell.batch_size, w0.request.sampling.samples_per_prompt)
+            parts = [(key, _repeat_part(w, r, self.spec.batches_per_round * unit)) for key, w in members]
+            size = len(parts[0][1].request.prompts)
+            step = interleave_unit((0, size), unit, w0.request.cell.request_rate)
+            for chunk, order in batch_order((0, size), step, len(parts)):
+                for o in order:
+                    key, part = parts[o]
+                    t0 = wall_now()
+                    up[key].run_round(part, chunk, r, speed_only=True)
+                    up[key].runner._phase("cells", t0)
+
+
+def _repeat_part(work: CellWork, r: int, size: int) -> CellWork:
+    """``size`` of the cell's prompts for speed round ``r``, rotating through them (none skipped)."""
+    prompts = work.request.prompts
+    n = len(prompts)
+    chosen = [prompts[(r * size + i) % n] for i in range(min(size, n))] if n else []
+    return work.model_copy(update={"request": work.request.model_copy(update={"prompts": chosen, "skip": set()})})
+
+
+def _restart(res: _Resident) -> bool:
+    """A fresh instance of a resident engine; False (the engine left out of the blocks) when it does not start."""
+    try:
+        res.engine = res.runner.restart(res.engine)
+    except EngineUnavailable as exc:
+        res.dead = f"a fresh instance for the headline's speed rounds did not start: {exc.reason}"
+        return False
+    return True

@@ -1,0 +1,102 @@
+"""Issue 51: the headline decided over engine instances (the block of rounds on one instance is the unit), the
+best K by the paired rule (a tie, never a noisy argmax), and which cells need more rounds — on recorded rounds
+built by hand."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from support.factories import cell, request
+
+from specbench.analysis import headline_rounds as hr
+from specbench.analysis.method_comparison import HEADLINE_RULE
+
+REF3, REF1 = cell("eagle3-k3", "eagle3", 3, family="eagle3"), cell("eagle3-k1", "eagle3", 1, family="eagle3")
+DFL = cell("dflash", "dflash", 3)
+BASE = cell("baseline")
+
+
+def _arm(c, rates: dict[tuple[int, int], float], prompts: int = 2) -> list:
+    """Requests of 20 tokens; in (instance, round) each is served at the given tok/s."""
+    return [request(c, f"p{i}", tokens=20, ttft_s=0.0, latency_s=20 / rate, round=rnd, instance=inst,
+                    speed_only=rnd > 0)
+            for (inst, rnd), rate in rates.items() for i in range(prompts)]
+
+
+def _rates(offsets: list[float], rounds: int, factor: float = 1.0, noise: float = 0.0, seed: int = 0) -> dict:
+    """(instance, round) → rate: a drift shared by both arms of a round, the instance's offset (method arm only:
+    what one instance per arm hides) and per-round noise."""
+    rng = np.random.default_rng(seed)
+    out, r = {}, 0
+    for inst, off in enumerate(offsets):
+        for _ in range(rounds):
+            out[(inst, r)] = 100.0 * factor * off * math.exp(noise * rng.standard_normal())
+            r += 1
+    return out
+
+
+def _drift(offsets: list[float], rounds: int) -> dict:
+    return {k: 100.0 for k in _rates(offsets, rounds)}
+
+
+def test_the_unit_is_the_instance_when_rounds_span_instances() -> None:
+    offsets = [1.00, 1.06, 0.95, 1.03]
+    method, ref = _arm(DFL, _rates(offsets, 3)), _arm(REF3, _drift(offsets, 3))
+    units = hr.pair_units(method, ref)
+    assert (units.rounds, units.instances, units.unit) == (12, 4, "instance")
+    assert np.allclose(units.log_ratios, np.log(offsets))  # one mean per instance, in order
+    # one instance: each round is a unit, and its offset is invisible (a zero spread, a tight interval)
+    one = hr.pair_units(_arm(DFL, _rates([1.06], 6)), _arm(REF3, _drift([1.06], 6)))
+    assert (one.rounds, one.instances, one.unit) == (6, 1, "round") and np.allclose(one.log_ratios, math.log(1.06))
+
+
+def test_an_instance_offset_widens_the_interval_where_one_instance_would_not() -> None:
+    """Identical arms with ±5 % instance offsets: over rounds of one instance pair the interval excludes 1 (the
+    A/A of issue 51); over instances it holds 1."""
+    rounds_only, _ = hr.decide_pair(_arm(DFL, _rates([1.05], 8, noise=0.01)), _arm(REF3, _drift([1.05], 8)),
+                                    HEADLINE_RULE)
+    assert rounds_only.ratio.ci_low > 1.0  # type: ignore[operator]
+    offsets = [1.05, 0.96, 1.02, 0.97, 1.04, 0.98]
+    verdict, units = hr.decide_pair(_arm(DFL, _rates(offsets, 2, noise=0.01)), _arm(REF3, _drift(offsets, 2)),
+                                    HEADLINE_RULE)
+    assert units.instances == 6 and verdict.ratio.ci_low < 1.0 < verdict.ratio.ci_high  # type: ignore[operator]
+
+
+def test_pairs_form_within_a_round_and_an_instance_only() -> None:
+    method = _arm(DFL, _rates([1.0, 1.0], 2, factor=1.3))
+    ref = _arm(REF3, _drift([1.0, 1.0], 2))
+    assert len(hr.round_log_ratios(method, ref)) == 4
+    moved = [r.model_copy(update={"instance": 7}) for r in ref if r.instance == 1]  # the same round, another instance
+    assert len(hr.round_log_ratios(method, [r for r in ref if r.instance == 0] + moved)) == 2
+    verdict, _ = hr.decide_pair(method, ref, HEADLINE_RULE)
+    assert math.isclose(verdict.ratio.value, 1.3)  # type: ignore[arg-type]
+
+
+def test_best_k_is_a_tie_when_the_rule_cannot_split_it() -> None:
+    offsets = [1.0] * 4
+    k1 = _arm(REF1, _rates(offsets, 2, factor=1.00, noise=0.04, seed=1))
+    k3 = _arm(REF3, _rates(offsets, 2, factor=1.02, noise=0.04, seed=2))
+    choice = hr.choose_k({1: k1, 3: k3}, HEADLINE_RULE)
+    assert choice.tie == (1, 3) and choice.k == 1  # the cheaper K of the tie is compared
+    # clearly faster at K=3: K=3, no tie
+    k3_fast = _arm(REF3, _rates(offsets * 2, 2, factor=1.5, noise=0.01, seed=3))
+    k1_more = _arm(REF1, _rates(offsets * 2, 2, factor=1.0, noise=0.01, seed=4))
+    choice = hr.choose_k({1: k1_more, 3: k3_fast}, HEADLINE_RULE)
+    assert (choice.k, choice.fastest, choice.tie, choice.open) == (3, 3, (3,), ())
+    assert hr.choose_k({3: k3}, HEADLINE_RULE).k == 3
+
+
+def test_open_cells_are_those_of_undecided_pairs() -> None:
+    offsets = [1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
+    ref = _arm(REF3, _rates(offsets, 2, noise=0.01, seed=5))
+    fast = _arm(DFL, _rates(offsets, 2, factor=1.4, noise=0.01, seed=6))
+    cells = [REF3, DFL, BASE]
+    by_cell = {REF3.cell_id: ref, DFL.cell_id: fast}
+    assert hr.open_headline_cells(cells, by_cell, {"t": "eagle3"}, HEADLINE_RULE) == set()
+    # two instances of a 3 % difference: undecided, both arms need more rounds; the baseline never does
+    few = {REF3.cell_id: _arm(REF3, _rates([1, 1], 2, noise=0.02, seed=7)),
+           DFL.cell_id: _arm(DFL, _rates([1, 1], 2, factor=1.03, noise=0.02, seed=8))}
+    assert hr.open_headline_cells(cells, few, {"t": "eagle3"}, HEADLINE_RULE) == {REF3.cell_id, DFL.cell_id}
+    # no reference method in the target: no headline, nothing open
+    assert hr.open_headline_cells(cells, few, {"t": "nothing"}, HEADLINE_RULE) == set()
