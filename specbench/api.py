@@ -516,7 +516,7 @@ def ab(suite: Suite | Path | str, a: str | Path | None = None, b: str | Path | N
 
     planned, (arm_a, arm_b), _ = ab_plan(suite, a, b, platform)
     gate_rules = load_rules(rules).ab
-    cap = planned.suite.rounds
+    cap = planned.suite.instances if planned.suite.instances > 1 else planned.suite.rounds  # the rule's units
     rule = ABRule(margin=gate_rules.margin, alpha=gate_rules.alpha, min_rounds=min(gate_rules.min_rounds, cap),
                   max_rounds=cap, planned_rounds=min(gate_rules.min_rounds, cap))
     decisions = RoundDecisions(rule, gate_rules.metrics, budget_s)

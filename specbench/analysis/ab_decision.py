@@ -172,6 +172,19 @@ def log_ratios(a: Sequence[float], b: Sequence[float]) -> np.ndarray:
     return np.asarray(speed_estimators.round_log_ratio(bv, av), float)
 
 
+def block_units(rounds: Sequence[tuple[int, float]]) -> tuple[np.ndarray, int]:
+    """The rule's units from per-round log ratios, each tagged with the engine instance it was measured on (in
+    run order): per instance, the mean of its rounds when the rounds span two instances or more (an instance's
+    own offset is then spread between units, which the rule estimates); else the rounds themselves. Returns the
+    units and the number of instances."""
+    per: dict[int, list[float]] = {}
+    for inst, lr in rounds:
+        per.setdefault(inst, []).append(float(lr))
+    if len(per) >= 2:
+        return np.array([float(np.mean(v)) for v in per.values()], float), len(per)
+    return np.array([float(lr) for _, lr in rounds], float), max(1, len(per))
+
+
 def pool_rounds(per_group: Mapping[str, Sequence[float]]) -> np.ndarray:
     """Per round, the mean log ratio over the groups, over the rounds all of them have (the first
     ``min(len)``): each group weighs the same, and the round stays the unit (groups measured in one

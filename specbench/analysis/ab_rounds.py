@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from specbench.analysis.ab_decision import ABRule, ABVerdict, decide, decide_pooled, log_ratios
+from specbench.analysis.ab_decision import ABRule, ABVerdict, block_units, decide, decide_pooled, log_ratios
 from specbench.analysis.step_time import decode_time, decoding_steps
 from specbench.config.arms import ARM_SEP, arm_of, base_target
 from specbench.config.plan import key_target
@@ -77,26 +77,32 @@ def method_of(group: str) -> str:
 
 
 def paired_rounds(records: Iterable[RequestRecord]) -> dict[str, dict[str, list[float]]]:
-    """``{metric: {group: [log(B/A) per round]}}`` over the rounds both arms finished, in round order."""
+    """``{metric: {group: [log(B/A) per unit]}}`` over the rounds both arms finished, in round order; a unit is a
+    round, or with engine instances (the suite's ``instances``) an instance's block of rounds
+    (:func:`~specbench.analysis.ab_decision.block_units`)."""
     by: dict[tuple[str, str, int], list[RequestRecord]] = defaultdict(list)
+    instance_of: dict[int, int] = {}
     for r in records:
         group, arm = group_of(r.cell_id)
         if arm is not None:
             by[(group, arm, r.round or 0)].append(r)
+            instance_of[r.round or 0] = r.instance or 0
     out: dict[str, dict[str, list[float]]] = defaultdict(dict)
     for group in sorted({g for g, _, _ in by}):
         speculative = "/baseline/" not in f"/{group}/"
         rounds = sorted({rd for g, arm, rd in by if g == group and arm == "a"}
                         & {rd for g, arm, rd in by if g == group and arm == "b"})
-        per: dict[str, tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
+        per: dict[str, tuple[list[float], list[float], list[int]]] = defaultdict(lambda: ([], [], []))
         for rd in rounds:
             va, vb = round_values(by[(group, "a", rd)], speculative), round_values(by[(group, "b", rd)], speculative)
             for m in va.keys() & vb.keys():
                 if va[m] > 0 and vb[m] > 0:
                     per[m][0].append(va[m])
                     per[m][1].append(vb[m])
-        for m, (a, b) in per.items():
-            out[m][group] = [float(x) for x in log_ratios(a, b)]
+                    per[m][2].append(instance_of[rd])
+        for m, (a, b, inst) in per.items():
+            units, _ = block_units(list(zip(inst, log_ratios(a, b), strict=True)))
+            out[m][group] = [float(x) for x in units]
     return dict(out)
 
 

@@ -30,7 +30,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from specbench.analysis.ab_decision import ABRule, ABVerdict, decide
+from specbench.analysis.ab_decision import ABRule, ABVerdict, block_units, decide
 from specbench.analysis.ab_rounds import round_values
 from specbench.config.plan import Cell
 from specbench.results import speed_estimators
@@ -81,14 +81,8 @@ def pair_units(method: Sequence[RequestRecord], reference: Sequence[RequestRecor
     """The pair's units: per engine instance, the mean log ratio of its rounds when the rounds span two
     instances or more; else each round's log ratio (one instance: its offset is not in the interval)."""
     rounds = round_log_ratios(method, reference)
-    per_instance: dict[int, list[float]] = defaultdict(list)
-    for inst, _, lr in rounds:
-        per_instance[inst].append(lr)
-    if len(per_instance) >= 2:
-        units = np.array([float(np.mean(v)) for _, v in sorted(per_instance.items())], float)
-    else:
-        units = np.array([lr for _, _, lr in rounds], float)
-    return PairUnits(units, len(rounds), max(1, len(per_instance)))
+    units, instances = block_units([(inst, lr) for inst, _, lr in rounds])
+    return PairUnits(units, len(rounds), instances)
 
 
 def decide_pair(method: Sequence[RequestRecord], reference: Sequence[RequestRecord], rule: ABRule

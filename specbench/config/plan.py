@@ -186,6 +186,7 @@ class RunDecisions(BaseModel):
     warmup: bool = True
     teacher_forcing: bool = False  # sampled equivalence: score T>0 outputs under the plain target
     rounds: int = 1  # speed rounds (round_spans, round_order; specbench.execution.rounds); 1: cells in one go
+    instances: int = 1  # engine instances over the rounds (blocks of rounds, restarts between; execution.rounds)
     headline: HeadlineSpeedSpec | None = None  # speed rounds until the headline decides (execution.headline_blocks)
     reference_of: dict[str, str] = Field(default_factory=dict)  # target → its reference method's label (headline)
     executor: ExecutorSpec = Field(default_factory=ExecutorSpec)  # where the engines run (the CLI may override it)
@@ -243,6 +244,7 @@ def run_decisions(suite: Suite) -> RunDecisions:
         warmup=suite.warmup,
         teacher_forcing=eq.sampled is not None,
         rounds=suite.rounds,
+        instances=suite.instances,
         headline=suite.headline,
         reference_of={t.name: ref for t in suite.targets if (ref := reference_method(suite, t)) is not None},
         executor=suite.executor,

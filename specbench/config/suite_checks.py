@@ -79,6 +79,9 @@ def check_semantics(suite: Suite, base_dir: Path) -> list[tuple[tuple[Any, ...],
                         for mi, m in enumerate(t.methods) if m.stop is not None and m.stop.metric in ("speedup", "tpot")]
         problems += [(loc, "a stop rule on speedup or tpot does not combine with rounds > 1 (speed is measured "
                            "over rounds; stop on tau or accuracy, or set rounds: 1)") for loc in speed_stops]
+    if suite.instances > 1 and suite.rounds < 2 * suite.instances:
+        problems.append((("instances",), f"{suite.instances} instances need at least {2 * suite.instances} rounds "
+                         "(two per instance: a block's mean is the unit)"))
     if suite.headline is not None and suite.rounds < 2:
         problems.append((("headline",), "headline speed rounds follow the suite's rounds: set rounds: 2 or more "
                          "(the single pass is the first engine instance's block)"))

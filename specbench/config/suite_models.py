@@ -351,6 +351,10 @@ class Suite(Strict):
     rounds: int = Field(
         1, ge=1, description="speed rounds: each cell's prompts in this many rounds, the target's engines resident "
         "and alternating round by round in a seeded order (docs/speed.md: Speed rounds); 1: each engine's cells in one go")
+    instances: int = Field(
+        1, ge=1, le=64, description="engine instances per arm over the speed rounds: the engines start afresh "
+        "between blocks of rounds and the decision's unit is the block, which then holds an instance's own offset "
+        "(docs/speed.md: Engine instances; specbench ab); 1: each engine starts once")
     headline: HeadlineSpeedSpec | None = Field(
         None, description="headline speed rounds until each pair is decided, over several engine instances "
         "(docs/speed.md: The headline decides); needs rounds ≥ 2")

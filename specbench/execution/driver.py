@@ -298,6 +298,7 @@ class Runner:
                 gpus=engine_gpus(cfg, self.platform),
                 # Speed rounds: vLLM engines only (the reference simulator's time is not a measurement).
                 rounds=self.run_plan.rounds if cfg.target.engine != "reference" else 1, round_seed=self.run_plan.seed,
+                instances=self.run_plan.instances if cfg.target.engine != "reference" else 1,
                 **self._headline_fields(cfg, todo),
             ))
         if isinstance(self.executor, LocalExecutor):

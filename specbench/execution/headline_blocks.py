@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from specbench.analysis.headline_rounds import open_headline_cells
@@ -26,7 +26,6 @@ from specbench.analysis.method_comparison import HEADLINE_RULE
 from specbench.config.arms import arm_of
 from specbench.config.plan import Cell, prompts_per_batch, round_order
 from specbench.config.suite_models import HeadlineSpeedSpec
-from specbench.engines.protocol import EngineUnavailable
 from specbench.execution.jobs import CellWork, EngineJob, wall_now
 from specbench.execution.round_schedule import batch_order, interleave_unit, slot_of
 from specbench.results.records import RequestRecord
@@ -46,22 +45,15 @@ class HeadlineBlocks:
         self.log: list[str] = []
 
     @classmethod
-    def for_set(cls, group: Sequence[EngineJob]) -> HeadlineBlocks | None:
-        """The blocks of a resident set whose jobs ask for them (an A/B run decides its own way: none)."""
-        job = group[0]
-        if job.headline is None or job.headline_reference is None:
+    def for_jobs(cls, jobs: Sequence[EngineJob]) -> HeadlineBlocks | None:
+        """The blocks of one target's jobs when they ask for them (an A/B run decides its own way: none)."""
+        if not jobs or jobs[0].headline is None or jobs[0].headline_reference is None:
             return None
-        if any(arm_of(j.engine.config.target.name) for j in group):
+        if any(arm_of(j.engine.config.target.name) for j in jobs):
             return None
-        cells = [w.request.cell for j in group for w in j.cells]
-        return cls(job.headline, job.headline_reference, cells, [r for j in group for r in j.round_records],
-                   job.round_seed)
-
-    def number_instances(self, up: dict[str, _Resident]) -> None:
-        """The single pass's engines are one instance (0 in a fresh run, the next number on ``--resume``)."""
-        for res in up.values():
-            res.instance = self.next_instance
-        self.next_instance += 1
+        cells = [w.request.cell for j in jobs for w in j.cells]
+        return cls(jobs[0].headline, jobs[0].headline_reference, cells, [r for j in jobs for r in j.round_records],
+                   jobs[0].round_seed)
 
     def open_cells(self) -> set[str]:
         by_cell: dict[str, list[RequestRecord]] = defaultdict(list)
@@ -70,30 +62,54 @@ class HeadlineBlocks:
         targets = {c.target for c in self.cells}
         return open_headline_cells(self.cells, by_cell, {t: self.reference for t in targets}, HEADLINE_RULE)
 
-    def run(self, up: dict[str, _Resident], keys: list[str], first_round: int) -> None:
-        """Blocks until every pair is decided, the instances are spent or the budget is."""
+    def run(self, jobs: Sequence[EngineJob], cap: int, start: Callable[[EngineJob], _Resident | None]) -> None:
+        """Blocks until every pair is decided, the instances are spent or the budget is. Each block starts the
+        engines of the open cells afresh (``start``), all together when ``cap`` engines fit, else the reference
+        with one method at a time, and closes them after its rounds."""
         t0 = time.monotonic()
-        next_round = max([first_round, *(r.round + 1 for r in self.records if r.round is not None)])
+        next_round = max([1, *(r.round + 1 for r in self.records if r.round is not None)])
         while self.next_instance < self.spec.instances:
             still = self.open_cells()
             if not still:
                 self.log.append(f"every headline pair decided after {self.next_instance} instance(s)")
                 return
-            spent = time.monotonic() - t0
-            if self.spec.budget_s is not None and spent >= self.spec.budget_s:
+            if self.spec.budget_s is not None and time.monotonic() - t0 >= self.spec.budget_s:
                 self.log.append(f"budget of {self.spec.budget_s:.0f} s spent: {len(still)} cell(s) undecided")
                 return
-            works = {k: [w for w in up[k].runner.job.cells if w.request.cell.cell_id in still] for k in keys}
-            fresh = [k for k in keys if works[k] and up[k].dead is None and _restart(up[k])]
             instance, self.next_instance = self.next_instance, self.next_instance + 1
-            for k in fresh:
-                up[k].instance = instance
-            for _ in range(self.spec.rounds_per_instance):
-                self._round(up, {k: works[k] for k in fresh}, next_round)
-                next_round += 1
-            self.log.append(f"instance {instance}: {len(fresh)} engine(s), {len(still)} open cell(s) "
-                            f"({time.monotonic() - t0:.0f} s)")
+            for chunk in self._chunks([j for j in jobs if any(c in still for c in j.cell_ids)], cap):
+                self._block(chunk, still, instance, next_round, start)
+            next_round += self.spec.rounds_per_instance
+            self.log.append(f"instance {instance}: {len(still)} open cell(s) ({time.monotonic() - t0:.0f} s)")
         self.log.append(f"{self.spec.instances} instances run; undecided pairs stay so")
+
+    def _chunks(self, needed: list[EngineJob], cap: int) -> list[list[EngineJob]]:
+        """The engines a block starts together: all when they fit, else each method's with the reference's."""
+        if len(needed) <= cap:
+            return [needed]
+        refs = [j for j in needed if j.engine.config.method.label == self.reference
+                or any(c.method_family == self.reference for c in (w.request.cell for w in j.cells))]
+        return [[*refs, j] for j in needed if j not in refs] or [refs]
+
+    def _block(self, chunk: list[EngineJob], still: set[str], instance: int, first_round: int,
+               start: Callable[[EngineJob], _Resident | None]) -> None:
+        up: dict[str, _Resident] = {}
+        try:
+            for job in chunk:
+                res = start(job)
+                if res is not None:
+                    res.instance = instance
+                    up[job.job_id] = res
+            works = {k: [w for w in res.runner.job.cells if w.request.cell.cell_id in still] for k, res in up.items()}
+            for j in range(self.spec.rounds_per_instance):
+                self._round(up, works, first_round + j)
+        except BaseException:
+            for res in up.values():
+                res.engine.kill()
+            raise
+        finally:
+            for res in up.values():
+                res.runner.close(res.engine)
 
     def _round(self, up: dict[str, _Resident], works: dict[str, list[CellWork]], r: int) -> None:
         """One speed round: per slot, its open cells on a repeat of the prompts, alternating by batch."""
@@ -121,13 +137,3 @@ def _repeat_part(work: CellWork, r: int, size: int) -> CellWork:
     n = len(prompts)
     chosen = [prompts[(r * size + i) % n] for i in range(min(size, n))] if n else []
     return work.model_copy(update={"request": work.request.model_copy(update={"prompts": chosen, "skip": set()})})
-
-
-def _restart(res: _Resident) -> bool:
-    """A fresh instance of a resident engine; False (the engine left out of the blocks) when it does not start."""
-    try:
-        res.engine = res.runner.restart(res.engine)
-    except EngineUnavailable as exc:
-        res.dead = f"a fresh instance for the headline's speed rounds did not start: {exc.reason}"
-        return False
-    return True

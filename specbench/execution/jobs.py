@@ -66,6 +66,7 @@ class EngineJob(BaseModel):
     # (specbench.execution.rounds), in the order round_order(…, round_seed) gives; local executor only.
     rounds: int = 1
     round_seed: int = 0
+    instances: int = 1  # engine instances over the rounds: blocks of rounds, the engines restarted between them
     # Headline speed rounds after the single pass (the plan's; specbench.execution.headline_blocks), the label of
     # the target's reference method, and the records an earlier attempt measured in rounds (``--resume``: the
     # decisions start from them, instances and rounds are numbered on from them).

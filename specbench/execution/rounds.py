@@ -218,17 +218,45 @@ def run_interleaved(jobs: Sequence[EngineJob], emit: Emit, placement: Placement,
     """Run one target's cell jobs (their ``rounds`` and ``round_seed``) in interleaved rounds (an A/B
     run: both arms' jobs of one target, pairs resident together)."""
     cap = resident_cap(jobs, available_gib() if free_gib is None else free_gib)
+    blocks = HeadlineBlocks.for_jobs(jobs) if round_hook is None else None
+    first = blocks.next_instance if blocks is not None else 0
     for group in resident_sets(jobs, cap):
-        _run_set(group, group[0].rounds, group[0].round_seed, emit, placement, follow_up, kept, round_hook)
+        _run_set(group, group[0].rounds, group[0].round_seed, emit, placement, follow_up, kept, round_hook, blocks,
+                 first)
+    if blocks is not None:
+        def collect(ev: Event) -> None:  # the blocks' records, kept for their decisions
+            if isinstance(ev, RequestDone):
+                blocks.records.append(ev.record)
+            emit(ev)
+
+        blocks.run(jobs, cap, lambda job: _start_fresh(job, collect, placement))
+
+
+def _start_fresh(job: EngineJob, emit: Emit, placement: Placement) -> _Resident | None:
+    """A fresh instance of ``job``'s engine for the headline's speed blocks (never a kept one), prepared to
+    measure; None when it does not start (the reason is the engine's event)."""
+    runner = _Job(job, emit, placement)
+    try:
+        engine = runner.start()
+    except EngineUnavailable as exc:
+        emit(EngineState(job_id=job.job_id, state="failed", reason=exc.reason, log_tail=exc.log_tail,
+                         placement=placement))
+        return None
+    try:
+        runner.prepare_to_measure(engine)
+    except BaseException:
+        engine.kill()
+        raise
+    return _Resident(runner, engine)
 
 
 def _run_set(group: list[EngineJob], rounds: int, seed: int, emit: Emit, placement: Placement,
-             follow_up: FollowUp | None, kept: KeptEngines | None, round_hook: RoundHook | None = None) -> None:
+             follow_up: FollowUp | None, kept: KeptEngines | None, round_hook: RoundHook | None = None,
+             blocks: HeadlineBlocks | None = None, base: int = 0) -> None:
     up: dict[str, _Resident] = {}
     turns = Turns()
     finished: set[str] = set()  # cells the hook needs no more rounds of
     this_round: list[RequestRecord] = []
-    blocks = HeadlineBlocks.for_set(group)
     if round_hook is not None or blocks is not None:
         inner_emit = emit
 
@@ -247,12 +275,15 @@ def _run_set(group: list[EngineJob], rounds: int, seed: int, emit: Emit, placeme
         t0 = wall_now()
         if settle_zygotes() > 0.05 and keys:
             up[keys[-1]].runner._phase("warmup", t0)
-        if blocks is not None:
-            blocks.number_instances(up)
+        per_block = -(-rounds // max(1, group[0].instances))  # rounds per engine instance
+        _number(up, base if blocks is not None or group[0].instances > 1 else None)
         arms = {k: arm_of(up[k].runner.job.engine.config.target.name) or "" for k in keys}
         pairs = {k: pair_key(up[k].runner.job) for k in keys}
         measured = {w.request.cell.cell_id for k in keys for w in up[k].runner.job.cells if w.request.cell.stop is None}
         for r in range(rounds):
+            if r and r % per_block == 0:  # a new block of rounds on fresh engine instances
+                _fresh_instances(up, turns, base + r // per_block, unfinished={
+                    k for k in keys if any(w.request.cell.cell_id not in finished for w in up[k].runner.job.cells)})
             order = ab_round_order(keys, pairs, arms, r, seed) if any(arms.values()) else round_order(keys, r, seed)
             this_round.clear()
             for step in _round_steps(up, order, arms, pairs, turns):
@@ -269,7 +300,7 @@ def _run_set(group: list[EngineJob], rounds: int, seed: int, emit: Emit, placeme
                 if measured <= finished:
                     break
         if blocks is not None:
-            blocks.run(up, keys, first_round=rounds)
+            blocks.next_instance = max(blocks.next_instance, base + 1 + (rounds - 1) // per_block)
         _finish_set(up, keys, turns, follow_up)
     except BaseException:
         for res in up.values():
@@ -278,6 +309,33 @@ def _run_set(group: list[EngineJob], rounds: int, seed: int, emit: Emit, placeme
     finally:
         for res in up.values():
             res.runner.close(res.engine)
+
+
+def _number(up: dict[str, _Resident], instance: int | None) -> None:
+    for res in up.values():
+        res.instance = instance
+
+
+def _fresh_instances(up: dict[str, _Resident], turns: Turns, instance: int, unfinished: set[str]) -> None:
+    """Every live engine with cells left closed and started afresh (the suite's ``instances``): the rounds that
+    follow are instance ``instance``'s. An engine that does not start again is dead: its later rounds fail."""
+    for key, res in up.items():
+        if res.dead is not None or key not in unfinished:
+            continue
+        try:
+            res.engine = res.runner.restart(res.engine)
+        except EngineUnavailable as exc:
+            res.dead = f"a fresh engine instance did not start: {exc.reason}"
+            continue
+        res.instance = instance
+        if key in turns.members:  # a fresh engine is awake: it takes its turns from asleep again
+            turns.members.discard(key)
+            if turns.awake == key:
+                turns.awake = None
+            try:
+                turns.join(key, res.engine)
+            except CellFailed as exc:
+                res.dead = f"vLLM's sleep mode: {exc.reason}"
 
 
 def _start_resident(job: EngineJob, emit: Emit, placement: Placement, follow_up: FollowUp | None,

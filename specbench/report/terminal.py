@@ -106,7 +106,7 @@ SHORT_VERDICT = {"faster": "faster", "slower": "slower", "same": "same", "undeci
                  "not distinguishable": "n.d.", "no data": "–", TAU_ONLY: TAU_ONLY}
 HEADLINE_NOTE = "each arm at its best K at that load"
 #: How a row measured in speed rounds reads (analysis.method_comparison.HEADLINE_MARGIN).
-ROUNDS_NOTE = ("ratios paired by prompt within {rounds}, decided as `specbench ab` decides (per-round ratios, "
+ROUNDS_NOTE = ("ratios paired by prompt within {rounds}, decided as `specbench ab` decides (per-{unit} ratios, "
                "their confidence sequence at α = 0.01); faster / slower beyond ±5 %, same within, else undecided")
 #: How a row of a run without rounds reads (the arms measured minutes apart).
 PROMPTS_NOTE = "ratios paired by prompt, 95% intervals; n.d.: not distinguishable (the speedup interval holds 1)"
@@ -125,7 +125,11 @@ def headline_note(summary: RunSummary, target: str) -> str:
     tau_only = any(r.tau_only for r in rows)
     looped = any(headline_looped(summary, r) for r in rows)
     rounds = sorted({r.rounds for r in rows if r.rounds is not None})
-    how = [ROUNDS_NOTE.format(rounds=rounds_said(rounds))] if rounds else []
+    instances = sorted({r.instances for r in rows if r.instances})
+    unit = "instance (the mean of an engine instance's rounds)" if instances and instances[-1] > 1 else "round"
+    said = (rounds_said(rounds) if rounds else "") + (
+        f" on {rounds_said(instances).replace('rounds', 'engine instances')}" if instances and instances[-1] > 1 else "")
+    how = [ROUNDS_NOTE.format(rounds=said, unit=unit)] if rounds else []
     how += [PROMPTS_NOTE] if any(r.rounds is None and not r.tau_only for r in rows) else []
     return "; ".join([HEADLINE_NOTE, *how]) + (f"; {TAU_ONLY_NOTE}" if tau_only else "") + (
         f"; {MARK_NOTE}" if looped else "")

@@ -100,3 +100,17 @@ def test_open_cells_are_those_of_undecided_pairs() -> None:
     assert hr.open_headline_cells(cells, few, {"t": "eagle3"}, HEADLINE_RULE) == {REF3.cell_id, DFL.cell_id}
     # no reference method in the target: no headline, nothing open
     assert hr.open_headline_cells(cells, few, {"t": "nothing"}, HEADLINE_RULE) == set()
+
+
+def test_an_ab_run_with_instances_decides_on_blocks() -> None:
+    """`specbench ab` with the suite's ``instances``: per group, one unit per instance (the mean of its rounds)."""
+    from specbench.analysis.ab_rounds import paired_rounds
+
+    a = cell("eagle3", "eagle3", 3, cell_id="t@a/eagle3/d/T0/b1/r0")
+    b = cell("eagle3", "eagle3", 3, cell_id="t@b/eagle3/d/T0/b1/r0")
+    offsets = [1.1, 0.9, 1.0]
+    recs = _arm(a, _drift(offsets, 3)) + _arm(b, _rates(offsets, 3))
+    units = paired_rounds(recs)["output_tps"]["t/eagle3/d/T0/b1"]
+    assert np.allclose(units, np.log(offsets))
+    one = paired_rounds([r.model_copy(update={"instance": None}) for r in recs])["output_tps"]["t/eagle3/d/T0/b1"]
+    assert len(one) == 9  # one instance: the rounds are the units
