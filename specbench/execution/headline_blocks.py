@@ -28,6 +28,7 @@ from specbench.config.plan import Cell, prompts_per_batch, round_order
 from specbench.config.suite_models import HeadlineSpeedSpec
 from specbench.execution.jobs import CellWork, EngineJob, wall_now
 from specbench.execution.round_schedule import batch_order, interleave_unit, slot_of
+from specbench.execution.worker import engines_ended
 from specbench.results.records import RequestRecord
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ class HeadlineBlocks:
     def _block(self, chunk: list[EngineJob], still: set[str], instance: int, first_round: int,
                start: Callable[[EngineJob], _Resident | None]) -> None:
         up: dict[str, _Resident] = {}
-        try:
+        with engines_ended(up):
             for job in chunk:
                 res = start(job)
                 if res is not None:
@@ -103,13 +104,6 @@ class HeadlineBlocks:
             works = {k: [w for w in res.runner.job.cells if w.request.cell.cell_id in still] for k, res in up.items()}
             for j in range(self.spec.rounds_per_instance):
                 self._round(up, works, first_round + j)
-        except BaseException:
-            for res in up.values():
-                res.engine.kill()
-            raise
-        finally:
-            for res in up.values():
-                res.runner.close(res.engine)
 
     def _round(self, up: dict[str, _Resident], works: dict[str, list[CellWork]], r: int) -> None:
         """One speed round: per slot, its open cells on a repeat of the prompts, alternating by batch."""

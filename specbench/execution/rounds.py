@@ -47,7 +47,7 @@ from specbench.execution.jobs import (
     wall_now,
 )
 from specbench.execution.round_schedule import ab_round_order, batch_order, interleave_unit, slot_of
-from specbench.execution.worker import Emit, FollowUp, _Job, now_iso
+from specbench.execution.worker import Emit, FollowUp, _Job, engines_ended, now_iso
 from specbench.results.records import CellRecord, RequestRecord
 from specbench.results.requests import CellOutcome
 
@@ -266,7 +266,7 @@ def _run_set(group: list[EngineJob], rounds: int, seed: int, emit: Emit, placeme
                 if blocks is not None:
                     blocks.records.append(ev.record)
             inner_emit(ev)
-    try:
+    with engines_ended(up):
         for job in group:
             _start_resident(job, emit, placement, follow_up, kept, up, turns)
         keys = list(up)
@@ -302,13 +302,6 @@ def _run_set(group: list[EngineJob], rounds: int, seed: int, emit: Emit, placeme
         if blocks is not None:
             blocks.next_instance = max(blocks.next_instance, base + 1 + (rounds - 1) // per_block)
         _finish_set(up, keys, turns, follow_up)
-    except BaseException:
-        for res in up.values():
-            res.engine.kill()
-        raise
-    finally:
-        for res in up.values():
-            res.runner.close(res.engine)
 
 
 def _number(up: dict[str, _Resident], instance: int | None) -> None:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from specbench.analysis.cell_stopper import CellStopper
 from specbench.config.methods import get_method
@@ -340,6 +342,21 @@ class _Job:
         finally:
             self._phase("teacher_forcing", t0)
         return engine
+
+
+@contextmanager
+def engines_ended(residents: Mapping[str, Any]) -> Iterator[None]:
+    """Every engine of ``residents`` (objects with ``engine`` and ``runner``, as the dict holds them when the
+    block ends) closed by its runner at the end; killed first when a stop signal or a bug ends the block."""
+    try:
+        yield
+    except BaseException:
+        for res in residents.values():
+            res.engine.kill()
+        raise
+    finally:
+        for res in residents.values():
+            res.runner.close(res.engine)
 
 
 def run_job(job: EngineJob, emit: Emit, placement: Placement | None = None, follow_up: FollowUp | None = None,
