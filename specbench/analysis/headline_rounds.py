@@ -134,12 +134,16 @@ def choose_k(points: Mapping[int | None, Sequence[RequestRecord]], rule: ABRule)
 def open_headline_cells(cells: Sequence[Cell], records: Mapping[str, Sequence[RequestRecord]],
                         reference_of: Mapping[str, str], rule: ABRule) -> set[str]:
     """The cells that need more headline speed rounds: those of every pair (a method at its K against the
-    reference at its K, per target, dataset, temperature, load and slice) the rule leaves undecided, and of
+    reference at its K, and the reference against no speculation, per target, dataset, temperature, load and
+    slice) the rule leaves undecided, and of
     every K whose comparison with its family's fastest is undecided. The K of each arm is chosen as the
     headline chooses it (:func:`choose_k`), from the records so far; repeats are pooled."""
     slots: dict[tuple, dict[str, dict[int | None, list[str]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    plain: dict[tuple, list[str]] = defaultdict(list)
     for c in cells:
-        if c.method_kind != "baseline" and c.lossy is None and c.stop is None:
+        if c.method_kind == "baseline" and c.stop is None and not c.slice_id:
+            plain[c.baseline_group_key].append(c.cell_id)
+        elif c.method_kind != "baseline" and c.lossy is None and c.stop is None:
             slots[c.baseline_group_key][c.method_family][c.k].append(c.cell_id)
     out: set[str] = set()
     for key, fams in slots.items():
@@ -154,12 +158,13 @@ def open_headline_cells(cells: Sequence[Cell], records: Mapping[str, Sequence[Re
         for name, choice in choices.items():  # Ks not yet split from the fastest
             if choice.open:
                 out.update(cid for k in (*choice.open, choice.fastest) for cid in fams[name][k])
-        ref = choices[ref_name]
-        for name, choice in choices.items():
-            if name == ref_name:
-                continue
-            verdict, _ = decide_pair(recs(fams[name][choice.k]), recs(fams[ref_name][ref.k]), rule)
+        ref_cells = fams[ref_name][choices[ref_name].k]
+        pairs = [(fams[name][choice.k], ref_cells) for name, choice in choices.items() if name != ref_name]
+        if plain.get(key):  # the reference against no speculation (the headline's anchor row)
+            pairs.append((ref_cells, plain[key]))
+        for method_cells, against in pairs:
+            verdict, _ = decide_pair(recs(method_cells), recs(against), rule)
             if verdict.verdict == "undecided":
-                out.update(fams[name][choice.k])
-                out.update(fams[ref_name][ref.k])
+                out.update(method_cells)
+                out.update(against)
     return out

@@ -168,20 +168,25 @@ def headline_ratios(
     ``speed_requests``: those with the headline's speed rounds on repeats of the prompts (default: the same)."""
     speed = group_requests if speed_requests is None else speed_requests
     buckets: dict[tuple, dict[str, list[GroupSummary]]] = defaultdict(lambda: defaultdict(list))
+    plain: dict[tuple, GroupSummary] = {}
     for g in groups:
         if _usable(g):
             buckets[g.baseline_key][group_family(g)].append(g)
+        elif g.method_kind == "baseline" and g.status in ("ok", "partial") and g.n_requests > 0 and g.slice is None:
+            plain[g.baseline_key] = g
     out: list[HeadlineRow] = []
     for key, fams in buckets.items():
         target = key[0]
         ref_name = reference_of.get(target)
         if ref_name not in fams:
             continue
-        ref, ref_tie = _headline_point(fams[ref_name], speed, rule)
-        for name, arms in fams.items():
-            if name == ref_name:
-                continue
-            g, tie = _headline_point(arms, speed, rule)
+        ref_point, ref_tie = _headline_point(fams[ref_name], speed, rule)
+        # The reference itself against no speculation (its best K), where the run has the baseline: the anchor.
+        pairs = [(name, arms, ref_point, ref_tie, ref_name) for name, arms in fams.items() if name != ref_name]
+        if key in plain:
+            pairs.insert(0, (ref_name, fams[ref_name], plain[key], [], plain[key].method))
+        for name, arms, ref, ref_tie, against in pairs:
+            g, tie = (ref_point, ref_tie) if name == ref_name else _headline_point(arms, speed, rule)
             m_reqs, r_reqs = group_requests.get(g.group_id, []), group_requests.get(ref.group_id, [])
             pooled = paired_speedup(m_reqs, r_reqs)
             sp, rounds, to_decide, instances = pooled, None, None, None
@@ -194,7 +199,7 @@ def headline_ratios(
                 HeadlineRow(
                     target=target, dataset=g.dataset, temperature=g.temperature, batch_size=g.batch_size,
                     request_rate=g.request_rate, method=name, method_kind=g.method_kind, method_group=g.group_id,
-                    method_k=g.k, reference=ref_name, reference_group=ref.group_id, reference_k=ref.k,
+                    method_k=g.k, reference=against, reference_group=ref.group_id, reference_k=ref.k,
                     n_prompts=max(pooled.n, tau.n), tau_ratio=tau, speedup_ratio=sp,
                     method_speedup=g.speedup, reference_speedup=ref.speedup,
                     verdict=speedup_ratio_verdict(sp, rounds), rounds=rounds, rounds_to_decide=to_decide,

@@ -111,7 +111,7 @@ def summarize_run(
         k_sweeps=k_sweeps(groups, greqs),
         extra=SummaryExtra(
             serving=summarize_serving({t.name for t in suite.targets if t.engine == "vllm-server"}, cells, unique,
-                                      latest, {r.target: r.reference for r in headline}),
+                                      latest, reference_of),
             cross_check=cross_checks.cross_check(groups + [s for s in slices if s.slice and s.slice.turn is not None],
                                             suite.targets, draft_attention(manifest, cells)),
             category_matrix=category_matrix(groups, slices, greqs, cats, reference_of),

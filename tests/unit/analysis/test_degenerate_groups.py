@@ -150,7 +150,7 @@ def test_the_headline_and_terminal_mark_a_verdict_resting_on_loops(three: RunSum
     text = render_markdown(three)
     assert "## Outputs behind the numbers" in text and degeneracy.MARK_NOTE in text
     headline_line = next(line for line in text.splitlines() if line.startswith("| dflash | 3 |"))
-    assert headline_line.split("|")[6].strip().endswith(degeneracy.MARK)
+    assert headline_line.split("|")[7].strip().endswith(degeneracy.MARK)
     assert "30.0% [10.8, 60.3]" in text  # the share, in the results table and the section
     from specbench.report.compact import render_compact
 

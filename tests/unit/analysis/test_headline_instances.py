@@ -92,12 +92,18 @@ def test_open_cells_are_those_of_undecided_pairs() -> None:
     ref = _arm(REF3, _rates(offsets, 2, noise=0.01, seed=5))
     fast = _arm(DFL, _rates(offsets, 2, factor=1.4, noise=0.01, seed=6))
     cells = [REF3, DFL, BASE]
-    by_cell = {REF3.cell_id: ref, DFL.cell_id: fast}
+    slow = _arm(BASE, _rates(offsets, 2, factor=0.6, noise=0.01, seed=9))
+    by_cell = {REF3.cell_id: ref, DFL.cell_id: fast, BASE.cell_id: slow}
     assert hr.open_headline_cells(cells, by_cell, {"t": "eagle3"}, HEADLINE_RULE) == set()
     # two instances of a 3 % difference: undecided, both arms need more rounds; the baseline never does
     few = {REF3.cell_id: _arm(REF3, _rates([1, 1], 2, noise=0.02, seed=7)),
-           DFL.cell_id: _arm(DFL, _rates([1, 1], 2, factor=1.03, noise=0.02, seed=8))}
-    assert hr.open_headline_cells(cells, few, {"t": "eagle3"}, HEADLINE_RULE) == {REF3.cell_id, DFL.cell_id}
+           DFL.cell_id: _arm(DFL, _rates([1, 1], 2, factor=1.03, noise=0.02, seed=8)), BASE.cell_id: slow}
+    assert hr.open_headline_cells(cells, few, {"t": "eagle3"}, HEADLINE_RULE) == {REF3.cell_id, DFL.cell_id,
+                                                                                BASE.cell_id}  # two units: nothing
+    # the reference against no speculation is a pair too (the headline's anchor row): without the
+    # baseline's rounds it is open, the baseline's cells with it
+    assert BASE.cell_id in hr.open_headline_cells(cells, {**by_cell, BASE.cell_id: []}, {"t": "eagle3"},
+                                                  HEADLINE_RULE)
     # no reference method in the target: no headline, nothing open
     assert hr.open_headline_cells(cells, few, {"t": "nothing"}, HEADLINE_RULE) == set()
 

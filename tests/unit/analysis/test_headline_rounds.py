@@ -48,7 +48,8 @@ def _headline(method, ref):
     crs = [cell_record(c, num_requests=16, wall_time_s=1.0) for c in cells]
     summary = metrics.summarize("r", "s", cells, crs, reqs)
     greqs = metrics.requests_by_group(cells, metrics.latest_cell_records(crs), metrics.unique_requests(reqs))
-    (row,) = comparison.headline_ratios(summary.groups, greqs, {"t": "eagle3"})
+    anchor, row = comparison.headline_ratios(summary.groups, greqs, {"t": "eagle3"})
+    assert (anchor.method, anchor.reference) == ("eagle3", "baseline")  # the reference against no speculation
     return row
 
 
