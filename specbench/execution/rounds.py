@@ -234,13 +234,13 @@ def run_interleaved(jobs: Sequence[EngineJob], emit: Emit, placement: Placement,
 
 def _start_fresh(job: EngineJob, emit: Emit, placement: Placement) -> _Resident | None:
     """A fresh instance of ``job``'s engine for the headline's speed blocks (never a kept one), prepared to
-    measure; None when it does not start (the reason is the engine's event)."""
+    measure (counted as a restart in the manifest); None when it does not start: its cells are done, the
+    block goes on without it (the reason is in the engine's log)."""
     runner = _Job(job, emit, placement)
+    emit(EngineState(job_id=job.job_id, state="restarting", reason="a fresh engine instance", placement=placement))
     try:
         engine = runner.start()
-    except EngineUnavailable as exc:
-        emit(EngineState(job_id=job.job_id, state="failed", reason=exc.reason, log_tail=exc.log_tail,
-                         placement=placement))
+    except EngineUnavailable:
         return None
     try:
         runner.prepare_to_measure(engine)

@@ -179,6 +179,7 @@ def headline_plan(planned: RunPlan, platform: str | None = None) -> list[str]:
            + f" expected time at the cap assumes {start_s:.0f} s per engine start and {rate:.0f} output tok/s "
            "per stream"]
     pairs: dict[tuple, list] = {}
+    plain = {c.baseline_group_key for c in planned.plan.cells if c.method_kind == "baseline"}
     for c in planned.plan.cells:
         if c.method_kind != "baseline" and c.lossy is None and c.target in decisions.reference_of and c.repeat == 0:
             pairs.setdefault(c.baseline_group_key, []).append(c)
@@ -186,10 +187,13 @@ def headline_plan(planned: RunPlan, platform: str | None = None) -> list[str]:
         ref = decisions.reference_of[key[0]]
         fams = sorted({c.method_family for c in cells} - {ref})
         c0 = cells[0]
+        if key in plain and any(c.method_family == ref for c in cells):
+            fams = [*fams, f"{ref} (the anchor row: against baseline)"]
         batch_s = decisions.max_tokens / rate
         speed_rounds = (spec.instances - 1) * spec.rounds_per_instance
         row_s = (spec.instances - 1) * 2 * start_s + speed_rounds * spec.batches_per_round * 2 * batch_s
-        out += [f"{c0.target} {c0.dataset} T{c0.temperature:g} load {c0.load_label}: {f} against {ref}: "
+        out += [f"{c0.target} {c0.dataset} T{c0.temperature:g} load {c0.load_label}: {f}"
+                + ("" if f.endswith(")") else f" against {ref}") + ": "
                 f"{suite.rounds} rounds in the single pass, then up to {speed_rounds} speed rounds on "
                 f"{spec.instances - 1} fresh instances (≤ {row_s / 60:.1f} min for the pair alone)" for f in fams]
     return out

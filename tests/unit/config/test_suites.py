@@ -635,3 +635,35 @@ def test_stop_and_executor_sections(tmp_path: Path):
     wrong = _write(tmp_path, GOOD + "executor: {kind: slurm}\n", "exec.yaml")
     (msg,) = _errors(wrong)
     assert msg.startswith(f"{wrong}:{_line_of(wrong, 'executor:')}: ") and "'local' or 'ray'" in msg
+
+
+def test_headline_speed_rounds_and_instances_are_checked_with_file_line(tmp_path: Path):
+    """Issue 51's suite keys: headline speed rounds follow the suite's rounds; instances need two rounds each; a
+    method's own engine patch must exist — each a file:line error, exit 2 through the CLI."""
+    p = _write(tmp_path, GOOD + "headline: {instances: 4}\n")
+    (msg,) = _errors(p)
+    assert msg.startswith(f"{p}:{_line_of(p, 'headline:')}: ") and "rounds: 2 or more" in msg
+    ok = load_suite(_write(tmp_path, GOOD + "rounds: 4\nheadline: {instances: 4, budget_s: 30}\n", "ok.yaml"))
+    assert ok.headline is not None and ok.headline.instances == 4 and ok.headline.budget_s == 30
+    p = _write(tmp_path, GOOD + "rounds: 4\ninstances: 3\n", "inst.yaml")
+    (msg,) = _errors(p)
+    assert msg.startswith(f"{p}:{_line_of(p, 'instances: 3')}: ") and "at least 6 rounds" in msg
+    p = _write(tmp_path, GOOD.replace("        num_speculative_tokens: 3", "        num_speculative_tokens: 3\n"
+                                      "        engine_patches: [planted-step-dely]"), "patch.yaml")
+    (msg,) = _errors(p)
+    assert msg.startswith(f"{p}:{_line_of(p, 'planted-step-dely')}: ") and "planted-step-delay" in msg
+    p = _write(tmp_path, GOOD + "rounds: 4\nheadline: {instances: 1}\n", "one.yaml")
+    (msg,) = _errors(p)
+    assert "headline.instances" in msg and msg.startswith(f"{p}:{_line_of(p, 'instances: 1')}: ")
+    result = _invoke("validate", str(p))
+    assert result.exit_code == 2
+
+
+def test_a_methods_engine_patches_and_env_reach_its_engine_only(tmp_path: Path):
+    text = GOOD.replace("        num_speculative_tokens: 3", "        num_speculative_tokens: 3\n"
+                        "        engine_patches: [planted-step-delay]\n        env: {SPECBENCH_PLANTED_STEP_FRACTION: '0.15'}")
+    engines = {e["method"]: e for e in dry_run(load_suite(_write(tmp_path, text)), platform="cpu")}
+    assert "planted-step-delay" in engines["dflash"]["env"].get("SPECBENCH_VLLM_PATCHES", "")
+    assert engines["dflash"]["env"]["SPECBENCH_PLANTED_STEP_FRACTION"] == "0.15"
+    assert "SPECBENCH_PLANTED_STEP_FRACTION" not in engines["baseline"]["env"]
+    assert "planted-step-delay" not in engines["baseline"]["env"].get("SPECBENCH_VLLM_PATCHES", "")
