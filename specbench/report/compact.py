@@ -51,7 +51,7 @@ def _where(r: HeadlineRow) -> str:
 def _headline(summary: RunSummary) -> Section:
     if not summary.headline:
         return Section("Against the reference", [Para("No method ran against a reference method in this run.")])
-    refs = sorted({r.reference for r in summary.headline})
+    refs = sorted({r.reference for r in summary.headline if r.reference != "baseline"}) or ["baseline"]
     rows = sorted(summary.headline, key=lambda r: (r.target, r.dataset, r.temperature, r.request_rate is not None,
                                                    r.request_rate or r.batch_size, r.method))
     verdicts = Counter(headline_verdict(r) for r in rows)
