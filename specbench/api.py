@@ -110,11 +110,11 @@ def _check_data(suite: Suite) -> list[datasets.DataCheck]:
     return [datasets.check(d, base) for d in suite.datasets]
 
 
-def plan(suite: Suite | Path | str, ks: list[int] | None = None) -> RunPlan:
+def plan(suite: Suite | Path | str, ks: list[int] | None = None, platform: str | None = None) -> RunPlan:
     """A new run's plan: the suite (loaded when a path; raises :class:`SuiteError`) with every
-    speculating method at the K values ``ks`` (``--num-speculative-tokens 1,3,5``), expanded once.
-    Hand it to :func:`run` (and to :func:`dry_run`)."""
-    return plan_run(with_ks(suite if isinstance(suite, Suite) else load_suite(suite), ks))
+    speculating method at the K values ``ks`` (``--num-speculative-tokens 1,3,5``), expanded once for
+    ``platform`` (default: detected). Hand it to :func:`run` (and to :func:`dry_run`)."""
+    return plan_run(with_ks(suite if isinstance(suite, Suite) else load_suite(suite), ks), platform)
 
 
 def resume_plan(run_dir: Path) -> RunPlan:
@@ -126,7 +126,7 @@ def resume_plan(run_dir: Path) -> RunPlan:
 def dry_run(suite: Suite | RunPlan, platform: str | None = None, assets_factory: Any = None) -> list[dict[str, Any]]:
     """Every engine's exact configuration, without starting anything (``assets_factory``:
     the tiny zoo to resolve ``model: tiny`` with, as in :func:`~specbench.engines.factory.resolve_engine`)."""
-    return engine_configs(suite if isinstance(suite, RunPlan) else plan_run(suite), platform or detect_platform(),
+    return engine_configs(suite if isinstance(suite, RunPlan) else plan_run(suite, platform), platform or detect_platform(),
                           assets_factory)
 
 

@@ -212,7 +212,7 @@ def run_command(
         if not ks:
             _bad_input(["--num-speculative-tokens: give at least one K"])
     # The suite is read and expanded once, here (a resumed run: its stored suite and plan, not the YAML).
-    planned = api.resume_plan(resume) if resume is not None else api.plan(suite, ks)
+    planned = api.resume_plan(resume) if resume is not None else api.plan(suite, ks, platform)
     if budget is not None:
         try:
             planned = api.with_headline_budget(planned, budget)

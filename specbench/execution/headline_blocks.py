@@ -26,6 +26,8 @@ from specbench.analysis.method_comparison import HEADLINE_RULE
 from specbench.config.arms import arm_of
 from specbench.config.plan import Cell, prompts_per_batch, round_order
 from specbench.config.suite_models import HeadlineSpeedSpec
+from specbench.engines.protocol import CellFailed
+from specbench.execution.engine_turns import Turns
 from specbench.execution.jobs import CellWork, EngineJob, wall_now
 from specbench.execution.round_schedule import batch_order, interleave_unit, slot_of
 from specbench.execution.worker import engines_ended
@@ -79,7 +81,7 @@ class HeadlineBlocks:
                 return
             instance, self.next_instance = self.next_instance, self.next_instance + 1
             for chunk in self._chunks([j for j in jobs if any(c in still for c in j.cell_ids)], cap):
-                self._block(chunk, still, instance, next_round, start)
+                self._block(chunk, still, instance, next_round, start, Turns() if len(chunk) > cap else None)
             next_round += self.spec.rounds_per_instance
             self.log.append(f"instance {instance}: {len(still)} open cell(s) ({time.monotonic() - t0:.0f} s)")
         self.log.append(f"{self.spec.instances} instances run; undecided pairs stay so")
@@ -93,19 +95,31 @@ class HeadlineBlocks:
         return [[*refs, j] for j in needed if j not in refs] or [refs]
 
     def _block(self, chunk: list[EngineJob], still: set[str], instance: int, first_round: int,
-               start: Callable[[EngineJob], _Resident | None]) -> None:
+               start: Callable[[EngineJob], _Resident | None], turns: Turns | None) -> None:
+        """One instance of ``chunk``'s engines and its rounds; with ``turns`` (a pair that does not fit on the GPU
+        together, started with sleep mode) each engine sleeps once started and wakes for its batches."""
         up: dict[str, _Resident] = {}
         with engines_ended(up):
             for job in chunk:
                 res = start(job)
-                if res is not None:
-                    res.instance = instance
-                    up[job.job_id] = res
+                if res is None:
+                    continue
+                res.instance = instance
+                up[job.job_id] = res
+                if turns is not None:
+                    try:
+                        turns.join(job.job_id, res.engine)
+                    except CellFailed as exc:
+                        del up[job.job_id]
+                        res.engine.kill()
+                        self.log.append(f"{job.job_id}: vLLM's sleep mode: {exc.reason}; left out of instance "
+                                        f"{instance}")
             works = {k: [w for w in res.runner.job.cells if w.request.cell.cell_id in still] for k, res in up.items()}
             for j in range(self.spec.rounds_per_instance):
-                self._round(up, works, first_round + j)
+                self._round(up, works, first_round + j, turns)
 
-    def _round(self, up: dict[str, _Resident], works: dict[str, list[CellWork]], r: int) -> None:
+    def _round(self, up: dict[str, _Resident], works: dict[str, list[CellWork]], r: int,
+               turns: Turns | None = None) -> None:
         """One speed round: per slot, its open cells on a repeat of the prompts, alternating by batch."""
         slots: dict[tuple, list[tuple[str, CellWork]]] = defaultdict(list)
         for key in round_order(list(works), r, self.seed):
@@ -120,6 +134,8 @@ class HeadlineBlocks:
             for chunk, order in batch_order((0, size), step, len(parts)):
                 for o in order:
                     key, part = parts[o]
+                    if turns is not None:  # its turn: the awake one sleeps, this one wakes (a batch untimed)
+                        turns.switch(key, up, (part, chunk, r))
                     t0 = wall_now()
                     up[key].run_round(part, chunk, r, speed_only=True)
                     up[key].runner._phase("cells", t0)

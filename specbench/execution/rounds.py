@@ -32,8 +32,9 @@ from specbench.config.arms import VLLM_DEFAULT_GPU_SHARE, arm_of, base_target
 from specbench.config.plan import prompts_per_batch, round_order, round_spans
 from specbench.engines.kept import KeptEngines
 from specbench.engines.procs import available_gib
-from specbench.engines.protocol import CellFailed, Engine, EngineUnavailable, sleeper
+from specbench.engines.protocol import CellFailed, Engine, EngineUnavailable
 from specbench.engines.vllm_offline import settle_zygotes
+from specbench.execution.engine_turns import Turns
 from specbench.execution.headline_blocks import HeadlineBlocks
 from specbench.execution.jobs import (
     CellDone,
@@ -150,61 +151,6 @@ class _Resident:
             run_id=job.run_id, cell_id=cid, engine_key=job.engine.config.key, status="failed", reason=reason,
             engine_log_tail=log_tail, started_at=self.started.get(cid), finished_at=now_iso(),
         )))
-
-
-class Turns:
-    """Engines that take turns on one accelerator with vLLM's sleep mode (an A/B pair that does not fit on
-    one GPU together; config.arms.with_sleep_mode): at most one of them awake. Each sleeps once started
-    (the next one's start needs the memory); before an engine's cells run, the awake one sleeps and it
-    wakes, and its first batch after the wake-up runs untimed (records dropped: a woken engine's first
-    batch re-allocates what it dropped). An engine whose sleep or wake-up fails is ended: its later
-    cells fail with the reason."""
-
-    def __init__(self) -> None:
-        self.members: set[str] = set()
-        self.awake: str | None = None
-
-    def join(self, key: str, engine: Engine) -> None:
-        """A just-started engine: put to sleep if it takes turns (raises :class:`CellFailed`)."""
-        if engine.capabilities.sleeps:
-            sleeper(engine).sleep()
-            self.members.add(key)
-
-    def switch(self, key: str, up: dict[str, _Resident], warm: tuple[CellWork, tuple[int, int], int] | None = None,
-               ) -> bool:
-        """Make ``key``'s engine the awake one (and run ``warm``'s first batch untimed: the cell, its round
-        span and the round). False when nothing had to change."""
-        res = up[key]
-        if key not in self.members or self.awake == key or res.dead is not None:
-            return False
-        if self.awake is not None:
-            self._toggle(up[self.awake], wake=False)
-            self.awake = None
-        if not self._toggle(res, wake=True):
-            return True
-        self.awake = key
-        if warm is not None:
-            work, span, r = warm
-            unit = prompts_per_batch(work.request.cell.batch_size, work.request.sampling.samples_per_prompt)
-            first = work.request.model_copy(update={"prompts": work.request.prompts[span[0]:min(span[1], span[0] + unit)]})
-            try:
-                res.engine.run_cell(first, lambda rec: None)
-            except CellFailed as exc:
-                res._fail(work, f"round {r}: the untimed batch after a wake-up: {exc.reason}", exc.log_tail)
-                if exc.engine_dead:
-                    res.dead = f"the engine died in round {r} ({exc.reason})"
-        return True
-
-    @staticmethod
-    def _toggle(res: _Resident, *, wake: bool) -> bool:
-        try:
-            engine = sleeper(res.engine)
-            engine.wake_up() if wake else engine.sleep()
-            return True
-        except CellFailed as exc:
-            res.dead = f"vLLM's sleep mode: {exc.reason}; the engine was ended"
-            res.engine.kill()
-            return False
 
 
 #: Called after each round with the round's index and its request records; returns the cells that

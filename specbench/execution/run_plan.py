@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from specbench import datasets
+from specbench.config.arms import pairs_taking_turns, with_sleep_mode
 from specbench.config.plan import Plan, cell_summary, expand, with_decisions
 from specbench.config.suite import Suite, load_suite
 from specbench.engines.factory import resolve_engine
@@ -47,8 +48,14 @@ class RunPlan:
         return len(self.plan.cells)
 
 
-def plan_run(suite: Suite) -> RunPlan:
-    """A new run of ``suite`` (loaded, ``--num-speculative-tokens`` applied): its one expansion."""
+def plan_run(suite: Suite, platform: str | None = None) -> RunPlan:
+    """A new run of ``suite`` (loaded, ``--num-speculative-tokens`` applied): its one expansion. On a GPU, a
+    suite with headline speed rounds whose pairs do not fit on it together serves them with vLLM's sleep mode
+    (they take turns in the blocks: execution.engine_turns)."""
+    from specbench.execution.driver import detect_platform
+
+    if suite.headline is not None and (platform or detect_platform()) == "cuda":
+        suite = with_sleep_mode(suite, pairs_taking_turns(suite))
     return RunPlan(suite=suite, plan=expand(suite))
 
 

@@ -667,3 +667,19 @@ def test_a_methods_engine_patches_and_env_reach_its_engine_only(tmp_path: Path):
     assert engines["dflash"]["env"]["SPECBENCH_PLANTED_STEP_FRACTION"] == "0.15"
     assert "SPECBENCH_PLANTED_STEP_FRACTION" not in engines["baseline"]["env"]
     assert "planted-step-delay" not in engines["baseline"]["env"].get("SPECBENCH_VLLM_PATCHES", "")
+
+
+@pytest.mark.parametrize("name", ["gsm8k", "humaneval"])
+def test_gpu_suites_plan_the_headline_per_row(name: str):
+    """Issue 51: the GPU suites' dry run shows each headline row's rounds, instances and expected time, and their
+    pairs (which do not fit on the GPUs together) are served with vLLM's sleep mode to take turns."""
+    from specbench import api
+
+    planned = api.plan(SUITES / f"{name}.yaml", platform="cuda")
+    lines = api.headline_plan(planned, "cuda")
+    rows = [line for line in lines[1:] if "against" in line]
+    assert rows and all(re.search(r"\d+ rounds in the single pass, then up to \d+ speed rounds on \d+ fresh "
+                                  r"instances \(≤ [\d.]+ min", line) for line in rows)
+    assert any("eagle3 (the anchor row: against baseline)" in line for line in rows)
+    engines = dry_run(planned, platform="cuda")
+    assert all(e["llm_kwargs"].get("enable_sleep_mode") for e in engines if e["kind"] != "reference")
