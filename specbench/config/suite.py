@@ -31,6 +31,7 @@ from specbench.config.suite_models import (
     SamplingSpec,
     ScheduleFrom,
     ScoringSpec,
+    SLOSpec,
     Strict,
     Suite,
     SuiteError,
@@ -41,7 +42,7 @@ from specbench.config.suite_models import (
 
 __all__ = [
     "ENGINES", "DatasetSpec", "EquivalenceSpec", "ExecutorSpec", "LoadSpec", "MethodSpec", "ReferenceValue",
-    "SampledEquivalenceSpec", "SamplingSpec", "ScheduleFrom", "ScoringSpec", "Strict", "Suite", "SuiteError",
+    "SampledEquivalenceSpec", "SamplingSpec", "ScheduleFrom", "ScoringSpec", "SLOSpec", "Strict", "Suite", "SuiteError",
     "SuiteWarning", "TargetSpec", "TauDefinitionName", "load_suite", "load_yaml_model", "reference_method", "resolve_path",
 ]
 

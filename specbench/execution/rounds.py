@@ -129,12 +129,15 @@ class _Resident:
                 self.dead = f"the engine died in round {r} ({exc.reason}); not restarted between rounds"
             return
         prev = self.outcomes.get(cid)
+        walls = list(prev.round_wall_s or []) if prev is not None else []
+        walls += [0.0] * (r + 1 - len(walls))
+        walls[r] += out.wall_time_s  # a round's batches of this cell, each timed by its engine
         if prev is not None:
             counters = out.counters if prev.counters is None else (
                 prev.counters if out.counters is None else prev.counters + out.counters)
             out = CellOutcome(counters=counters, wall_time_s=prev.wall_time_s + out.wall_time_s,
                               num_requests=prev.num_requests + out.num_requests)
-        self.outcomes[cid] = out
+        self.outcomes[cid] = out.model_copy(update={"round_wall_s": walls})
 
     def _fail(self, work: CellWork, reason: str, log_tail: str | None) -> None:
         job, cid = self.runner.job, work.request.cell.cell_id
