@@ -66,7 +66,7 @@ def request_buckets(trace: StepTrace, bucket_tokens: int = BUCKET_TOKENS) -> dic
 def output_acceptance(g: GroupSummary, records: Sequence[RequestRecord], *, bucket_tokens: int = BUCKET_TOKENS,
                       trained_tokens: int | None = None) -> OutputAcceptance | None:
     """The group's acceptance rate by output-position bucket (see the module); None when no successful request
-    has a trace."""
+    has a trace, or when the traces are complete and none drafted (K = 0: nothing to show)."""
     traced = [r for r in records if r.error is None and r.steps is not None]
     if not traced:
         return None
@@ -80,6 +80,8 @@ def output_acceptance(g: GroupSummary, records: Sequence[RequestRecord], *, buck
             rate=stats.proportion_ci([a for a, _, _ in rows], [d for _, d, _ in rows]),
             steps=sum(s for _, _, s in rows), requests=len(rows), accepted=sum(a for a, _, _ in rows),
             drafted=sum(d for _, d, _ in rows)))
+    if not buckets and len(used) == len(traced):
+        return None
     room = [max(0, trained_tokens - r.prompt_tokens) for r in used] if trained_tokens is not None else []
     return OutputAcceptance(
         group_id=g.group_id, target=g.target, method=g.method, method_kind=g.method_kind, k=g.k, dataset=g.dataset,

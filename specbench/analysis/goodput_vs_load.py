@@ -14,8 +14,9 @@ load and input-length slice) have a goodput gets a point:
   ``higher`` / ``lower`` / ``same`` / ``undecided``;
 * **otherwise** the pooled ratio goodput(method) / goodput(baseline)
   (:func:`~specbench.results.speed_estimators.goodput_ratio`) with a 95 % bootstrap over prompts (a prompt's
-  requests in both arms move together; the walls held fixed), ``higher`` / ``lower`` when the interval lies
-  above / below 1, else ``not distinguishable``; a run with rounds that could not be decided by them says why.
+  requests in both arms move together; the walls held fixed; with rounds, over rounds and then prompts),
+  ``higher`` / ``lower`` when the interval lies above / below 1, else ``not distinguishable``; a run with rounds
+  that could not be decided by them says why.
 
 Where speculation stops raising goodput (:func:`stops_raising`): the lowest load from which on no measured
 load's verdict is ``higher``; the curve also keeps the highest load where it is.
@@ -36,14 +37,14 @@ from specbench.results import speed_estimators
 from specbench.results.goodput_curve import GoodputCurve, GoodputPoint, GoodputVerdict, LoadAxis
 from specbench.results.records import CellRecord, RequestRecord
 from specbench.results.summary import GroupSummary
-from specbench.stats import Estimate
+from specbench.stats import Estimate, with_between_run
 
 #: The headline's verdict words (a speed ratio) as a goodput ratio's.
 VERDICT: dict[str, GoodputVerdict] = {"faster": "higher", "slower": "lower", "same": "same", "undecided": "undecided",
                                       "not distinguishable": "not distinguishable", "no data": "no data"}
-NO_ROUND_WALLS = "its cells hold no per-round wall times (recorded before they were kept): decided on the pooled interval"
-EMPTY_ROUND = ("in a round no request of one arm met the SLOs (no per-round ratio): decided on the pooled "
-               "interval")
+#: Why a point of a run with speed rounds was decided on the pooled interval instead (its ``note``).
+NO_ROUND_WALLS = "its cells hold no per-round wall times, recorded before they were kept"
+EMPTY_ROUND = "in a round no request of one arm met the SLOs, so that round has no ratio"
 
 
 def _good_by_round(records: Sequence[RequestRecord], slo: SLO) -> dict[int, int]:
@@ -86,12 +87,16 @@ def round_log_ratios(method: Sequence[RequestRecord], m_cells: Sequence[CellReco
 def pooled_ratio(method: Sequence[RequestRecord], wall_m: float, baseline: Sequence[RequestRecord], wall_b: float,
                  slo: SLO) -> Estimate:
     """goodput(method) / goodput(baseline) over every request of each arm, bootstrapped over prompts (a prompt's
-    requests in both arms move together; each arm's wall held fixed); no value when no baseline request met it."""
+    requests in both arms move together; each arm's wall held fixed; in a run with speed rounds the round bootstrap,
+    :func:`specbench.stats.by_rounds`); no value when no baseline request met it."""
     rows: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    round_of: dict[str, int | None] = {}
     for col, recs in ((0, method), (1, baseline)):
         for r in recs:
             rows[r.prompt_id][col] += float(meets_slo(r, slo))
-    arr = np.array([rows[p] for p in sorted(rows)], float).reshape(-1, 2)
+            round_of.setdefault(r.prompt_id, r.round)
+    prompts = sorted(rows)
+    arr = np.array([rows[p] for p in prompts], float).reshape(-1, 2)
 
     def ratio(a: np.ndarray) -> float:
         s = a.sum(axis=0)
@@ -105,7 +110,7 @@ def pooled_ratio(method: Sequence[RequestRecord], wall_m: float, baseline: Seque
 
     if arr.size == 0 or not np.isfinite(ratio(arr)):
         return Estimate(value=None, n=int(arr.shape[0]))
-    return stats.bootstrap(arr, ratio, batched=ratios)
+    return stats.by_rounds(arr, ratio, [round_of[p] for p in prompts], batched=ratios)
 
 
 def goodput_point(g: GroupSummary, base: GroupSummary, records: Mapping[str, Sequence[RequestRecord]],
@@ -157,3 +162,17 @@ def goodput_curves(groups: Sequence[GroupSummary], records: Mapping[str, Sequenc
                                 method_kind=g0.method_kind, k=g0.k, axis=axis, points=points, raises_up_to=top,
                                 stops_at=stop))
     return out
+
+
+def with_between_run_noise(curve: GoodputCurve, pct: float | None) -> GoodputCurve:
+    """``curve`` with each ratio's interval widened by an A/A calibration's between-run noise of goodput (``pct``,
+    :func:`specbench.stats.with_between_run`; a goodput ratio has no calibrated floor of its own, so a goodput's
+    is used) and its verdicts and stopping load decided again on the widened intervals."""
+    if not pct:
+        return curve
+    points = []
+    for p in curve.points:
+        ratio = with_between_run(p.ratio, pct)
+        points.append(p.model_copy(update={"ratio": ratio, "verdict": VERDICT[speedup_ratio_verdict(ratio, p.rounds)]}))
+    top, stop = stops_raising(points)
+    return curve.model_copy(update={"points": points, "raises_up_to": top, "stops_at": stop})

@@ -24,8 +24,8 @@ RATIO = (
     "Ratio: goodput of the method over no speculation's at the same load. With speed rounds the per-round log "
     "ratios are decided by the headline's rule (`specbench ab`'s confidence sequence, ±5 % margin: *higher* / "
     "*lower* / *same* / *undecided*; the ratio is their geometric mean); otherwise the pooled ratio with a 95 % "
-    "bootstrap over prompts paired across the arms (*higher* / *lower* when the interval excludes 1, else *not "
-    "distinguishable*).")
+    "bootstrap over prompts paired across the arms (with rounds: over rounds, then prompts; *higher* / *lower* "
+    "when the interval excludes 1, else *not distinguishable*).")
 
 
 def slo_text(slo: SLOSpec) -> str:
@@ -46,7 +46,7 @@ def _verdict(p: GoodputPoint) -> str:
 
 
 def _group_table(groups: list[GroupSummary], points: dict[str, GoodputPoint]) -> Table:
-    rows, notes = [], []
+    rows, pooled = [], {}
     for g in groups:
         p = points.get(g.group_id)
         rows.append([g.method, str(g.k) if g.k is not None else "–", f"{g.temperature:g}", fmt_load(g),
@@ -54,9 +54,11 @@ def _group_table(groups: list[GroupSummary], points: dict[str, GoodputPoint]) ->
                      "1× (baseline)" if g.method_kind == "baseline" else fmt_speedup(p.ratio) if p else "–",
                      _verdict(p) if p else "–"])
         if p is not None and p.note:
-            notes.append(f"{g.method} at load {fmt_load(g)}: {p.note}.")
+            pooled.setdefault(p.note, []).append(f"{g.method} at {fmt_load(g)}")
+    notes = [f"Decided on the pooled interval, not by the rounds, because {why}: {', '.join(where)}."
+             for why, where in pooled.items()]
     return Table(["Method", "K", "T", "Load", "n", "Goodput (req/s)", "Meets the SLOs", "Ratio to no speculation",
-                  "Verdict"], rows, list(dict.fromkeys(notes)))
+                  "Verdict"], rows, notes)
 
 
 def _stops_table(curves: list[GoodputCurve]) -> Table:

@@ -104,3 +104,11 @@ def test_the_stored_buckets_are_the_records_walked_again_and_the_report_shows_th
     assert "acceptance_along_output" in make_figures(summary)
     frame = frames.output_acceptance_frame(summary)
     assert list(frame["rate"]) == [b.rate.value for b in row.buckets] and set(frame["rate_n"]) == {16}
+
+
+def test_a_group_that_never_drafted_has_no_row() -> None:
+    c = cell("eagle3-k0", "eagle3", k=K)
+    recs = [request(c, f"p{i}", tokens=40, steps=StepTrace(drafted=[0] * 39, accepted=[0] * 39, complete=True,
+                                                            source="vllm")) for i in range(4)]
+    (g,) = metrics.summarize_groups([c], [cell_record(c, wall_time_s=1.0)], recs)
+    assert acceptance_along_output([g], {g.group_id: recs}) == []

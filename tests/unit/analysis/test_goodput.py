@@ -13,6 +13,7 @@ from support.factories import cell, cell_record, request
 
 from specbench import frames
 from specbench.analysis import metrics
+from specbench.analysis.apply_noise import with_speed_noise
 from specbench.analysis.goodput import slo_seconds
 from specbench.analysis.goodput_vs_load import EMPTY_ROUND, NO_ROUND_WALLS, goodput_curves, stops_raising
 from specbench.analysis.pipeline import ok_cells_by_group, summarize_run
@@ -22,6 +23,7 @@ from specbench.report.compact import render_compact
 from specbench.report.markdown import render_markdown
 from specbench.results.goodput_curve import GoodputPoint
 from specbench.results.manifest import RunManifest
+from specbench.results.noise_calibration import MetricNoise, NoiseCalibration
 from specbench.results.records import CellRecord, RequestRecord
 from specbench.stats import Estimate
 
@@ -134,14 +136,15 @@ def test_without_rounds_the_pooled_ratio_is_bootstrapped_over_prompts() -> None:
 def test_rounds_that_cannot_decide_fall_back_to_the_pooled_interval_and_say_why() -> None:
     cells, crs, recs = _world({2: (0.016, 0.012)}, rounds=3, round_walls=False)
     (point,) = _analysed(cells, crs, recs)[2][0].points
-    assert point.rounds is None and point.note == NO_ROUND_WALLS and point.ratio.method == "bootstrap"
+    assert point.rounds is None and point.note == NO_ROUND_WALLS and point.ratio.method == "round bootstrap"
+    assert point.ratio.rounds == 3  # the pooled ratio's interval still resamples the rounds
     cells, crs, recs = _world({2: (0.016, 0.012)}, rounds=3)
     (point,) = _analysed(cells, crs, recs)[2][0].points
     assert point.rounds == 3 and point.note is None
     failed = [r.model_copy(update={"error": "http: 503"}) if r.round == 1 and "baseline" in r.cell_id else r
               for r in recs]  # no baseline request of round 1 meets the SLOs: that round has no ratio
     (point,) = _analysed(cells, crs, failed)[2][0].points
-    assert point.rounds is None and point.note == EMPTY_ROUND and point.ratio.method == "bootstrap"
+    assert point.rounds is None and point.note == EMPTY_ROUND and point.ratio.method == "round bootstrap"
 
 
 def test_where_speculation_stops_raising_goodput() -> None:
@@ -164,12 +167,28 @@ def test_no_goodput_without_the_timings_or_with_a_resumed_cell() -> None:
     assert all(g.goodput is None for g in metrics.summarize_groups(cells, crs, recs))  # no SLO
 
 
-def test_the_run_summary_report_compact_summary_and_frames_show_it() -> None:
+def _summary():
     cells, crs, recs = _world({1: (0.030, 0.012), 8: (0.014, 0.026)}, n=40)
     manifest = RunManifest.load({"run_id": "r", "suite_name": "s", "suite": {
         "name": "s", "targets": [{"name": "t", "model": "m", "engine": "vllm-server", "methods": [{"method": "baseline"}]}],
         "datasets": [{"name": "d", "kind": "humaneval"}], "slo": SLO_MS}})
-    summary = summarize_run(manifest, cells, crs, recs)
+    return cells, summarize_run(manifest, cells, crs, recs)
+
+
+def test_a_calibrations_goodput_noise_widens_the_ratios_and_decides_again() -> None:
+    _, summary = _summary()
+    cal = NoiseCalibration(hardware_class="h", suite="s", runs=["a", "b"], metrics={
+        "goodput": MetricNoise(noise_floor_pct=80.0, pairs=1, changes=4, max_change_pct=90.0)})
+    (before,) = summary.extra.goodput.curves  # type: ignore[union-attr]
+    (after,) = with_speed_noise(summary, cal).extra.goodput.curves  # type: ignore[union-attr]
+    assert [p.verdict for p in before.points] == ["higher", "lower"] and before.stops_at == 8.0
+    assert [p.verdict for p in after.points] == ["not distinguishable", "lower"]  # drift could explain load 1
+    assert (after.raises_up_to, after.stops_at) == (None, 1.0)
+    assert after.points[0].ratio.method == "bootstrap + between-run (A/A)"
+
+
+def test_the_run_summary_report_compact_summary_and_frames_show_it() -> None:
+    cells, summary = _summary()
     gp = summary.extra.goodput
     assert gp is not None and gp.slo.given() == SLO_MS and len(gp.curves) == 1
     served = {r.cell_id: r for r in summary.extra.serving_cells}
