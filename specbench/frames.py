@@ -14,12 +14,18 @@ that ``summary.json`` does not already hold):
 - ``groups``: one row per summary group (repeats pooled): each estimate as
   ``<metric>``, ``<metric>_lo``, ``<metric>_hi`` and ``<metric>_n`` (the share of
   degenerate outputs as ``degenerate_share``; τ, tokens per step and speedup on the
-  others as ``non_degenerate.tau`` …).
+  others as ``non_degenerate.tau`` …; under a suite's SLOs ``goodput`` and ``goodput_share``);
+- ``goodput``: one row per method and load of a suite with ``slo:``: its goodput ratio to no speculation
+  (``ratio``, ``ratio_lo``, ``ratio_hi``, ``ratio_n``), the verdict, the rounds it rests on, and its curve's
+  ``raises_up_to`` / ``stops_at`` (the load where speculation stops raising goodput);
+- ``acceptance_along_output``: one row per speculative group and bucket of output positions: the acceptance
+  rate of the steps whose first drafted token lies in it (``rate``, ``rate_lo``, ``rate_hi``, ``rate_n``:
+  requests) with its steps, accepted and drafted tokens.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +69,8 @@ class RunFrames:
     requests: pd.DataFrame
     cells: pd.DataFrame
     groups: pd.DataFrame
+    goodput: pd.DataFrame = field(default_factory=pd.DataFrame)
+    acceptance_along_output: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def _counter_columns(c: Any) -> dict[str, Any]:
@@ -129,12 +137,37 @@ def groups_frame(summary: RunSummary) -> pd.DataFrame:
             "status": g.status, "n_requests": g.n_requests,
         }
         for name in columns:
-            est = g.held(name)
-            row[name] = est.value if est else None
-            row[f"{name}_lo"] = est.ci_low if est else None
-            row[f"{name}_hi"] = est.ci_high if est else None
-            row[f"{name}_n"] = est.n if est else None
+            row.update(_estimate_columns(name, g.held(name)))
         rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _estimate_columns(name: str, est: Estimate | None) -> dict[str, Any]:
+    """``name``, ``name_lo``, ``name_hi``, ``name_n`` of one estimate."""
+    return {name: est.value if est else None, f"{name}_lo": est.ci_low if est else None,
+            f"{name}_hi": est.ci_high if est else None, f"{name}_n": est.n if est else None}
+
+
+def goodput_frame(summary: RunSummary) -> pd.DataFrame:
+    """One row per goodput point: a method's goodput over the baseline's at one load (empty without SLOs)."""
+    gp = summary.extra.goodput
+    rows = [{"target": c.target, "dataset": c.dataset, "temperature": c.temperature, "slice": c.slice_id,
+             "method": c.method, "method_kind": c.method_kind, "k": c.k, "axis": c.axis,
+             "batch_size": p.batch_size, "request_rate": p.request_rate, "group_id": p.group_id,
+             "baseline_group": p.baseline_group, **_estimate_columns("ratio", p.ratio), "verdict": p.verdict,
+             "rounds": p.rounds, "raises_up_to": c.raises_up_to, "stops_at": c.stops_at}
+            for c in (gp.curves if gp is not None else []) for p in c.points]
+    return pd.DataFrame(rows)
+
+
+def output_acceptance_frame(summary: RunSummary) -> pd.DataFrame:
+    """One row per speculative group and bucket of output positions (empty without step traces)."""
+    rows = [{"group_id": a.group_id, "target": a.target, "method": a.method, "method_kind": a.method_kind, "k": a.k,
+             "dataset": a.dataset, "temperature": a.temperature, "batch_size": a.batch_size,
+             "request_rate": a.request_rate, "bucket_start": b.start, "bucket_end": b.end,
+             **_estimate_columns("rate", b.rate), "steps": b.steps, "requests": b.requests,
+             "accepted": b.accepted, "drafted": b.drafted, "past_training_from": a.past_training_from}
+            for a in summary.extra.acceptance_along_output for b in a.buckets]
     return pd.DataFrame(rows)
 
 
@@ -145,10 +178,13 @@ def load(run_dir: str | Path) -> RunFrames:
     """
     run_dir = Path(run_dir)
     manifest = rundir.read_manifest(run_dir)
+    summary = api.load_summary(run_dir)
     return RunFrames(
         run_dir=run_dir,
         manifest=manifest,
         requests=requests_frame(manifest, rundir.read_requests(run_dir), rundir.prompt_categories(run_dir)),
         cells=cells_frame(manifest, rundir.read_cells(run_dir)),
-        groups=groups_frame(api.load_summary(run_dir)),
+        groups=groups_frame(summary),
+        goodput=goodput_frame(summary),
+        acceptance_along_output=output_acceptance_frame(summary),
     )

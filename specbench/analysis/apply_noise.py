@@ -10,7 +10,9 @@ speed number of a summary:
 * each group's (and slice's) speed metrics of the catalogue (speedup, output tok/s, TPOT, …);
 * the headline's speedup ratio (its own calibrated floor) and the two speedups beside it; the headline
   verdict is decided again on the widened ratio, so *faster* / *slower* hold across reruns;
-* the K sweeps' per-K speedup, tok/s, TPOT and step time, and the category matrix's speedups.
+* the K sweeps' per-K speedup, tok/s, TPOT and step time, and the category matrix's speedups;
+* under a suite's SLOs, each method's goodput ratio to no speculation (with goodput's floor), its verdicts and
+  the load where speculation stops raising goodput decided again.
 
 τ, acceptance, identity and accuracy are not timed and stay as they are. The calibration goes into the
 summary (``extra.speed_noise``), so the report says what the intervals include.
@@ -22,6 +24,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from specbench.analysis.goodput_vs_load import with_between_run_noise
 from specbench.analysis.method_comparison import speedup_ratio_verdict
 from specbench.results import metric_catalog as catalog
 from specbench.results.noise_calibration import NoiseCalibration
@@ -68,5 +71,9 @@ def with_speed_noise(summary: RunSummary, cal: NoiseCalibration) -> RunSummary:
     sweeps = [s.model_copy(update={"points": [_widened(p, point_fields, cal) for p in s.points]})
               for s in summary.k_sweeps]
     matrix = [_widened(c, {"speedup": "speedup"}, cal) for c in summary.extra.category_matrix]
-    extra = summary.extra.model_copy(update={"speed_noise": cal, "category_matrix": matrix, "speed_noise_note": None})
+    gp = summary.extra.goodput
+    if gp is not None:
+        gp = gp.model_copy(update={"curves": [with_between_run_noise(c, cal.floor_pct("goodput")) for c in gp.curves]})
+    extra = summary.extra.model_copy(update={"speed_noise": cal, "category_matrix": matrix, "speed_noise_note": None,
+                                             "goodput": gp})
     return summary.model_copy(update={"groups": groups, "headline": headline, "k_sweeps": sweeps, "extra": extra})

@@ -22,7 +22,9 @@ import numpy as np
 
 from specbench import stats
 from specbench.analysis import step_accounting, step_time
+from specbench.analysis.goodput import group_goodput
 from specbench.analysis.group_acceptance import acceptance, non_degenerate, sum_counters
+from specbench.analysis.serving_metrics import SLO
 from specbench.config.plan import Cell
 from specbench.config.stop_rule import StopRecord
 from specbench.config.suite import ReferenceValue
@@ -487,6 +489,7 @@ def summarize_groups(
     prompt_references: Mapping[str, str | None] | None = None,
     equivalence: Mapping[str, Equivalence] | None = None,
     scoring_notes: Mapping[str, str] | None = None,
+    slo: SLO | None = None,
 ) -> list[GroupSummary]:
     """Every group's metrics, from the plan's cells and the raw records.
 
@@ -498,7 +501,8 @@ def summarize_groups(
     where each metric is computed: a bootstrap interval re-checked after every block would
     cover less than it claims. ``prompt_references`` (prompt id → reference answer) scores
     such a cell's accuracy. ``equivalence`` (group id → lossless checks) and ``scoring_notes``
-    (dataset → why it was not scored) are copied onto their groups.
+    (dataset → why it was not scored) are copied onto their groups. ``slo``: the suite's objectives, each
+    group's goodput under them (:func:`specbench.analysis.goodput.group_goodput`).
     """
     scores = scores or {}
     refs = prompt_references or {}
@@ -519,6 +523,9 @@ def summarize_groups(
             _measure_acceptance(g, counters, greqs, stopped[gid], refs)
         if greqs:
             _measure_speed(g, ok_cells, run, greqs, stopped[gid], refs)
+        measured = group_goodput(greqs, [run.latest[c.cell_id] for c in ok_cells], slo) if slo is not None else None
+        if measured is not None:
+            g.goodput, g.goodput_share = measured
         _measure_quality(g, greqs, scores, stopped[gid], refs, references)
         summaries[gid] = g
     _compare_with_baselines(summaries, run.group_requests, stopped, refs, scores)

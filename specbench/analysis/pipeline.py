@@ -5,6 +5,8 @@
 intervals are chosen too), the counter checks, the headline and K sweeps
 (:mod:`specbench.analysis.method_comparison`), the serving part
 (:func:`summarize_serving`, :mod:`specbench.analysis.serving_metrics`), the reference-simulator cross-check,
+goodput under the suite's SLOs (:mod:`specbench.analysis.goodput`, :mod:`specbench.analysis.goodput_vs_load`),
+acceptance along the output (:mod:`specbench.analysis.acceptance_along_output`),
 and the inputs computed elsewhere (task scores, equivalence results) copied onto
 their groups. Nothing edits the summary after it is returned. Reading the run
 directory, scoring and the equivalence tests are the caller's
@@ -18,9 +20,13 @@ from collections.abc import Collection, Mapping, Sequence
 from pydantic import BaseModel
 
 from specbench.analysis import cross_checks, metrics
+from specbench.analysis.acceptance_along_output import acceptance_along_output
 from specbench.analysis.apply_noise import with_speed_noise
+from specbench.analysis.goodput import slo_seconds
+from specbench.analysis.goodput_vs_load import goodput_curves
 from specbench.analysis.method_comparison import headline_ratios, k_sweeps
 from specbench.analysis.serving_metrics import (
+    SLO,
     compare_cells,
     comparison_cells,
     group_records,
@@ -32,6 +38,7 @@ from specbench.config.dataset_kinds import Scorer, kind_named
 from specbench.config.plan import Cell
 from specbench.config.suite import reference_method
 from specbench.results import metric_catalog
+from specbench.results.goodput_curve import GoodputSummary
 from specbench.results.manifest import RunManifest
 from specbench.results.noise_calibration import NoiseCalibration
 from specbench.results.parts import (
@@ -83,12 +90,14 @@ def summarize_run(
         raise ValueError(f"run {manifest.run_id}: its manifest holds no suite (written before suites were stored)")
     references = [r.model_dump(mode="json") for r in suite.references]
     executed = execution_note(scoring_notes)
+    slo = slo_seconds(suite.slo) if suite.slo is not None else None
     groups = metrics.summarize_groups(
         cells, cell_records, requests, references, dict(scores or {}),
         prompt_references=prompt_references,
         equivalence=equivalence,
         scoring_notes={d.name: executed for d in suite.datasets
                        if executed and kind_named(d.kind).scorer is Scorer.EXECUTION},
+        slo=slo,
     )
     latest = metrics.latest_cell_records(cell_records)
     unique = metrics.unique_requests(requests)
@@ -111,7 +120,7 @@ def summarize_run(
         k_sweeps=k_sweeps(groups, greqs),
         extra=SummaryExtra(
             serving=summarize_serving({t.name for t in suite.targets if t.engine == "vllm-server"}, cells, unique,
-                                      latest, reference_of),
+                                      latest, reference_of, slo=slo),
             cross_check=cross_checks.cross_check(groups + [s for s in slices if s.slice and s.slice.turn is not None],
                                             suite.targets, draft_attention(manifest, cells)),
             category_matrix=category_matrix(groups, slices, greqs, cats, reference_of),
@@ -119,9 +128,23 @@ def summarize_run(
             torn_lines=list(torn_lines),
             zero_width=zero_width_intervals(groups),
             speed_noise_note=speed_noise_note,
+            goodput=(GoodputSummary(slo=suite.slo, curves=goodput_curves(groups, greqs, ok_cells_by_group(
+                cells, latest), slo)) if suite.slo is not None and slo is not None else None),
+            acceptance_along_output=acceptance_along_output(
+                groups, greqs, {t.name for t in suite.targets if t.model == "tiny"}),
         ),
     )
     return summary if speed_noise is None else with_speed_noise(summary, speed_noise)
+
+
+def ok_cells_by_group(cells: Sequence[Cell], latest: Mapping[str, CellRecord]) -> dict[str, list[CellRecord]]:
+    """Each group's ok cells' latest records (what a group's wall time sums)."""
+    out: dict[str, list[CellRecord]] = {}
+    for c in cells:
+        cr = latest.get(c.cell_id)
+        if cr is not None and cr.status == "ok":
+            out.setdefault(c.group_id, []).append(cr)
+    return out
 
 
 #: Below this many units an interval of zero width is flagged (unless exact by construction).
@@ -173,13 +196,13 @@ def draft_attention(manifest: RunManifest, cells: Sequence[Cell]) -> dict[tuple[
 
 def summarize_serving(
     server_targets: Collection[str], cells: Sequence[Cell], unique: Sequence[RequestRecord],
-    latest: Mapping[str, CellRecord], reference_of: Mapping[str, str] | None = None,
+    latest: Mapping[str, CellRecord], reference_of: Mapping[str, str] | None = None, *, slo: SLO | None = None,
 ) -> list[ServingCellRow | ServingSpeedupRow]:
     """The summary's serving part: speedup vs load (concurrency or request rate) per method, then per server
     cell its latency percentiles and throughput with its ratios to its baseline's and its reference method's
     cell at the same load (``unique``: :func:`~specbench.analysis.metrics.unique_requests`; ``latest``:
     :func:`~specbench.analysis.metrics.latest_cell_records`; ``reference_of``: target → the headline's
-    reference method)."""
+    reference method; ``slo``: the suite's objectives, each cell's goodput under them)."""
     if not server_targets:
         return []
     ok = [c for c in cells if c.target in server_targets and (cr := latest.get(c.cell_id)) and cr.status == "ok"]
@@ -191,7 +214,8 @@ def summarize_serving(
                                           **sp.model_dump(mode="json")))
     records = {c.cell_id: [r for r in reqs if r.cell_id == c.cell_id] for c in ok}
     measured = {c.cell_id: summarize_cell(
-        records[c.cell_id], latest[c.cell_id].wall_time_s, counters=latest[c.cell_id].counters, cell_id=c.cell_id,
+        records[c.cell_id], latest[c.cell_id].wall_time_s, slo=slo, counters=latest[c.cell_id].counters,
+        cell_id=c.cell_id,
         method=c.method, concurrency=c.batch_size if c.request_rate is None else None, request_rate=c.request_rate,
         max_concurrency=(c.batch_size or None) if c.request_rate is not None else None) for c in ok}
     against = comparison_cells(ok, reference_of or {}, {k: v.output_throughput for k, v in measured.items()})

@@ -14,7 +14,9 @@ Definitions (per cell):
   (:func:`~specbench.results.speed_estimators.token_rate`); total throughput adds their prompt tokens;
   request throughput = successful requests / wall time.
 * Goodput = requests meeting every given SLO / wall time (failed requests
-  never meet it); ``goodput_fraction`` is over all requests sent.
+  never meet it; :func:`~specbench.results.speed_estimators.goodput`, vLLM's ``request_goodput``);
+  ``goodput_fraction`` is over all requests sent. A group's, with its interval, and its ratio to no
+  speculation: :mod:`specbench.analysis.goodput`, :mod:`specbench.analysis.goodput_vs_load`.
 * Speedup of a method over the baseline at the same load — the same
   concurrency (closed loop) or the same Poisson request rate (open loop):
   TPOT speedup = pooled TPOT(baseline) / pooled TPOT(method), each Σ (latency − TTFT) /
@@ -169,7 +171,8 @@ def summarize_cell(
         output_throughput=_token_rate(out_tok, wall_time_s),
         total_throughput=_token_rate(out_tok + prompt_tok, wall_time_s),
         request_throughput=_rate(len(ok), wall_time_s),
-        goodput=_rate(good, wall_time_s) if good is not None else None,
+        goodput=(float(speed_estimators.goodput(good, wall_time_s))
+                 if good is not None and wall_time_s and wall_time_s > 0 else None),
         goodput_fraction=(good / len(records)) if good is not None and records else None,
         tau_pooled=tau_pooled,
         tau_mean_per_request=float(np.mean(taus)) if taus else None,

@@ -32,6 +32,7 @@ from specbench.config.suite_models import (
     SamplingSpec,
     ScheduleFrom,
     ScoringSpec,
+    SLOSpec,
     Strict,
     Suite,
     SuiteError,
@@ -41,8 +42,9 @@ from specbench.config.suite_models import (
 )
 
 __all__ = [
-    "ENGINES", "DatasetSpec", "EquivalenceSpec", "ExecutorSpec", "HeadlineSpeedSpec", "LoadSpec", "MethodSpec", "ReferenceValue",
-    "SampledEquivalenceSpec", "SamplingSpec", "ScheduleFrom", "ScoringSpec", "Strict", "Suite", "SuiteError",
+    "ENGINES", "DatasetSpec", "EquivalenceSpec", "ExecutorSpec", "HeadlineSpeedSpec", "LoadSpec", "MethodSpec",
+    "ReferenceValue", "SampledEquivalenceSpec", "SamplingSpec", "ScheduleFrom", "ScoringSpec", "SLOSpec", "Strict",
+    "Suite", "SuiteError",
     "SuiteWarning", "TargetSpec", "TauDefinitionName", "load_suite", "load_yaml_model", "reference_method", "resolve_path",
 ]
 

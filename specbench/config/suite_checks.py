@@ -18,7 +18,7 @@ from typing import Any
 
 from specbench.config.dataset_kinds import KINDS, DatasetKind, kind_named, names_where
 from specbench.config.methods import ENGINE_PATCHES, METHODS, closest, unknown_name
-from specbench.config.suite_models import DatasetSpec, Suite, TargetSpec
+from specbench.config.suite_models import SLO_METRICS, DatasetSpec, Suite, TargetSpec
 
 #: The shortest input length (context and question) a dataset's ``input_tokens`` may ask for.
 MIN_INPUT_TOKENS = 32
@@ -141,6 +141,7 @@ def check_semantics(suite: Suite, base_dir: Path) -> list[tuple[tuple[Any, ...],
         _check_labels(t, loc_t, problems)
     _check_compare_to(suite, problems)
     _check_load(suite, problems)
+    _check_slo(suite, problems)
     _check_equivalence(suite, problems)
     if suite.speed_noise is not None and not resolve_path(suite.speed_noise, base_dir).exists():
         problems.append((("speed_noise",), f"calibration file {suite.speed_noise!r} does not exist"))
@@ -292,6 +293,29 @@ def _check_load(suite: Suite, problems: list) -> None:
                          "request_rates (for closed-loop load list the values under concurrency)"))
     if load.duration_s is not None and len(not_server) == len(suite.targets):
         problems.append((("load", "duration_s"), "duration_s bounds server cells; no target has engine: vllm-server"))
+
+
+#: Which SLOs each engine kind measures per request (what its records carry): a server's client times every
+#: streamed request (TTFT: send → first token chunk; latency: send → last; specbench.engines.stream_client); the
+#: offline engine copies vLLM's own request stats (TTFT: queued → first token, latency: queued → last token,
+#: engine-side: no HTTP, no client; specbench.engines.vllm_offline); the reference simulator times nothing.
+SLO_MEASURED_BY: dict[str, frozenset[str]] = {
+    "vllm-server": frozenset(SLO_METRICS), "vllm-offline": frozenset(SLO_METRICS), "reference": frozenset(),
+}
+
+
+def _check_slo(suite: Suite, problems: list) -> None:
+    """Every SLO is one every target's engine measures (a goodput that counts an unmeasured value as missed
+    would be zero by construction)."""
+    if suite.slo is None:
+        return
+    for key in suite.slo.given():
+        blind = [t for t in suite.targets if key not in SLO_MEASURED_BY.get(t.engine, frozenset())]
+        if blind:
+            problems.append((("slo", key), f"an SLO on {SLO_METRICS[key]}, which "
+                             + ", ".join(f"target {t.name!r} (engine: {t.engine})" for t in blind)
+                             + " does not measure (measured by engine: "
+                             + ", ".join(e for e, m in SLO_MEASURED_BY.items() if key in m) + ")"))
 
 
 def _check_equivalence(suite: Suite, problems: list) -> None:

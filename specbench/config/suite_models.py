@@ -228,6 +228,40 @@ class LoadSpec(Strict):
     warmup_requests: int = Field(0, ge=0)
 
 
+#: The SLO names of ``vllm bench serve --goodput`` (milliseconds) and what each bounds.
+SLO_METRICS: dict[str, str] = {"ttft": "time to first token", "tpot": "time per output token after the first",
+                               "e2el": "end-to-end request latency"}
+
+
+class SLOSpec(Strict):
+    """Service-level objectives for goodput, in milliseconds under vLLM's names (``vllm bench serve --goodput
+    ttft:…,tpot:…,e2el:…``): a request meets them when it succeeded and each of its values is at most its
+    objective (docs/metrics.md: Goodput under SLOs)."""
+
+    ttft: float | None = Field(None, allow_inf_nan=False, description="ms: time to first token")
+    tpot: float | None = Field(None, allow_inf_nan=False,
+                               description="ms: (latency − TTFT) / (output tokens − 1) of the request")
+    e2el: float | None = Field(None, allow_inf_nan=False, description="ms: end-to-end request latency")
+
+    @field_validator("ttft", "tpot", "e2el")
+    @classmethod
+    def _positive(cls, v: float | None) -> float | None:
+        if v is not None and v <= 0:  # vLLM takes 0; no request has a time of 0 ms: nothing would meet it
+            raise PydanticCustomError("slo_value", "an SLO is a time > 0 in milliseconds, got {v}", {"v": f"{v:g}"})
+        return v
+
+    @model_validator(mode="after")
+    def _some(self) -> SLOSpec:
+        if self.given() == {}:
+            raise PydanticCustomError("slo_empty", "give at least one objective in milliseconds: {names}",
+                                      {"names": ", ".join(SLO_METRICS)})
+        return self
+
+    def given(self) -> dict[str, float]:
+        """``{name: milliseconds}`` of the objectives set, in vLLM's order (ttft, tpot, e2el)."""
+        return {k: v for k in SLO_METRICS if (v := getattr(self, k)) is not None}
+
+
 class ScoringSpec(Strict):
     """Task scoring. HumanEval executes model-written code: off unless allowed."""
 
@@ -371,6 +405,10 @@ class Suite(Strict):
         description="the reference method (label) of the headline comparison in every target that has it; "
         "a target's own compare_to wins; default: each target's first eagle3 method",
     )
+    slo: SLOSpec | None = Field(
+        None, description="service-level objectives (ms) for goodput, as `vllm bench serve --goodput`: ttft, tpot, "
+        "e2el; every group's goodput, its ratio to no speculation at each load and the load where speculation "
+        "stops raising it (docs/metrics.md: Goodput under SLOs)")
     speed_noise: str | None = Field(
         None,
         description="an A/A calibration file (specbench calibrate), relative to the suite: runs on the hardware "

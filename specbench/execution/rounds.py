@@ -112,7 +112,7 @@ class _Resident:
         if self.dead is not None:
             self._fail(work, self.dead, None)
             return
-        if cid not in self.started:
+        if cid not in self.started and not speed_only:
             self.started[cid] = now_iso()
             self.runner.emit(CellStarted(job_id=job.job_id, cell_id=cid, prompts=len(req.prompts)))
 
@@ -130,19 +130,25 @@ class _Resident:
         try:
             out = self.engine.run_cell(part, on_record)
         except CellFailed as exc:
-            self._fail(work, f"round {r}: {exc.reason}", exc.log_tail)
+            if speed_only:  # the cell is done (its single pass): a headline speed round fails alone, not the cell
+                self.failed.add(cid)
+            else:
+                self._fail(work, f"round {r}: {exc.reason}", exc.log_tail)
             if exc.engine_dead:
                 self.dead = f"the engine died in round {r} ({exc.reason}); not restarted between rounds"
             return
         if speed_only:
             return
         prev = self.outcomes.get(cid)
+        walls = list(prev.round_wall_s or []) if prev is not None else []
+        walls += [0.0] * (r + 1 - len(walls))
+        walls[r] += out.wall_time_s  # a round's batches of this cell, each timed by its engine
         if prev is not None:
             counters = out.counters if prev.counters is None else (
                 prev.counters if out.counters is None else prev.counters + out.counters)
             out = CellOutcome(counters=counters, wall_time_s=prev.wall_time_s + out.wall_time_s,
                               num_requests=prev.num_requests + out.num_requests)
-        self.outcomes[cid] = out
+        self.outcomes[cid] = out.model_copy(update={"round_wall_s": walls})
 
     def _fail(self, work: CellWork, reason: str, log_tail: str | None) -> None:
         job, cid = self.runner.job, work.request.cell.cell_id

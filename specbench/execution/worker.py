@@ -274,7 +274,7 @@ class _Job:
             run_id=job.run_id, cell_id=cell.cell_id, engine_key=job.engine.config.key, status="ok", reason=reason,
             counters=counters, num_requests=work.earlier_requests + outcome.num_requests,
             wall_time_s=outcome.wall_time_s, started_at=started, finished_at=now_iso(),
-            stop=None if stopper is None else stopper.record(),
+            stop=None if stopper is None else stopper.record(), round_wall_s=outcome.round_wall_s,
         )))
 
     def run_stopping(self, engine: Engine, work: CellWork, on_record: Callable[[RequestRecord], None]

@@ -28,12 +28,14 @@ from specbench.config.suite import ReferenceValue
 from specbench.report.degenerate import degenerate_section
 from specbench.report.document import Block, Details, Para, Refs, Section, Table
 from specbench.report.early_stopping_section import stopping_section
+from specbench.report.goodput_section import goodput_section
 from specbench.report.input_length import input_length_section
 from specbench.report.method_sections import (
     headline_section,
     k_sweep_section,
     verification_section,
 )
+from specbench.report.output_acceptance_section import output_acceptance_section
 from specbench.report.quality import (
     _checks,
     _cross_check,
@@ -398,8 +400,9 @@ def build_report(summary: RunSummary, manifest: RunManifest | None = None, *, ma
     blocks += [loops] if loops is not None else []
     for section in (steps_section(summary), input_length_section(summary), category_section(summary),
                     turn_section(summary), k_sweep_section(summary), schedule,
-                    verification_section(summary), stopping_section(summary), _accuracy(summary),
-                    _equivalence(summary), _serving(summary, markdown), _cross_check(summary)):
+                    verification_section(summary), output_acceptance_section(summary), stopping_section(summary),
+                    _accuracy(summary), _equivalence(summary), _serving(summary, markdown), goodput_section(summary),
+                    _cross_check(summary)):
         if section is not None:
             blocks.append(section)
     blocks += [_checks(summary), _not_run(summary)]

@@ -7,6 +7,8 @@ summary keeps the answer and the alarms only:
 * the headline: each method against the reference (EAGLE-3 unless
   ``compare_to`` says otherwise) per target, dataset, temperature and load,
   at its best K: speedup and τ ratios with their intervals, the verdict;
+* under a suite's SLOs, each method's goodput over no speculation by load and the load where
+  speculation stops raising it;
 * the lossless verdicts: counts per method, and every group that is not
   ``equivalent`` by name;
 * the failed counter checks, the cells that did not run;
@@ -24,6 +26,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from specbench.report.document import Block, Para, Section, Table
+from specbench.report.goodput_section import goodput_lines, slo_text
 from specbench.report.markdown import md_blocks
 from specbench.report.quality import equivalence_entries, verdict_label
 from specbench.report.terminal import TAU_ONLY, TAU_ONLY_NOTE, headline_looped, headline_verdict, with_k
@@ -69,6 +72,20 @@ def _headline(summary: RunSummary) -> Section:
                 str(r.n_prompts), fmt_speedup(r.speedup_ratio), fmt_est(r.tau_ratio, 2, unit="×"),
                 mark(headline_verdict(r), loop)]
                for r, loop in zip(rows, looped, strict=True)]),
+    ])
+
+
+def _goodput(summary: RunSummary) -> Section | None:
+    gp = summary.extra.goodput
+    if gp is None or not gp.curves:
+        return None
+    return Section("Goodput under SLOs", [
+        Para(f"SLOs {slo_text(gp.slo)}: requests meeting all of them per second of the cells' wall time (vLLM's "
+             "request goodput); each method over no speculation at every load, decided by the headline's rule with "
+             "speed rounds, else a 95 % bootstrap interval. Stops raising goodput at: the lowest load from which on "
+             "no load's verdict is higher."),
+        Table(["Target", "Dataset · T", "Method", "Raises goodput up to", "Stops raising it at", "Ratio by load"],
+              goodput_lines(gp)),
     ])
 
 
@@ -134,6 +151,8 @@ def build_compact(summary: RunSummary, manifest: RunManifest | None = None, *, f
     if gate is not None:
         blocks.append(_gate(gate))
     blocks.append(_headline(summary))
+    goodput = _goodput(summary)
+    blocks += [goodput] if goodput is not None else []
     lossless = _lossless(summary)
     blocks += [lossless] if lossless is not None else []
     blocks.append(_alarms(summary))

@@ -49,6 +49,8 @@ TITLES = {
     "step_time_vs_k": "Time per decoding step against K",
     "category_heatmap": "τ by prompt category (values in brackets: too few prompts for an interval)",
     "ab": "A/B: B/A per group with its interval",
+    "goodput_vs_load": "Goodput under SLOs over no speculation's, by load",
+    "acceptance_along_output": "Draft acceptance along the output",
 }
 
 

@@ -8,7 +8,9 @@
   (batch size or concurrency; Poisson request rates get panels of their own);
 * ``serving_speedup`` — from the speedup rows of ``summary.extra.serving`` (by
   ``concurrency`` or ``request_rate``);
-* ``accuracy_speedup`` — task accuracy beside speedup.
+* ``accuracy_speedup`` — task accuracy beside speedup;
+* ``goodput_vs_load`` / ``acceptance_along_output`` — goodput over no speculation by load under a suite's
+  SLOs, and draft acceptance along the output (:mod:`specbench.report.plots_deployment`).
 
 Every method keeps one colour in every figure (:func:`method_colors`); the
 figures have an opaque light face and a border so they read on light and dark
@@ -22,7 +24,7 @@ from collections.abc import Iterable
 from matplotlib.axes import Axes
 from matplotlib.ticker import MaxNLocator, NullLocator
 
-from specbench.report import plots_methods
+from specbench.report import plots_deployment, plots_methods
 from specbench.report.figure import (
     BORDER,
     FACE,
@@ -318,7 +320,8 @@ def make_figures(summary: RunSummary) -> dict[str, bytes]:
                      ("category_heatmap", plots_methods.category_heatmap),
                      ("tau", _tau), ("per_position", _per_position), ("speedup_vs_load", _speedup_vs_load),
                      ("latency_vs_throughput", _latency_vs_throughput), ("serving_speedup", _serving_speedup),
-                     ("accuracy_speedup", _accuracy_speedup)]:
+                     ("accuracy_speedup", _accuracy_speedup), ("goodput_vs_load", plots_deployment.goodput_vs_load_figure),
+                     ("acceptance_along_output", plots_deployment.acceptance_along_output_figure)]:
         png = fn(summary, colors)
         if png is not None:
             out[name] = png

@@ -164,6 +164,14 @@ CATALOG: tuple[MetricSpec, ...] = (
     _M("step_time_s", "time per decoding step", "s", "lower", None,
        "Σ (latency − TTFT) / Σ target forward passes after the prefill (verification steps with or without a "
        "draft; speed_estimators.step_time); n: requests", speed=True),
+    _M("goodput", "goodput", "req/s", "higher", None,
+       "requests that succeeded and met every SLO of the suite's `slo:` (TTFT, TPOT, end-to-end latency, each at "
+       "most its objective: vLLM's request_goodput) per second of the group's cell wall time, summed over "
+       "repeats (speed_estimators.goodput); interval: the Wilson interval of the share meeting them times "
+       "requests / wall time (the wall held fixed); n: requests sent", gate=True, history=True, speed=True),
+    _M("goodput_share", "share meeting the SLOs", "", "higher", 3,
+       "share of the group's requests sent that succeeded and met every SLO of the suite's `slo:`; Wilson; "
+       "n: requests sent", history=True, speed=True),
     _M("n_requests", "requests", "", "none", 0, "requests measured (latest record per prompt, sample, repeat)"),
     _M("n_errors", "errors", "", "lower", 0, "requests that returned an error"),
     _M("output_tokens", "output tokens", "tokens", "none", 0, "Σ output tokens of the group's requests"),

@@ -18,7 +18,9 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
+from specbench.results.goodput_curve import GoodputSummary
 from specbench.results.noise_calibration import NoiseCalibration
+from specbench.results.output_acceptance import OutputAcceptance
 from specbench.stats import Estimate
 
 #: A headline row's verdict. In a run with speed rounds three-way with a margin, as an A/B (faster / slower /
@@ -337,6 +339,10 @@ class SummaryExtra(Part):
     # the A/A calibration whose between-run noise the speed intervals include (issue 22); None: within-run only
     speed_noise: NoiseCalibration | None = None
     speed_noise_note: str | None = None  # why a calibration beside the run was not used
+    # goodput under the suite's SLOs (a suite with ``slo:``): each method against no speculation by load
+    goodput: GoodputSummary | None = None
+    # per speculative group with complete step traces: acceptance by output-position bucket
+    acceptance_along_output: list[OutputAcceptance] = Field(default_factory=list)
 
     @property
     def serving_cells(self) -> list[ServingCellRow]:
@@ -350,9 +356,11 @@ class SummaryExtra(Part):
 
     @model_serializer(mode="wrap")
     def _without_unset_noise(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """Summaries analysed without a calibration are stored as before."""
+        """Summaries analysed without a calibration, SLOs or step traces are stored as before."""
         data = handler(self)
-        return {k: v for k, v in data.items() if not (k in ("speed_noise", "speed_noise_note") and v is None)}
+        return {k: v for k, v in data.items()
+                if not (k in ("speed_noise", "speed_noise_note", "goodput") and v is None)
+                and not (k == "acceptance_along_output" and not v)}
 
 
 

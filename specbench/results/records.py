@@ -195,3 +195,14 @@ class CellRecord(BaseModel):
     finished_at: str | None = None
     # A cell that ran under a stop rule: prompts used of available, why it stopped, its interval.
     stop: StopRecord | None = None
+    # A run with speed rounds: the wall time of this cell's batches in each round, by round (their sum is
+    # ``wall_time_s``); what a per-round rate (goodput) divides by. None: one go, or stored before it existed.
+    round_wall_s: list[float] | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unset_rounds(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A cell measured in one go is written as before per-round walls existed."""
+        data = handler(self)
+        if data.get("round_wall_s", 0) is None:
+            del data["round_wall_s"]
+        return data

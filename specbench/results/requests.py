@@ -113,6 +113,7 @@ class CellOutcome(BaseModel):
     counters: SpecCounters | None = None
     wall_time_s: float
     num_requests: int
+    round_wall_s: list[float] | None = None  # speed rounds: the wall of the cell's batches in each round
 
 
 # ---------------------------------------------------------------------------

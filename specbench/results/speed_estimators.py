@@ -19,6 +19,9 @@ then the baseline** (or the reference, or A/B's arm A: whatever it is compared w
 * :func:`round_log_ratio` = log(method / baseline) of one round's metric in each arm: the paired
   observation of an A/B (arm B as the method, A as the baseline) and of the headline in a run with
   speed rounds (the method over the reference).
+* :func:`goodput` = requests meeting every SLO / seconds of wall time: vLLM's ``request_goodput`` (``vllm bench
+  serve``: good requests over the benchmark's duration); a group's over its cells' wall time, a round's over
+  that round's.
 * :func:`goodput_ratio` = (good_m / seconds_m) / (good_b / seconds_b): requests that met every SLO per
   second of wall time, the method's over the baseline's at the same load.
 * :func:`predicted_speedup` = tokens per step × t(plain step) / t(step at K): the K model's speedup over
@@ -64,6 +67,11 @@ def step_time(decode_s: Any, steps: Any) -> Any:
 def round_log_ratio(method: Any, baseline: Any) -> Any:
     """The paired log ratio of one round: log(method / baseline) of the metric measured in each arm."""
     return np.log(method / baseline)
+
+
+def goodput(good: Any, seconds: Any) -> Any:
+    """Requests meeting every SLO per second of wall time (vLLM's ``request_goodput``)."""
+    return good / seconds
 
 
 def goodput_ratio(good_m: Any, seconds_m: Any, good_b: Any, seconds_b: Any) -> Any:

@@ -105,6 +105,10 @@ class GroupSummary(BaseModel):
     tpot_s: Estimate | None = None  # Σ (latency − TTFT) / Σ (output tokens − 1)
     step_time_s: Estimate | None = None  # Σ (latency − TTFT) / Σ verification steps (decoding steps)
     verification: VerificationSpent | None = None
+    # Under the suite's SLOs (``slo:``): requests meeting every one per second of the cells' wall time, and
+    # their share of the requests sent (specbench.analysis.goodput). Written only when computed.
+    goodput: Estimate | None = None
+    goodput_share: Estimate | None = None
     speedup: Estimate | None = None
     # τ, tokens per step and speedup without the requests whose output is degenerate (a repetition loop);
     # their share is the catalogue's ``degenerate_share`` in ``metrics``. Written only when computed.
@@ -144,6 +148,9 @@ class GroupSummary(BaseModel):
             data.pop("metrics", None)
         if self.non_degenerate is None:
             data.pop("non_degenerate", None)
+        for key in ("goodput", "goodput_share"):
+            if data.get(key, 0) is None:
+                del data[key]
         t1 = data.pop("turn1_identical", None)
         data["extra"] = {"turn1_identical": t1} if t1 is not None else {}  # the stored shape, as before
         return data

@@ -63,6 +63,23 @@ def test_counters_are_consistent(smoke_run):
         assert sum(r.spec.num_accepted_tokens for r in reqs) == c.num_accepted_tokens
 
 
+def test_acceptance_along_the_output_is_the_records_walked_by_hand(smoke_run):
+    """Acceptance by output-position bucket (issue 52): every stored bucket is what the run's records give when
+    their step traces are walked again by hand (tests/support/step_walk.py)."""
+    from support.step_walk import walked_buckets
+
+    from specbench.analysis import metrics
+
+    run_dir, s = smoke_run
+    plan = rundir.read_manifest(run_dir).plan
+    assert plan is not None
+    greqs = metrics.requests_by_group(plan.cells, metrics.latest_cell_records(rundir.read_cells(run_dir)),
+                                      metrics.unique_requests(rundir.read_requests(run_dir)))
+    stored = {a.group_id: {b.start // a.bucket_tokens: (b.accepted, b.drafted, b.steps, b.requests) for b in a.buckets}
+              for a in s.extra.acceptance_along_output}
+    assert len(stored) >= 8 and stored == {gid: walked_buckets(greqs[gid]) for gid in stored}
+
+
 def test_trained_drafters_accept_for_real(smoke_run):
     """The zoo's drafters are trained: on both datasets (the zoo's target is trained on Python,
     generated functions and word problems in GSM8k's format) clearly above an untrained drafter's

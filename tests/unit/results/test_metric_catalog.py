@@ -104,7 +104,8 @@ def full_group() -> GroupSummary:
     return group(
         "m", "eagle3", 3, n_requests=10, counters=SpecCounters(num_drafts=4), tau=E, tau_per_request=E,
         per_position=[E, E], draft_acceptance_rate=E, output_tps=E, throughput_tps=E, latency_s=E,
-        latency_p50_s=0.1, latency_p90_s=0.2, latency_p99_s=0.3, ttft_s=E, tpot_s=E, step_time_s=E,
+        latency_p50_s=0.1, latency_p90_s=0.2, latency_p99_s=0.3, ttft_s=E, tpot_s=E, step_time_s=E, goodput=E,
+        goodput_share=E,
         verification=VerificationSpent(drafted_per_step=E, accepted_per_verified=E, wasted_per_emitted=E),
         speedup=E, greedy_match=E, accuracy={"strict": E}, accuracy_delta={"strict": E},
         non_degenerate=NonDegenerate(tau=E, tokens_per_step=E, speedup=E),
@@ -125,8 +126,8 @@ def test_compare_and_gate_read_the_catalogue() -> None:
         m.name for m in catalog.gate_metrics("headline")}
     # measured in time (an A/A calibration covers each; compare and gate test the gated ones)
     assert run_diff.SPEED_METRICS == {"output_tps", "speedup", "speedup_ratio", "throughput_tps", "latency_s",
-                                      "ttft_s", "tpot_s", "step_time_s", "non_degenerate.speedup"
-                                      } == catalog.speed_metrics()
+                                      "ttft_s", "tpot_s", "step_time_s", "non_degenerate.speedup", "goodput",
+                                      "goodput_share"} == catalog.speed_metrics()
     for name in run_diff.metric_estimates(full_group()):
         assert gate_baseline.gated_name(name), name
     for name in ("tpot_s", "per_position.0", "latency_s"):
@@ -143,7 +144,7 @@ def test_history_frames_and_trend_read_the_catalogue() -> None:
     assert columns == ("tau", "tau_per_request", "degenerate_share", "short_share", "non_degenerate.tau",
                        "non_degenerate.tokens_per_step", "non_degenerate.speedup", "draft_acceptance_rate",
                        "output_tps", "throughput_tps", "latency_s", "ttft_s", "speedup",
-                       "greedy_match")  # load()'s columns, in their order
+                       "greedy_match", "goodput", "goodput_share")  # load()'s columns, in their order
     for name in ("tau", "accuracy.strict", "latency_p50_s", "serving.itl_p99_s", "ttft_s", "throughput_tps"):
         assert trend.higher_is_better(name) == (catalog.spec(name).direction != "lower")  # type: ignore[union-attr]
     assert all(catalog.spec(p.rstrip(".")) is not None for p in trend.FIGURE_METRICS)

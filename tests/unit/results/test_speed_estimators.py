@@ -27,6 +27,7 @@ def test_each_estimator_on_known_numbers() -> None:
     assert se.tpot_ratio(0.5, 25, 1.0, 25) == 2.0  # the baseline's TPOT over the method's: > 1 is faster
     assert se.step_time(0.6, 20) == pytest.approx(0.03)
     assert se.round_log_ratio(3.0, 1.5) == pytest.approx(math.log(2.0))  # log(method / baseline)
+    assert se.goodput(6, 2.0) == 3.0
     assert se.goodput_ratio(8, 2.0, 4, 4.0) == 4.0
     assert se.predicted_speedup(3.0, 0.02, 0.03) == pytest.approx(2.0)
     a = np.array([2.0, 4.0])
@@ -45,6 +46,8 @@ SENTINEL = {  # none of them a real value of these records
     "step_time": 0.03125,
     "round_log_ratio": 0.5,  # a ratio of e^0.5 once exponentiated
     "predicted_speedup": 5.5,
+    "goodput": 0.375,
+    "goodput_ratio": 4.75,
 }
 PROMPTS = [f"p{i}" for i in range(6)]
 TOKENS = 33
@@ -108,9 +111,14 @@ def _world() -> tuple[list[Cell], list[Any], list[RequestRecord]]:
                                 (cell("eagle3", k=3, target="s", batch_size=2), 0.03, STEPS_K3)):
         cells.append(c)
         recs += _records(c, step_s, accepted, rounds=False)
-    cell_recs = [cell_record(c, wall_time_s=2.0, num_requests=len(PROMPTS),
-                             counters=sum_counters(r.spec for r in recs if r.cell_id == c.cell_id)) for c in cells]
+    cell_recs = [cell_record(c, wall_time_s=2.0, num_requests=len(PROMPTS), round_wall_s=[1.0, 1.0] if c.target == "t"
+                             else None, counters=sum_counters(r.spec for r in recs if r.cell_id == c.cell_id))
+                 for c in cells]
     return cells, cell_recs, recs
+
+
+#: Every request of :func:`_world` meets it (TTFT 0.1 s, TPOT about 20 ms or less).
+SLO_MS = {"ttft": 200.0, "tpot": 25.0}
 
 
 def _ab_records() -> list[RequestRecord]:
@@ -130,22 +138,30 @@ def _shown() -> dict[str, dict[str, float | None]]:
     """Per estimator, what each consumer shows of it."""
     from specbench import frames
     from specbench.analysis import ab_rounds, k_schedule, metrics, sequential
+    from specbench.analysis.goodput import slo_seconds
+    from specbench.analysis.goodput_vs_load import goodput_curves
     from specbench.analysis.method_comparison import headline_ratios, k_sweeps
-    from specbench.analysis.pipeline import summarize_serving
+    from specbench.analysis.pipeline import ok_cells_by_group, summarize_serving
+    from specbench.config.suite import SLOSpec
     from specbench.regression.gate import GateRules, evaluate_gate
     from specbench.report.markdown import render_markdown
+    from specbench.results.goodput_curve import GoodputSummary
     from specbench.results.noise_calibration import MetricNoise, NoiseCalibration
     from specbench.results.parts import SummaryExtra
     from specbench.results.summary import RunSummary
 
     cells, cell_recs, recs = _world()
-    groups = metrics.summarize_groups(cells, cell_recs, recs)
+    slo = slo_seconds(SLOSpec(**SLO_MS))
+    groups = metrics.summarize_groups(cells, cell_recs, recs, slo=slo)
     unique, latest = metrics.unique_requests(recs), metrics.latest_cell_records(cell_recs)
     greqs = metrics.requests_by_group(cells, latest, unique)
     headline = headline_ratios(groups, greqs, {"t": "eagle3", "s": "eagle3"})
+    curves = goodput_curves(groups, greqs, ok_cells_by_group(cells, latest), slo)
     summary = RunSummary(run_id="r", suite_name="s", groups=groups, headline=headline,
                          k_sweeps=k_sweeps(groups, greqs),
-                         extra=SummaryExtra(serving=summarize_serving({"s"}, cells, unique, latest, {"s": "eagle3"})))
+                         extra=SummaryExtra(serving=summarize_serving({"s"}, cells, unique, latest, {"s": "eagle3"},
+                                                                      slo=slo),
+                                            goodput=GoodputSummary(slo=SLOSpec(**SLO_MS), curves=curves)))
     by = {c.method: c for c in cells if c.target == "t"}
     g = summary.group(by["eagle3-k3"].group_id)
     assert g is not None and g.speedup is not None and g.output_tps is not None and g.tpot_s is not None
@@ -168,10 +184,14 @@ def _shown() -> dict[str, dict[str, float | None]]:
     (served,) = [r for r in summary.extra.serving_cells if r.method == "eagle3"]
     assert served.vs_baseline is not None
     frame = frames.groups_frame(summary).set_index("group_id").loc[g.group_id]
+    (served_curve,) = [c for c in curves if c.target == "s"]  # one load, no rounds: the pooled ratio
+    rounds_point = next(p for c in curves if c.target == "t" and c.method == "eagle3-k3" for p in c.points)
+    gp_frame = frames.goodput_frame(summary).set_index("group_id").loc[served_curve.points[0].group_id]
     noise = NoiseCalibration(hardware_class="test", suite="s", runs=["a", "b"], metrics={
-        m: MetricNoise(noise_floor_pct=1.0, pairs=1, changes=10, max_change_pct=1.0) for m in ("speedup", "output_tps")})
+        m: MetricNoise(noise_floor_pct=1.0, pairs=1, changes=10, max_change_pct=1.0) for m in ("speedup", "output_tps", "goodput")})
     gate = {(c.group_id, c.metric): c.change.new.value for c in evaluate_gate(
-        summary, summary, GateRules.model_validate({"rules": {"equivalence": None, "output_tps": {"max_drop_pct": 5}}}), noise).checks
+        summary, summary, GateRules.model_validate({"rules": {"equivalence": None, "output_tps": {"max_drop_pct": 5},
+                                                              "goodput": {"max_drop_pct": 5}}}), noise).checks
         if c.change is not None}
     report = render_markdown(summary)
 
@@ -227,6 +247,19 @@ def _shown() -> dict[str, dict[str, float | None]]:
             "headline: speedup ratio (log)": math.log(row.speedup_ratio.value or 1.0),
             "report: headline": (math.log(float(f"{math.exp(SENTINEL['round_log_ratio']):.2f}"))
                                  if f"{math.exp(SENTINEL['round_log_ratio']):.2f}×" in report else None),
+            "goodput: ratio with rounds (log)": math.log(rounds_point.ratio.value or 1.0),
+        },
+        "goodput": {
+            "summary: goodput": g.goodput.value if g.goodput else None,
+            "serving: a cell's goodput": served.goodput,
+            "frames: groups": None if frame["goodput"] is None else float(frame["goodput"]),
+            "gate: goodput": gate.get((g.group_id, "goodput")),
+            "report: goodput table": in_report(f"| {SENTINEL['goodput']:.3f} ["),
+        },
+        "goodput_ratio": {
+            "goodput: ratio to no speculation": served_curve.points[0].ratio.value,
+            "frames: goodput": None if gp_frame["ratio"] is None else float(gp_frame["ratio"]),  # none: no good baseline
+            "report: goodput table": in_report(f"| {SENTINEL['goodput_ratio']:.2f}× ["),
         },
         "predicted_speedup": {
             "K model: predicted speedup at K=3": next(c.speedup.value for c in ms.grid if c.k == 3),
@@ -241,6 +274,7 @@ EXPECTED = {
     ("report: K sweep", "tpot"): 1.0, ("report: K sweep", "step_time"): 1.0,
     ("report: serving table", "tpot_ratio"): 1.0,
     ("report: headline", "round_log_ratio"): math.log(1.65),  # e^0.5, as the table rounds it
+    ("report: goodput table", "goodput"): 1.0, ("report: goodput table", "goodput_ratio"): 1.0,
 }
 
 
