@@ -66,7 +66,7 @@ def _walls_by_round(cells: Sequence[CellRecord]) -> dict[int, float] | None:
     return out
 
 
-def round_log_ratios(method: Sequence[RequestRecord], m_cells: Sequence[CellRecord], baseline: Sequence[RequestRecord],
+def goodput_round_log_ratios(method: Sequence[RequestRecord], m_cells: Sequence[CellRecord], baseline: Sequence[RequestRecord],
                      b_cells: Sequence[CellRecord], slo: SLO) -> tuple[np.ndarray | None, str | None]:
     """Per round both arms ran (in round order), log(goodput of the method / the baseline's); ``(None, why)`` when
     the rounds cannot decide (``why`` None: there are no rounds)."""
@@ -118,7 +118,7 @@ def goodput_point(g: GroupSummary, base: GroupSummary, records: Mapping[str, Seq
     """The method group ``g`` against its baseline group ``base`` at their load (see the module)."""
     m, b = records.get(g.group_id, []), records.get(base.group_id, [])
     mc, bc = cells.get(g.group_id, []), cells.get(base.group_id, [])
-    lr, note = round_log_ratios(m, mc, b, bc, slo)
+    lr, note = goodput_round_log_ratios(m, mc, b, bc, slo)
     rounds = to_decide = None
     if lr is not None:
         decision = decide(lr, "goodput", HEADLINE_RULE)

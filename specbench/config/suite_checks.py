@@ -68,6 +68,16 @@ def _check_source(d: DatasetSpec, kind: DatasetKind, loc_d: tuple[Any, ...], pro
                          "give source: hub or a path"))
 
 
+def _check_instances(suite: Suite, problems: list) -> None:
+    """Engine instances need rounds to split (two per instance), the headline's blocks the suite's rounds."""
+    if suite.instances > 1 and suite.rounds < 2 * suite.instances:
+        problems.append((("instances",), f"{suite.instances} instances need at least {2 * suite.instances} rounds "
+                         "(two per instance: a block's mean is the unit)"))
+    if suite.headline is not None and suite.rounds < 2:
+        problems.append((("headline",), "headline speed rounds follow the suite's rounds: set rounds: 2 or more "
+                         "(the single pass is the first engine instance's block)"))
+
+
 def check_semantics(suite: Suite, base_dir: Path) -> list[tuple[tuple[Any, ...], str]]:
     """Checks pydantic cannot do alone. Returns ``(loc, message)`` pairs."""
     problems: list[tuple[tuple[Any, ...], str]] = []
@@ -79,12 +89,7 @@ def check_semantics(suite: Suite, base_dir: Path) -> list[tuple[tuple[Any, ...],
                         for mi, m in enumerate(t.methods) if m.stop is not None and m.stop.metric in ("speedup", "tpot")]
         problems += [(loc, "a stop rule on speedup or tpot does not combine with rounds > 1 (speed is measured "
                            "over rounds; stop on tau or accuracy, or set rounds: 1)") for loc in speed_stops]
-    if suite.instances > 1 and suite.rounds < 2 * suite.instances:
-        problems.append((("instances",), f"{suite.instances} instances need at least {2 * suite.instances} rounds "
-                         "(two per instance: a block's mean is the unit)"))
-    if suite.headline is not None and suite.rounds < 2:
-        problems.append((("headline",), "headline speed rounds follow the suite's rounds: set rounds: 2 or more "
-                         "(the single pass is the first engine instance's block)"))
+    _check_instances(suite, problems)
     for ti, t in enumerate(suite.targets):
         loc_t = ("targets", ti)
         if t.engine == "vllm-server" and t.base_url is None and t.model is None:

@@ -107,7 +107,7 @@ class _Resident:
         of the prompts) adds nothing to the cell's outcome, which is the single pass's."""
         job, req = self.runner.job, work.request
         cid = req.cell.cell_id
-        if cid in self.failed:
+        if cid in self.failed or (self.dead is not None and speed_only):
             return
         if self.dead is not None:
             self._fail(work, self.dead, None)
