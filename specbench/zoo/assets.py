@@ -49,7 +49,8 @@ TARGET_CONFIG: dict[str, Any] = {
     "max_position_embeddings": 4096,
 }
 
-# Shared by every drafter: one layer fed by the target's layers 1..3.
+# Shared by every drafter: one layer (unless its kind's ``num_layers`` says otherwise) fed by the
+# target's layers 1..3.
 DRAFTER_COMMON: dict[str, Any] = {
     "num_layers": 1,
     "target_layer_ids": [1, 2, 3],
@@ -248,9 +249,7 @@ def _build(
             drafters, model, tok, seed=seed, quick=quick, progress=progress
         )
     for kind, drafter in drafters.items():
-        out = spec_dir / kind
-        drafter.save_pretrained(out)
-        _fix_saved_drafter(out, tmp_target=target_dir, final_target=final / "target", kind=kind)
+        save_drafter(drafter, spec_dir / kind, kind=kind, tmp_target=target_dir, final_target=final / "target")
     info["sizes_mb"] = {
         "target": _size_mb(target_dir),
         **{k: _size_mb(spec_dir / k) for k in DRAFTER_KINDS},
@@ -332,21 +331,34 @@ def drafter_class(kind: str):
     }[kind]
 
 
-def build_drafter(kind: str, target_dir: Path, *, mask_token_id: int):
-    """An untrained drafter of ``kind`` for the target saved at ``target_dir``."""
+def drafter_layers(kind: str) -> int:
+    """The drafter's depth: its kind's ``num_layers`` in :data:`DRAFTER_KINDS`, else :data:`DRAFTER_COMMON`'s."""
+    return int(DRAFTER_KINDS[kind].get("num_layers", DRAFTER_COMMON["num_layers"]))
+
+
+def build_drafter(kind: str, target_dir: Path, *, mask_token_id: int, num_layers: int | None = None):
+    """An untrained drafter of ``kind`` for the target saved at ``target_dir``, :func:`drafter_layers`
+    deep unless ``num_layers`` says otherwise (``benchmarks/drafter_depth_probe.py``)."""
     from transformers import AutoConfig
 
     vcfg = copy.deepcopy(AutoConfig.from_pretrained(target_dir))
-    n = DRAFTER_COMMON["num_layers"]
+    n = drafter_layers(kind) if num_layers is None else num_layers
     vcfg.num_hidden_layers = n
     if getattr(vcfg, "layer_types", None):
         vcfg.layer_types = vcfg.layer_types[:n]  # vLLM validates len(layer_types) == num_hidden_layers
     kwargs = {k: v for k, v in DRAFTER_COMMON.items() if k != "num_layers"}
-    kwargs.update(DRAFTER_KINDS[kind])
+    kwargs.update({k: v for k, v in DRAFTER_KINDS[kind].items() if k != "num_layers"})
     model = drafter_class(kind).from_training_args(
         vcfg, verifier_name_or_path=str(target_dir), mask_token_id=mask_token_id, **kwargs
     )
     return model.float()
+
+
+def save_drafter(drafter, out: Path, *, kind: str, tmp_target: Path, final_target: Path) -> None:
+    """Save a drafter of ``kind`` built for the target at ``tmp_target`` so that vLLM loads it with the
+    target at ``final_target`` (the same path when the target was not built in a temp dir)."""
+    drafter.save_pretrained(out)
+    _fix_saved_drafter(out, tmp_target=tmp_target, final_target=final_target, kind=kind)
 
 
 def _fix_saved_drafter(out: Path, *, tmp_target: Path, final_target: Path, kind: str) -> None:

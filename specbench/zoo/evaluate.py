@@ -93,18 +93,20 @@ def evaluate(
     n: int = 16,
     max_tokens: int = 64,
     checkpoints: dict[str, str] | None = None,
+    prompts: list[list[int]] | None = None,
 ) -> dict[str, Any]:
     """Run every kind in a subprocess; compare each with the baseline's outputs.
 
     ``checkpoints`` overrides a kind's drafter directory (e.g. a DFlash copy made
-    by :func:`specbench.zoo.serve.flip_dflash_attention`).
+    by :func:`specbench.zoo.serve.flip_dflash_attention`); ``prompts`` (token ids)
+    replaces the ``n`` held-out prompts.
     """
-    from transformers import AutoTokenizer
+    if prompts is None:
+        from transformers import AutoTokenizer
 
-    from specbench.zoo.data import heldout_prompts
+        from specbench.zoo.data import heldout_prompts
 
-    tok = AutoTokenizer.from_pretrained(root / "target")
-    prompts = heldout_prompts(tok, n=n)
+        prompts = heldout_prompts(AutoTokenizer.from_pretrained(root / "target"), n=n)
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as td:
         pfile = Path(td) / "prompts.json"

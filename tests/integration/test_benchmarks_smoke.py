@@ -66,6 +66,15 @@ def check_dflash_flip(out: str) -> None:
     assert r["anchors"] > 0 and r["noncausal"]["tau_proxy"] >= 1 and r["causal"]["tau_proxy"] >= 1
 
 
+def check_drafter_depth_probe(out: str) -> None:
+    # one 2-layer DFlash trained 4 steps and served by vLLM: its row (kind, layers, steps, train s, loss, τ, 2|1,
+    # 3|2, step ms) with a τ and a step time, so the deep drafter loaded and drafted
+    rows = [r for r in _table_rows(out, "dflash") if len(r) == 9]
+    assert [r[:3] for r in rows] == [["dflash", "2", "4"]], out
+    assert float(rows[0][5]) >= 1 and float(rows[0][8]) > 0, out
+    assert "conditional acceptance i|i-1 = accepted[i] / accepted[i-1]" in out, out
+
+
 def check_early_stopping(out: str) -> None:
     n = int(re.search(r"early stopping: (\d+) cells × metrics", out).group(1))  # type: ignore[union-attr]
     assert n > 0
@@ -152,6 +161,7 @@ SMOKES = {
     # no engine: prints the length groups of the session's cpu-lengths run (test_context_length's)
     "context_length.py": (lambda run: ["--runs", "{lengths_run}"], check_context_length),
     "dflash_flip_sensitivity.py": (lambda run: [], check_dflash_flip),  # PyTorch, no engine
+    "drafter_depth_probe.py": (lambda run: [], check_drafter_depth_probe),  # trains 4 steps; 1 engine
     "early_stopping.py": (lambda run: ["--runs", str(run)], check_early_stopping),
     "equivalence_power.py": (lambda run: ["--vllm-run", str(run)], check_equivalence_power),  # no engine
     "executor_overhead.py": (lambda run: [], check_executor_overhead),  # reference engine × (local, ray ×1, ×2)

@@ -72,3 +72,21 @@ def test_serve_fix_only_for_dflash_without_sliding_layers():
     assert serve_config_fixes(cfg("dflash", ["full_attention"]))["sliding_window_non_causal"] is True
     assert serve_config_fixes(cfg("dflash", ["sliding_attention"]))["sliding_window_non_causal"] is False
     assert serve_config_fixes(cfg("dspark", ["full_attention"]))["sliding_window_non_causal"] is False
+
+
+def test_a_drafters_depth_is_its_kinds_num_layers(tmp_path, monkeypatch):
+    """``num_layers`` in a kind's entry of DRAFTER_KINDS sets its depth (DRAFTER_COMMON's without one) and is
+    not passed on to the model class as a training argument; ``build_drafter(num_layers=)`` overrides both."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from specbench.zoo import assets
+
+    Qwen3ForCausalLM(Qwen3Config(**assets.TARGET_CONFIG)).save_pretrained(tmp_path)  # drafters read its head
+    monkeypatch.setitem(assets.DRAFTER_KINDS, "p-eagle", {**assets.DRAFTER_KINDS["p-eagle"], "num_layers": 3})
+    monkeypatch.setitem(assets.DRAFTER_KINDS, "dflash", {k: v for k, v in assets.DRAFTER_KINDS["dflash"].items()
+                                                         if k != "num_layers"})
+    assert assets.drafter_layers("p-eagle") == 3
+    assert assets.drafter_layers("dflash") == assets.DRAFTER_COMMON["num_layers"]
+    assert len(assets.build_drafter("p-eagle", tmp_path, mask_token_id=3).layers) == 3
+    assert len(assets.build_drafter("dflash", tmp_path, mask_token_id=3).layers) == assets.DRAFTER_COMMON["num_layers"]
+    assert len(assets.build_drafter("dflash", tmp_path, mask_token_id=3, num_layers=2).layers) == 2
