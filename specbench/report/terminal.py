@@ -183,8 +183,9 @@ def with_k(name: str, k: int | None) -> str:
 
 
 def headline_rows(summary: RunSummary) -> dict[str, list[tuple[str, ...]]]:
-    """Target name → its headline rows: methods against the reference, grouped by (dataset, T, load); the
-    first two cells (where, and the reference at its best K) only on the first row of each group."""
+    """Target name → its headline rows: methods against the reference, grouped by (dataset, T, load), the
+    reference against no speculation first; where on the first row of each group, what a row is against
+    wherever it changes."""
     rows: dict[str, list[tuple[str, ...]]] = {}
     def slice_order(r: HeadlineRow) -> tuple[int, str]:
         s = split_group_id(r.method_group)[1]
@@ -192,14 +193,18 @@ def headline_rows(summary: RunSummary) -> dict[str, list[tuple[str, ...]]]:
 
     order = sorted(summary.headline, key=lambda r: (r.target, r.dataset, slice_order(r), r.temperature,
                                                      r.request_rate is not None, r.request_rate or r.batch_size,
-                                                     r.method))
+                                                     r.reference != "baseline", r.method))
     last: tuple | None = None
+    last_against: str | None = None
     for r in order:
         key = (r.target, dataset_label(r.dataset, r.method_group), r.temperature, r.batch_size, r.request_rate)
         first = key != last
         last = key
+        against = with_k(r.reference, r.reference_k)
+        show_against = first or against != last_against
+        last_against = against
         cells = (
-            headline_where(r) if first else "", with_k(r.reference, r.reference_k) if first else "",
+            headline_where(r) if first else "", against if show_against else "",
             with_k(r.method, r.method_k), fmt_speedup(r.speedup_ratio), fmt_est(r.tau_ratio, 2, unit="×"),
             SHORT_VERDICT.get(headline_verdict(r), r.verdict),
         )
