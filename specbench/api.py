@@ -38,9 +38,9 @@ from specbench.execution.run_plan import with_headline_budget as with_headline_b
 from specbench.execution.timeline import Timeline
 from specbench.report.build import torn_lines_note as torn_lines_note  # what a front end shows of a run
 from specbench.report.terminal import TerminalTable, shown, terminal_tables
-from specbench.results import rundir
+from specbench.results import run_noise, rundir
 from specbench.results.manifest import RunManifest
-from specbench.results.noise_calibration import NoiseCalibration, run_speed_noise
+from specbench.results.noise_calibration import NoiseCalibration
 from specbench.results.noise_calibration import NoiseError as NoiseError  # the CLI reports it as bad input
 from specbench.results.summary import RunSummary
 
@@ -235,7 +235,7 @@ def _run(
         manifest = new_run_manifest(suite, plan, run_id, platform, limit)
     if noise is not None:
         try:
-            run_speed_noise(run_dir, manifest, noise)
+            run_noise.run_speed_noise(run_dir, manifest, noise)
         except ValueError as exc:  # NoiseError: another hardware class or suite, or not a calibration
             raise RunRefused([str(exc)]) from exc
     spec = plan.decisions().executor
@@ -324,7 +324,7 @@ def _analyze(run_dir: Path, allow_code_exec: bool | None, timeline: Timeline, no
     from specbench.scoring.apply import score_run
 
     manifest = rundir.read_manifest(run_dir)
-    speed_noise, noise_note = run_speed_noise(run_dir, manifest, noise)
+    speed_noise, noise_note = run_noise.run_speed_noise(run_dir, manifest, noise)
     cells = manifest.plan.cells if manifest.plan is not None else []
     torn: list[str] = []  # torn last lines of interrupted writes, "file:line: …"
     every = rundir.read_requests(run_dir, torn, speed_rounds=True)

@@ -8,14 +8,10 @@ runs. :class:`Turns` keeps at most one of them awake; it works on the resident e
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from specbench.config.plan import prompts_per_batch
 from specbench.engines.protocol import CellFailed, Engine, sleeper
 from specbench.execution.jobs import CellWork
-
-if TYPE_CHECKING:
-    from specbench.execution.rounds import _Resident
+from specbench.execution.resident_engine import ResidentEngine
 
 
 class Turns:
@@ -36,7 +32,7 @@ class Turns:
             sleeper(engine).sleep()
             self.members.add(key)
 
-    def switch(self, key: str, up: dict[str, _Resident], warm: tuple[CellWork, tuple[int, int], int] | None = None,
+    def switch(self, key: str, up: dict[str, ResidentEngine], warm: tuple[CellWork, tuple[int, int], int] | None = None,
                ) -> bool:
         """Make ``key``'s engine the awake one (and run ``warm``'s first batch untimed: the cell, its round
         span and the round). False when nothing had to change."""
@@ -62,7 +58,7 @@ class Turns:
         return True
 
     @staticmethod
-    def _toggle(res: _Resident, *, wake: bool) -> bool:
+    def _toggle(res: ResidentEngine, *, wake: bool) -> bool:
         try:
             engine = sleeper(res.engine)
             engine.wake_up() if wake else engine.sleep()

@@ -19,7 +19,6 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 from specbench.analysis.headline_rounds import open_headline_cells
 from specbench.analysis.method_comparison import HEADLINE_RULE
@@ -29,12 +28,10 @@ from specbench.config.suite_models import HeadlineSpeedSpec
 from specbench.engines.protocol import CellFailed
 from specbench.execution.engine_turns import Turns
 from specbench.execution.jobs import CellWork, EngineJob, wall_now
+from specbench.execution.resident_engine import ResidentEngine
 from specbench.execution.round_schedule import batch_order, interleave_unit, slot_of
 from specbench.execution.worker import engines_ended
 from specbench.results.records import RequestRecord
-
-if TYPE_CHECKING:
-    from specbench.execution.rounds import _Resident
 
 
 class HeadlineBlocks:
@@ -65,7 +62,7 @@ class HeadlineBlocks:
         targets = {c.target for c in self.cells}
         return open_headline_cells(self.cells, by_cell, {t: self.reference for t in targets}, HEADLINE_RULE)
 
-    def run(self, jobs: Sequence[EngineJob], cap: int, start: Callable[[EngineJob], _Resident | None]) -> None:
+    def run(self, jobs: Sequence[EngineJob], cap: int, start: Callable[[EngineJob], ResidentEngine | None]) -> None:
         """Blocks until every pair is decided, the instances are spent or the budget is. Each block starts the
         engines of the open cells afresh (``start``), all together when ``cap`` engines fit, else the reference
         with one method at a time, and closes them after its rounds."""
@@ -95,10 +92,10 @@ class HeadlineBlocks:
         return [[*refs, j] for j in needed if j not in refs] or [refs]
 
     def _block(self, chunk: list[EngineJob], still: set[str], instance: int, first_round: int,
-               start: Callable[[EngineJob], _Resident | None], turns: Turns | None) -> None:
+               start: Callable[[EngineJob], ResidentEngine | None], turns: Turns | None) -> None:
         """One instance of ``chunk``'s engines and its rounds; with ``turns`` (a pair that does not fit on the GPU
         together, started with sleep mode) each engine sleeps once started and wakes for its batches."""
-        up: dict[str, _Resident] = {}
+        up: dict[str, ResidentEngine] = {}
         with engines_ended(up):
             for job in chunk:
                 res = start(job)
@@ -118,7 +115,7 @@ class HeadlineBlocks:
             for j in range(self.spec.rounds_per_instance):
                 self._round(up, works, first_round + j, turns)
 
-    def _round(self, up: dict[str, _Resident], works: dict[str, list[CellWork]], r: int,
+    def _round(self, up: dict[str, ResidentEngine], works: dict[str, list[CellWork]], r: int,
                turns: Turns | None = None) -> None:
         """One speed round: per slot, its open cells on a repeat of the prompts, alternating by batch."""
         slots: dict[tuple, list[tuple[str, CellWork]]] = defaultdict(list)

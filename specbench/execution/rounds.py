@@ -25,20 +25,17 @@ check) run whole after the rounds, on the engine still up.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Sequence
 
 from specbench.config.arms import VLLM_DEFAULT_GPU_SHARE, arm_of, base_target
 from specbench.config.plan import prompts_per_batch, round_order, round_spans
 from specbench.engines.kept import KeptEngines
 from specbench.engines.procs import available_gib
-from specbench.engines.protocol import CellFailed, Engine, EngineUnavailable
+from specbench.engines.protocol import CellFailed, EngineUnavailable
 from specbench.engines.vllm_offline import settle_zygotes
 from specbench.execution.engine_turns import Turns
 from specbench.execution.headline_blocks import HeadlineBlocks
 from specbench.execution.jobs import (
-    CellDone,
-    CellStarted,
     CellWork,
     EngineJob,
     EngineState,
@@ -47,9 +44,10 @@ from specbench.execution.jobs import (
     RequestDone,
     wall_now,
 )
+from specbench.execution.resident_engine import ResidentEngine
 from specbench.execution.round_schedule import ab_round_order, batch_order, interleave_unit, slot_of
 from specbench.execution.worker import Emit, FollowUp, _Job, engines_ended, now_iso
-from specbench.results.records import CellRecord, RequestRecord
+from specbench.results.records import RequestRecord
 from specbench.results.requests import CellOutcome
 
 ENGINE_OVERHEAD_GIB = 1.0  # a vLLM CPU engine beside its KV cache (measured: docs/measurements.md, Speed rounds)
@@ -90,75 +88,6 @@ def resident_sets(jobs: Sequence[EngineJob], cap: int) -> list[list[EngineJob]]:
     return sets[::-1] if any(j.teacher_forcing_after for j in jobs) else sets
 
 
-class _Resident:
-    """One job's engine kept up across rounds, with each cell's outcome summed over its rounds."""
-
-    def __init__(self, runner: _Job, engine: Engine):
-        self.runner, self.engine = runner, engine
-        self.dead: str | None = None
-        self.outcomes: dict[str, CellOutcome] = {}
-        self.failed: set[str] = set()
-        self.started: dict[str, str] = {}
-        self.round_t0: dict[tuple[str, int], float] = {}  # when each cell's round sent its first batch
-        self.instance: int | None = None  # the engine instance its records carry (a run with headline blocks)
-
-    def run_round(self, work: CellWork, span: tuple[int, int], r: int, speed_only: bool = False) -> None:
-        """Run ``span`` of a cell's prompts as round ``r``; a ``speed_only`` round (the headline's, on a repeat
-        of the prompts) adds nothing to the cell's outcome, which is the single pass's."""
-        job, req = self.runner.job, work.request
-        cid = req.cell.cell_id
-        if cid in self.failed or (self.dead is not None and speed_only):
-            return
-        if self.dead is not None:
-            self._fail(work, self.dead, None)
-            return
-        if cid not in self.started and not speed_only:
-            self.started[cid] = now_iso()
-            self.runner.emit(CellStarted(job_id=job.job_id, cell_id=cid, prompts=len(req.prompts)))
-
-        # A server's send times count from the cell's round, not from this batch of it: the batches of a
-        # round are seconds apart (other engines run between them), and the step model reads who overlapped.
-        shift = time.perf_counter() - self.round_t0.setdefault((cid, r), time.perf_counter())
-
-        def on_record(rec: RequestRecord) -> None:
-            update: dict = {"round": r, "instance": self.instance, "speed_only": speed_only}
-            if rec.sent_offset_s is not None:
-                update["sent_offset_s"] = rec.sent_offset_s + shift
-            self.runner.emit(RequestDone(job_id=job.job_id, record=rec.model_copy(update=update)))
-
-        part = req.model_copy(update={"prompts": req.prompts[span[0]:span[1]]})
-        try:
-            out = self.engine.run_cell(part, on_record)
-        except CellFailed as exc:
-            if speed_only:  # the cell is done (its single pass): a headline speed round fails alone, not the cell
-                self.failed.add(cid)
-            else:
-                self._fail(work, f"round {r}: {exc.reason}", exc.log_tail)
-            if exc.engine_dead:
-                self.dead = f"the engine died in round {r} ({exc.reason}); not restarted between rounds"
-            return
-        if speed_only:
-            return
-        prev = self.outcomes.get(cid)
-        walls = list(prev.round_wall_s or []) if prev is not None else []
-        walls += [0.0] * (r + 1 - len(walls))
-        walls[r] += out.wall_time_s  # a round's batches of this cell, each timed by its engine
-        if prev is not None:
-            counters = out.counters if prev.counters is None else (
-                prev.counters if out.counters is None else prev.counters + out.counters)
-            out = CellOutcome(counters=counters, wall_time_s=prev.wall_time_s + out.wall_time_s,
-                              num_requests=prev.num_requests + out.num_requests)
-        self.outcomes[cid] = out.model_copy(update={"round_wall_s": walls})
-
-    def _fail(self, work: CellWork, reason: str, log_tail: str | None) -> None:
-        job, cid = self.runner.job, work.request.cell.cell_id
-        self.failed.add(cid)
-        self.runner.emit(CellDone(job_id=job.job_id, record=CellRecord(
-            run_id=job.run_id, cell_id=cid, engine_key=job.engine.config.key, status="failed", reason=reason,
-            engine_log_tail=log_tail, started_at=self.started.get(cid), finished_at=now_iso(),
-        )))
-
-
 #: Called after each round with the round's index and its request records; returns the cells that
 #: need no more rounds (an A/B run's decided groups: specbench.execution.ab_round_decisions).
 RoundHook = Callable[[int, list[RequestRecord]], set[str]]
@@ -184,7 +113,7 @@ def run_interleaved(jobs: Sequence[EngineJob], emit: Emit, placement: Placement,
         blocks.run(jobs, cap, lambda job: _start_fresh(job, collect, placement))
 
 
-def _start_fresh(job: EngineJob, emit: Emit, placement: Placement) -> _Resident | None:
+def _start_fresh(job: EngineJob, emit: Emit, placement: Placement) -> ResidentEngine | None:
     """A fresh instance of ``job``'s engine for the headline's speed blocks (never a kept one), prepared to
     measure (counted as a restart in the manifest); None when it does not start: its cells are done, the
     block goes on without it (the reason is in the engine's log)."""
@@ -199,13 +128,13 @@ def _start_fresh(job: EngineJob, emit: Emit, placement: Placement) -> _Resident 
     except BaseException:
         engine.kill()
         raise
-    return _Resident(runner, engine)
+    return ResidentEngine(runner, engine)
 
 
 def _run_set(group: list[EngineJob], rounds: int, seed: int, emit: Emit, placement: Placement,
              follow_up: FollowUp | None, kept: KeptEngines | None, round_hook: RoundHook | None = None,
              blocks: HeadlineBlocks | None = None, base: int = 0) -> None:
-    up: dict[str, _Resident] = {}
+    up: dict[str, ResidentEngine] = {}
     turns = Turns()
     finished: set[str] = set()  # cells the hook needs no more rounds of
     this_round: list[RequestRecord] = []
@@ -256,12 +185,12 @@ def _run_set(group: list[EngineJob], rounds: int, seed: int, emit: Emit, placeme
         _finish_set(up, keys, turns, follow_up)
 
 
-def _number(up: dict[str, _Resident], instance: int | None) -> None:
+def _number(up: dict[str, ResidentEngine], instance: int | None) -> None:
     for res in up.values():
         res.instance = instance
 
 
-def _fresh_instances(up: dict[str, _Resident], turns: Turns, instance: int, unfinished: set[str]) -> None:
+def _fresh_instances(up: dict[str, ResidentEngine], turns: Turns, instance: int, unfinished: set[str]) -> None:
     """Every live engine with cells left closed and started afresh (the suite's ``instances``): the rounds that
     follow are instance ``instance``'s. An engine that does not start again is dead: its later rounds fail."""
     for key, res in up.items():
@@ -284,7 +213,7 @@ def _fresh_instances(up: dict[str, _Resident], turns: Turns, instance: int, unfi
 
 
 def _start_resident(job: EngineJob, emit: Emit, placement: Placement, follow_up: FollowUp | None,
-                    kept: KeptEngines | None, up: dict[str, _Resident], turns: Turns) -> None:
+                    kept: KeptEngines | None, up: dict[str, ResidentEngine], turns: Turns) -> None:
     """Start ``job``'s engine and add it to ``up`` (prepared to measure, joined to ``turns``); a job whose
     engine does not start, or cannot take its turns, has its cells failed and stays out."""
     runner = _Job(job, emit, placement, follow_up, kept)
@@ -295,7 +224,7 @@ def _start_resident(job: EngineJob, emit: Emit, placement: Placement, follow_up:
                          reason=exc.reason, log_tail=exc.log_tail, placement=placement))
         runner.fail_cells(job.cells, exc)
         return
-    up[job.job_id] = _Resident(runner, engine)
+    up[job.job_id] = ResidentEngine(runner, engine)
     runner.prepare_to_measure(engine)
     try:
         turns.join(job.job_id, engine)
@@ -308,7 +237,7 @@ def _start_resident(job: EngineJob, emit: Emit, placement: Placement, follow_up:
         runner.fail_cells(job.cells, EngineUnavailable(reason, log_tail=exc.log_tail))
 
 
-def _round_steps(up: dict[str, _Resident], order: list[str], arms: dict[str, str], pairs: dict[str, str],
+def _round_steps(up: dict[str, ResidentEngine], order: list[str], arms: dict[str, str], pairs: dict[str, str],
                  turns: Turns) -> list[list[tuple[str, int]]]:
     """A round's steps, each a list of (engine key, cell index), its engines in the round's ``order``."""
     # One step per slot (the cells of the engines that share prompts and load: what is compared with
@@ -331,7 +260,7 @@ def _round_steps(up: dict[str, _Resident], order: list[str], arms: dict[str, str
     return steps
 
 
-def _step_runs(up: dict[str, _Resident], step: list[tuple[str, int]], r: int, rounds: int,
+def _step_runs(up: dict[str, ResidentEngine], step: list[tuple[str, int]], r: int, rounds: int,
                finished: set[str]) -> list[tuple[str, CellWork, tuple[int, int]]]:
     """What a step runs in round ``r``, in order: (engine key, cell, prompt span), the cells with a stop
     rule, done by the hook or without a round ``r`` left out; the batches alternating between the
@@ -360,7 +289,7 @@ def _step_runs(up: dict[str, _Resident], step: list[tuple[str, int]], r: int, ro
     return runs
 
 
-def _finish_set(up: dict[str, _Resident], keys: list[str], turns: Turns, follow_up: FollowUp | None) -> None:
+def _finish_set(up: dict[str, ResidentEngine], keys: list[str], turns: Turns, follow_up: FollowUp | None) -> None:
     """After the rounds: each cell with a stop rule runs whole on its engine, every other cell that did not
     fail is done with its outcome summed over its rounds, and a job that teacher-forces the target's
     outputs after its cells scores them."""

@@ -23,15 +23,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from specbench.errors import SpecbenchError
 from specbench.results import metric_catalog as catalog
-
-if TYPE_CHECKING:
-    from specbench.results.manifest import RunManifest
 
 #: The file a suite's calibration is kept in, beside its runs (``results/<suite>/noise.json``).
 NOISE_FILE = "noise.json"
@@ -109,23 +105,3 @@ def applying(path: Path, hardware_class: str | None, suite: str) -> tuple[NoiseC
 def find_noise(run_dir: Path, hardware_class: str | None, suite: str) -> tuple[NoiseCalibration | None, str | None]:
     """The calibration kept beside a run (``<suite results>/noise.json``), see :func:`applying`."""
     return applying(Path(run_dir).parent / NOISE_FILE, hardware_class, suite)
-
-
-def run_speed_noise(run_dir: Path, manifest: RunManifest, noise: Path | None) -> tuple[NoiseCalibration | None, str | None]:
-    """(the calibration a run's speed intervals include or None, why one found was not used).
-
-    ``noise`` when given (it must apply); else ``noise.json`` beside the run; else the suite's
-    ``speed_noise`` file, each when it is of the run's hardware class and suite."""
-    from specbench.config.suite import resolve_path
-
-    hw, suite = manifest.hardware_class, manifest.suite_name
-    if noise is None:
-        cal, why = find_noise(run_dir, hw, suite)
-        named, suite_path = manifest.suite.speed_noise if manifest.suite else None, manifest.suite_path
-        if cal is not None or not named or not suite_path:
-            return cal, why
-        cal, why_suite = applying(resolve_path(named, Path(suite_path).parent), hw, suite)
-        return cal, "; ".join(filter(None, [why, why_suite])) or None
-    cal = load_noise(noise)
-    check_applies(cal, hw, suite, noise)
-    return cal, None

@@ -29,10 +29,10 @@ from specbench.results.noise_calibration import (
     NoiseError,
     check_applies,
     find_noise,
-    run_speed_noise,
     save_noise,
 )
 from specbench.results.parts import HeadlineRow
+from specbench.results.run_noise import run_speed_noise
 from specbench.results.summary import RunSummary
 from specbench.stats import Estimate, with_between_run
 
