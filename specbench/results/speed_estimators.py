@@ -6,6 +6,7 @@ then the baseline** (or the reference, or A/B's arm A: whatever it is compared w
 
 * :func:`token_rate` = tokens / seconds. *Output tok/s per stream*: Σ output tokens / Σ request latency
   (the rate one stream sees); *throughput*: Σ output tokens / the cell's wall time (all streams together).
+* :func:`rate_ratio` = (a / b) / (c / d): one rate over another, the shape every ratio below takes.
 * :func:`throughput_ratio` = (tokens_m / seconds_m) / (tokens_b / seconds_b): the ratio of two token
   rates. The *speedup* (per-stream rates, paired by prompt), the headline's *speedup ratio* (the reference
   in the baseline's place), the serving *throughput speedup* (per-stream rates of each arm's requests) and
@@ -43,9 +44,15 @@ def token_rate(tokens: Any, seconds: Any) -> Any:
     return tokens / seconds
 
 
+def rate_ratio(amount_m: Any, per_m: Any, amount_b: Any, per_b: Any) -> Any:
+    """The shape of every speed ratio, written once: (amount_m / per_m) / (amount_b / per_b), one rate over
+    another (the estimators below say which amounts and which arm is on top)."""
+    return (amount_m / per_m) / (amount_b / per_b)
+
+
 def throughput_ratio(tokens_m: Any, seconds_m: Any, tokens_b: Any, seconds_b: Any) -> Any:
     """The method's token rate over the baseline's: (tokens_m / seconds_m) / (tokens_b / seconds_b)."""
-    return (tokens_m / seconds_m) / (tokens_b / seconds_b)
+    return rate_ratio(tokens_m, seconds_m, tokens_b, seconds_b)
 
 
 def tpot(decode_s: Any, tokens_after_first: Any) -> Any:
@@ -56,7 +63,7 @@ def tpot(decode_s: Any, tokens_after_first: Any) -> Any:
 def tpot_ratio(decode_m: Any, tokens_m: Any, decode_b: Any, tokens_b: Any) -> Any:
     """TPOT speedup: the baseline's pooled TPOT over the method's, (decode_b / tokens_b) / (decode_m / tokens_m)
     (decode seconds and tokens after the first, each summed over the arm's requests; > 1: the method is faster)."""
-    return (decode_b / tokens_b) / (decode_m / tokens_m)
+    return rate_ratio(decode_b, tokens_b, decode_m, tokens_m)
 
 
 def step_time(decode_s: Any, steps: Any) -> Any:
@@ -77,7 +84,7 @@ def goodput(good: Any, seconds: Any) -> Any:
 def goodput_ratio(good_m: Any, seconds_m: Any, good_b: Any, seconds_b: Any) -> Any:
     """Goodput of the method over the baseline's: (requests meeting every SLO / wall seconds), method over
     baseline at the same load."""
-    return (good_m / seconds_m) / (good_b / seconds_b)
+    return rate_ratio(good_m, seconds_m, good_b, seconds_b)
 
 
 def predicted_speedup(tokens_per_step: Any, plain_step_s: Any, step_s: Any) -> Any:
