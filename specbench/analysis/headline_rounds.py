@@ -92,14 +92,6 @@ def decide_pair(method: Sequence[RequestRecord], reference: Sequence[RequestReco
     return decide(units.log_ratios, METRIC, rule), units
 
 
-def pooled_rate(records: Sequence[RequestRecord]) -> float:
-    """Σ output tokens / Σ latency over a point's measured requests (−inf without any)."""
-    ok = [r for r in records if r.error is None and r.latency_s]
-    if not ok:
-        return float("-inf")
-    return float(speed_estimators.token_rate(sum(r.num_output_tokens for r in ok), sum(r.latency_s or 0 for r in ok)))
-
-
 class KChoice(NamedTuple):
     """A method's K for the headline: ``k`` (the cheapest of the tie), ``fastest`` (the K with the highest
     pooled rate) and ``tie`` (the Ks the rule does not find slower than the fastest, itself included);
@@ -116,7 +108,10 @@ def choose_k(points: Mapping[int | None, Sequence[RequestRecord]], rule: ABRule)
     ks = list(points)
     if len(ks) == 1:
         return KChoice(ks[0], ks[0], tuple(k for k in ks if k is not None), ())
-    fastest = max(ks, key=lambda k: (pooled_rate(points[k]), -(k or 0)))
+    def rate(k: int | None) -> float:  # output tok/s per stream over all its rounds, as a round's is computed
+        return round_values(points[k], True).get(METRIC, float("-inf"))
+
+    fastest = max(ks, key=lambda k: (rate(k), -(k or 0)))
     tie, still_open = [fastest], []
     for k in ks:
         if k == fastest:
