@@ -3,8 +3,16 @@
 A headline pair is a method at one K against the reference method (EAGLE-3) at one K, on the same target,
 dataset, temperature and load. Their requests are paired within a speed round (same round, same engine
 instance, same prompt, sample and repeat: both arms ran it seconds apart), and per round the log ratio of
-output tok/s per stream (:func:`~specbench.results.speed_estimators.round_log_ratio` of
-:func:`~specbench.analysis.ab_rounds.round_values`) is one observation.
+their pooled TPOT (:func:`~specbench.results.speed_estimators.round_log_ratio` of
+:func:`~specbench.analysis.ab_rounds.round_values`' ``tpot_s``: Σ (latency − TTFT) / Σ (output tokens − 1))
+is one observation; the row shows its reciprocal, the **decode speed ratio** (the method's decode tok/s per
+stream over the reference's, > 1: the method is faster).
+
+**Why decode time, not latency.** The methods differ in how they decode; their prefill is the target's (plus
+the drafter's own, which TTFT shows). Output tok/s per stream (Σ tokens / Σ latency) carries the TTFT of every
+request, and on the CPU stand-in TTFT was where most of the spread between units lay: on suites/cpu-headline
+(6 instances, blocks covering the prompt set) the sd of the instance units' log ratio was 0.03–0.06 with
+latency and 0.009–0.019 with decode time (docs/measurements.md), so the same instances decide far more rows.
 
 **The unit.** An engine instance carries an offset of its own (where its memory landed, how its threads were
 placed): rounds measured on one pair of instances share it, so their spread does not contain it and an
@@ -17,13 +25,14 @@ rule's t-corrected confidence sequence estimates; a block is the smallest unit w
 a fresh pair per round pays a restart per round for what a block pays once). A run whose records carry one
 instance (no blocks) keeps the round as the unit and says so (``instances == 1``).
 
-**Best K.** Among the Ks a method ran, the one with the highest output tok/s over the units is compared
+**Best K.** Among the Ks a method ran, the one with the lowest pooled TPOT over its rounds is compared
 with each other K by the same rule; a K the rule does not find slower ties with it, and the headline
 compares the cheapest K of the tie (shown as a tie): an argmax that flips on noise decides nothing.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
@@ -35,8 +44,9 @@ from specbench.analysis.ab_rounds import round_values
 from specbench.config.plan import Cell
 from specbench.results import speed_estimators
 from specbench.results.records import RequestRecord
+from specbench.stats import Estimate
 
-METRIC = "output_tps"  # the headline's speed metric: output tok/s per stream (the method as B)
+METRIC = "tpot_s"  # what the rule decides on: pooled TPOT per round (the method as B; lower is faster)
 
 
 class PairUnits(NamedTuple):
@@ -58,8 +68,9 @@ def _round_key(r: RequestRecord) -> tuple[int, int]:
 
 def round_log_ratios(method: Sequence[RequestRecord], reference: Sequence[RequestRecord]
                      ) -> list[tuple[int, int, float]]:
-    """``(instance, round, log(method/reference))`` per speed round both arms measured, over the requests
-    both measured in it (same instance, round, prompt, sample and repeat), in run order."""
+    """``(instance, round, log(TPOT method / TPOT reference))`` per speed round both arms measured, over the
+    requests both measured in it (same instance, round, prompt, sample and repeat), in run order (< 0: the
+    method decodes faster)."""
     def key(r: RequestRecord) -> tuple:
         return (*_round_key(r), r.prompt_id, r.sample_index, r.repeat)
 
@@ -87,9 +98,19 @@ def pair_units(method: Sequence[RequestRecord], reference: Sequence[RequestRecor
 
 def decide_pair(method: Sequence[RequestRecord], reference: Sequence[RequestRecord], rule: ABRule
                 ) -> tuple[ABVerdict, PairUnits]:
-    """The rule's verdict on the method (B) against the reference (A) over the pair's units."""
+    """The rule's verdict on the method (B) against the reference (A) over the pair's units (its ratio is the
+    TPOT ratio, method over reference: :func:`decode_speed_ratio` turns it the speed way)."""
     units = pair_units(method, reference)
     return decide(units.log_ratios, METRIC, rule), units
+
+
+def decode_speed_ratio(verdict: ABVerdict) -> Estimate:
+    """The decode speed ratio of a pair's verdict: the reciprocal of its TPOT ratio (method over reference),
+    i.e. the method's decode tok/s per stream over the reference's, with the interval's ends swapped."""
+    r = verdict.ratio
+    def inv(x: float | None) -> float | None:
+        return None if x is None else (math.inf if x == 0 else 1.0 / x)
+    return r.model_copy(update={"value": inv(r.value), "ci_low": inv(r.ci_high), "ci_high": inv(r.ci_low)})
 
 
 class KChoice(NamedTuple):
@@ -108,8 +129,9 @@ def choose_k(points: Mapping[int | None, Sequence[RequestRecord]], rule: ABRule)
     ks = list(points)
     if len(ks) == 1:
         return KChoice(ks[0], ks[0], tuple(k for k in ks if k is not None), ())
-    def rate(k: int | None) -> float:  # output tok/s per stream over all its rounds, as a round's is computed
-        return round_values(points[k], True).get(METRIC, float("-inf"))
+    def rate(k: int | None) -> float:  # decode tok/s per stream over all its rounds: 1 / the pooled TPOT
+        tpot = round_values(points[k], True).get(METRIC)
+        return 1.0 / tpot if tpot else float("-inf")
 
     fastest = max(ks, key=lambda k: (rate(k), -(k or 0)))
     tie, still_open = [fastest], []

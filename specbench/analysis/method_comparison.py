@@ -13,8 +13,9 @@ and load, each arm at its best K there:
   same shared prompts, from the per-request counters, bootstrapped over prompts;
 * in a run with speed rounds (the method against the reference inside one run is an A/B, issue 36) the
   speed ratio is decided by ``specbench ab``'s rule (:data:`HEADLINE_RULE`): per round, the paired log
-  ratio of output throughput over the requests both arms measured in it
-  (:func:`specbench.analysis.headline_rounds.round_log_ratios`); the ratio is their geometric mean, its interval the rule's
+  ratio of pooled TPOT over the requests both arms measured in it
+  (:func:`specbench.analysis.headline_rounds.round_log_ratios`), and the row shows the *decode speed ratio*
+  (its reciprocal: decode tok/s per stream, method over reference); the ratio is their geometric mean, its interval the rule's
   confidence sequence (t-corrected for a spread estimated from few rounds), and the verdict three-way:
   *faster* / *slower* beyond ±:data:`HEADLINE_MARGIN`, *same* within, else *undecided*; the row keeps
   the rounds it rests on and how many would decide it. In a run of one round (the arms measured minutes
@@ -39,7 +40,7 @@ import numpy as np
 from specbench import stats
 from specbench.analysis import step_time
 from specbench.analysis.ab_decision import ABRule, margin_code
-from specbench.analysis.headline_rounds import choose_k, decide_pair
+from specbench.analysis.headline_rounds import choose_k, decide_pair, decode_speed_ratio
 from specbench.analysis.metrics import paired_speedup
 from specbench.results import counters, speed_estimators
 from specbench.results.parts import HeadlineRow, KPoint, KSweep, PublishedClaim, Verdict
@@ -192,7 +193,7 @@ def headline_ratios(
             sp, rounds, to_decide, instances = pooled, None, None, None
             decision, units = decide_pair(speed.get(g.group_id, []), speed.get(ref.group_id, []), rule)
             if units.log_ratios.size >= 2:  # interleaved rounds: the A/B rule, the method as B
-                sp, rounds, to_decide = decision.ratio, units.rounds, decision.rounds_to_decide
+                sp, rounds, to_decide = decode_speed_ratio(decision), units.rounds, decision.rounds_to_decide
                 instances = units.instances
             tau = paired_tau_ratio(m_reqs, r_reqs)
             out.append(

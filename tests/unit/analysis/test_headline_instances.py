@@ -45,10 +45,10 @@ def test_the_unit_is_the_instance_when_rounds_span_instances() -> None:
     method, ref = _arm(DFL, _rates(offsets, 3)), _arm(REF3, _drift(offsets, 3))
     units = hr.pair_units(method, ref)
     assert (units.rounds, units.instances, units.unit) == (12, 4, "instance")
-    assert np.allclose(units.log_ratios, np.log(offsets))  # one mean per instance, in order
+    assert np.allclose(units.log_ratios, -np.log(offsets))  # one mean per instance (TPOT's way), in order
     # one instance: each round is a unit, and its offset is invisible (a zero spread, a tight interval)
     one = hr.pair_units(_arm(DFL, _rates([1.06], 6)), _arm(REF3, _drift([1.06], 6)))
-    assert (one.rounds, one.instances, one.unit) == (6, 1, "round") and np.allclose(one.log_ratios, math.log(1.06))
+    assert (one.rounds, one.instances, one.unit) == (6, 1, "round") and np.allclose(one.log_ratios, -math.log(1.06))
 
 
 def test_an_instance_offset_widens_the_interval_where_one_instance_would_not() -> None:
@@ -56,11 +56,12 @@ def test_an_instance_offset_widens_the_interval_where_one_instance_would_not() -
     A/A of issue 51); over instances it holds 1."""
     rounds_only, _ = hr.decide_pair(_arm(DFL, _rates([1.05], 8, noise=0.01)), _arm(REF3, _drift([1.05], 8)),
                                     HEADLINE_RULE)
-    assert rounds_only.ratio.ci_low > 1.0  # type: ignore[operator]
+    assert hr.decode_speed_ratio(rounds_only).ci_low > 1.0  # type: ignore[operator]
     offsets = [1.05, 0.96, 1.02, 0.97, 1.04, 0.98]
     verdict, units = hr.decide_pair(_arm(DFL, _rates(offsets, 2, noise=0.01)), _arm(REF3, _drift(offsets, 2)),
                                     HEADLINE_RULE)
-    assert units.instances == 6 and verdict.ratio.ci_low < 1.0 < verdict.ratio.ci_high  # type: ignore[operator]
+    speed = hr.decode_speed_ratio(verdict)
+    assert units.instances == 6 and speed.ci_low < 1.0 < speed.ci_high  # type: ignore[operator]
 
 
 def test_pairs_form_within_a_round_and_an_instance_only() -> None:
@@ -70,7 +71,8 @@ def test_pairs_form_within_a_round_and_an_instance_only() -> None:
     moved = [r.model_copy(update={"instance": 7}) for r in ref if r.instance == 1]  # the same round, another instance
     assert len(hr.round_log_ratios(method, [r for r in ref if r.instance == 0] + moved)) == 2
     verdict, _ = hr.decide_pair(method, ref, HEADLINE_RULE)
-    assert math.isclose(verdict.ratio.value, 1.3)  # type: ignore[arg-type]
+    assert math.isclose(hr.decode_speed_ratio(verdict).value, 1.3)  # type: ignore[arg-type]
+    assert math.isclose(verdict.ratio.value, 1 / 1.3)  # type: ignore[arg-type]  # the rule's own: TPOT's ratio
 
 
 def test_best_k_is_a_tie_when_the_rule_cannot_split_it() -> None:
@@ -120,3 +122,15 @@ def test_an_ab_run_with_instances_decides_on_blocks() -> None:
     assert np.allclose(units, np.log(offsets))
     one = paired_rounds([r.model_copy(update={"instance": None}) for r in recs])["output_tps"]["t/eagle3/d/T0/b1"]
     assert len(one) == 9  # one instance: the rounds are the units
+
+
+def test_the_rule_reads_decode_time_not_the_first_token() -> None:
+    """A round's observation is the TPOT ratio: a TTFT that differs between the arms (or wanders between
+    instances) does not enter it; the decode speed ratio is its reciprocal."""
+    offsets = [1.0, 1.0, 1.0]
+    ref = _arm(REF3, _drift(offsets, 2))
+    method = [r.model_copy(update={"ttft_s": 0.05 * (1 + r.instance), "latency_s": r.latency_s / 1.2 + 0.05 * (1 + r.instance)})
+              for r in _arm(DFL, _drift(offsets, 2))]
+    verdict, units = hr.decide_pair(method, ref, HEADLINE_RULE)
+    assert np.allclose(units.log_ratios, -math.log(1.2))  # the TTFTs (0.05–0.15 s) are not in it
+    assert math.isclose(hr.decode_speed_ratio(verdict).value, 1.2)  # type: ignore[arg-type]

@@ -58,11 +58,12 @@ def test_the_headline_in_rounds_is_decided_by_the_ab_rule() -> None:
                                 (1.0, (1.002, 0.998, 1.001, 0.999), "same")):
         method, ref = _rows(factor, 4, noise)
         lr = _lr(method, ref)
-        assert np.allclose(lr, np.log(factor * np.array(noise)))  # the drift shared by a round cancels
+        # TPOT's way (the drift shared by a round cancels); the row shows the reciprocal, the decode speed ratio
+        assert np.allclose(lr, -np.log(factor * np.array(noise)))
         row = _headline(method, ref)
-        want_ratio = decide(lr, "output_tps", comparison.HEADLINE_RULE).ratio
+        want_ratio = headline_rounds.decode_speed_ratio(decide(lr, "tpot_s", comparison.HEADLINE_RULE))
         assert row.speedup_ratio == want_ratio and row.speedup_ratio.method == "confidence sequence"
-        assert math.isclose(row.speedup_ratio.value, math.exp(lr.mean()))  # type: ignore[arg-type]
+        assert math.isclose(row.speedup_ratio.value, math.exp(-lr.mean()))  # type: ignore[arg-type]
         assert (row.verdict, row.rounds, row.rounds_to_decide) == (want, 4, None), (factor, row)
     # 8 % faster with ±10 % round-to-round noise: four rounds cannot tell it from the margin; the row says how
     # many would (at this ratio and spread)
