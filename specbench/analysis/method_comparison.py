@@ -194,6 +194,7 @@ def headline_ratios(
             decision, units = decide_pair(speed.get(g.group_id, []), speed.get(ref.group_id, []), rule)
             if units.log_ratios.size >= 2:  # interleaved rounds: the A/B rule, the method as B
                 sp, rounds, to_decide = decode_speed_ratio(decision), units.rounds, decision.rounds_to_decide
+                sp = sp.model_copy(update={"rounds": units.rounds})  # the rounds it rests on (units: instances)
                 instances = units.instances
             tau = paired_tau_ratio(m_reqs, r_reqs)
             out.append(

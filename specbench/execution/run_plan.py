@@ -187,8 +187,10 @@ def headline_plan(planned: RunPlan, platform: str | None = None) -> list[str]:
            "per stream"]
     pairs: dict[tuple, list] = {}
     plain = {c.baseline_group_key for c in planned.plan.cells if c.method_kind == "baseline"}
+    untimed = {t.name for t in suite.targets if t.engine == "reference"}  # the simulator records no timings
     for c in planned.plan.cells:
-        if c.method_kind != "baseline" and c.lossy is None and c.target in decisions.reference_of and c.repeat == 0:
+        if (c.method_kind != "baseline" and c.lossy is None and c.target in decisions.reference_of and c.repeat == 0
+                and c.target not in untimed):
             pairs.setdefault(c.baseline_group_key, []).append(c)
     for key, cells in pairs.items():
         ref = decisions.reference_of[key[0]]

@@ -31,11 +31,12 @@ def kept_engines():
 
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory):
-    """The CPU smoke suite run once for the whole session (engine starts are costly)."""
+    """suites/cpu-tour.yaml (every method and check of the main job and more, on the trained target) run once for the
+    whole session (engine starts are costly)."""
     from specbench import api
 
     out = tmp_path_factory.mktemp("smoke-results")
-    run_dir = api.run(REPO / "suites" / "cpu-smoke.yaml", out=out, limit=2)
+    run_dir = api.run(REPO / "suites" / "cpu-tour.yaml", out=out, limit=2)
     return run_dir, api.load_summary(run_dir)
 
 

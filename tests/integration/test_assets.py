@@ -197,14 +197,28 @@ def test_a_weight_bound_target_serves_the_widened_copy(built, tmp_path):
     assert trained.model_path == str(a.target)
 
 
-def test_cpu_smoke_uses_the_trained_zoo_and_a_greedy_reference_target():
+def test_cpu_tour_uses_the_trained_zoo_and_a_greedy_reference_target():
     from specbench.config.plan import expand
     from specbench.config.suite import load_suite
 
-    s = load_suite(Path(__file__).resolve().parents[2] / "suites" / "cpu-smoke.yaml")
+    s = load_suite(Path(__file__).resolve().parents[2] / "suites" / "cpu-tour.yaml")
     assert {t.name: t.assets for t in s.targets} == {"tiny": "trained", "tiny-ref": "trained"}
     ref = next(t for t in s.targets if t.engine == "reference")
     assert {m.method for m in ref.methods} >= {"eagle3", "p-eagle", "dflash", "dspark", "draft_model"}
     cells = expand(s).cells
     assert {c.temperature for c in cells if c.target == ref.name} == {0.0}  # no sampled cells
     assert {c.temperature for c in cells if c.target != ref.name} == {0.0, 0.5}  # greedy + the sampled test
+
+
+def test_the_main_job_serves_the_weight_bound_target_at_batch_1_and_decides_its_headline():
+    """suites/cpu-smoke.yaml (the README's first command): the trained zoo's target carried by its weight-bound copy
+    (the GPU's regime, issue 50) at batch 1, every method against EAGLE-3 with headline blocks (issue 51)."""
+    from specbench.config.plan import expand
+    from specbench.config.suite import load_suite
+
+    s = load_suite(Path(__file__).resolve().parents[2] / "suites" / "cpu-smoke.yaml")
+    tiny = next(t for t in s.targets if t.engine != "reference")
+    assert tiny.zoo_target == "weight-bound" and s.load.batch_sizes == [1]
+    assert {m.method for m in tiny.methods} >= {"baseline", "ngram", "draft_model", "eagle3", "p-eagle", "dflash"}
+    assert s.headline is not None and s.headline.instances >= 4 and s.rounds >= 2
+    assert {c.temperature for c in expand(s).cells} == {0.0}

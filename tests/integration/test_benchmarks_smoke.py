@@ -78,7 +78,7 @@ def check_drafter_depth_probe(out: str) -> None:
 def check_early_stopping(out: str) -> None:
     n = int(re.search(r"early stopping: (\d+) cells × metrics", out).group(1))  # type: ignore[union-attr]
     assert n > 0
-    assert re.search(r"^cpu-smoke\s+tau\s+\d+\s+\d+", out, re.M), out
+    assert re.search(r"^cpu-tour\s+tau\s+\d+\s+\d+", out, re.M), out
 
 
 def check_equivalence_power(out: str) -> None:

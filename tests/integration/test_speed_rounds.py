@@ -21,8 +21,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _suite(rounds: int) -> dict:
-    """cpu-smoke's tiny target with its baseline and EAGLE-3 at K=3: 4 GSM8k prompts, greedy, batch 2."""
-    smoke = yaml.safe_load((REPO / "suites" / "cpu-smoke.yaml").read_text())
+    """cpu-tour's tiny target (the trained one) with its baseline and EAGLE-3 at K=3: 4 GSM8k prompts, greedy, batch 2."""
+    smoke = yaml.safe_load((REPO / "suites" / "cpu-tour.yaml").read_text())
     tiny = next(t for t in smoke["targets"] if t["name"] == "tiny")
     methods = [m for m in tiny["methods"] if m["method"] in ("baseline", "eagle3")]
     for m in methods:

@@ -180,7 +180,7 @@ def test_a_suite_names_its_calibration_relative_to_itself(tmp_path: Path) -> Non
     suite on that hardware class uses when no calibration is kept beside the run."""
     from specbench.config.suite import SuiteError, load_suite
 
-    text = (SUITES / "cpu-smoke.yaml").read_text().replace("\nrepeats: 1", "\nrepeats: 1\nspeed_noise: n.json")
+    text = (SUITES / "cpu-tour.yaml").read_text().replace("\nrepeats: 1", "\nrepeats: 1\nspeed_noise: n.json")
     (tmp_path / "s.yaml").write_text(text)
     with pytest.raises(SuiteError) as exc:
         load_suite(tmp_path / "s.yaml")

@@ -31,7 +31,7 @@ GPU_SUITES = ("gsm8k.yaml", "humaneval.yaml")
 
 def test_the_published_suites_exist():
     names = {p.name for p in SUITE_FILES}
-    for name in (*GPU_SUITES, "cpu-smoke.yaml"):
+    for name in (*GPU_SUITES, "cpu-smoke.yaml", "cpu-tour.yaml"):
         assert name in names, f"suites/{name} is missing"
 
 

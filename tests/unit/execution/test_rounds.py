@@ -69,7 +69,7 @@ def test_resident_set_is_capped_by_measured_memory() -> None:
 
 
 def test_a_speed_stop_rule_and_rounds_are_a_suite_error(tmp_path: Path) -> None:
-    text = (SUITES / "cpu-smoke.yaml").read_text()
+    text = (SUITES / "cpu-tour.yaml").read_text()
     (tmp_path / "ok.yaml").write_text(text + "\nrounds: 4\nstop: {metric: tau, rel_half_width: 0.05}\n")
     assert load_suite(tmp_path / "ok.yaml").rounds == 4
     (tmp_path / "bad.yaml").write_text(text + "\nrounds: 4\nstop: {metric: speedup, rel_half_width: 0.05}\n")

@@ -99,7 +99,7 @@ def test_every_suite_fits_a_comment_with_the_headline_whole(suite: Path) -> None
 
 
 def test_a_small_budget_cuts_the_alarms_first_and_says_how_many_rows_are_left_out() -> None:
-    summary = largest_plausible_run(SUITES / "cpu-smoke.yaml")
+    summary = largest_plausible_run(SUITES / "cpu-tour.yaml")
     whole = render_compact(summary)
     text = render_compact(summary, budget=12_000)
     assert len(text) <= 12_000 < len(whole)
