@@ -415,7 +415,7 @@ def test_the_headline_pairs_get_speed_rounds_on_fresh_engine_instances(smoke_run
     cells' counters and every τ are the single pass's: test_counters_are_consistent), each row's ratio is the
     rule's over one unit per instance, recomputed here from records.jsonl."""
     from specbench.analysis.ab_decision import decide
-    from specbench.analysis.headline_rounds import round_log_ratios
+    from specbench.analysis.headline_rounds import decode_speed_ratio, round_log_ratios
 
     run_dir, s = smoke_run
     every = rundir.read_requests(run_dir, speed_rounds=True)
@@ -436,6 +436,8 @@ def test_the_headline_pairs_get_speed_rounds_on_fresh_engine_instances(smoke_run
             per_instance.setdefault(inst, []).append(lr)
         units = [sum(v) / len(v) for _, v in sorted(per_instance.items())]
         assert len(units) == row.instances and sum(map(len, per_instance.values())) == row.rounds
-        want = decide(units, "output_tps", HEADLINE_RULE).ratio
+        # the rule decides on TPOT's log ratio; the row shows the decode speed ratio, its reciprocal
+        want = decode_speed_ratio(decide(units, "tpot_s", HEADLINE_RULE))
         assert row.speedup_ratio.value == pytest.approx(want.value, rel=1e-9), row
         assert row.speedup_ratio.ci_low == pytest.approx(want.ci_low, rel=1e-9)
+        assert row.speedup_ratio.rounds == row.rounds
