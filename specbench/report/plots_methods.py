@@ -42,7 +42,8 @@ def headline_figure(summary: RunSummary, colors: dict[str, str]) -> bytes | None
         ax.axhline(1.0, color=BORDER, linestyle="--", linewidth=1)
         ax.set_xticks(range(len(loads)), [f"{v:g} req/s" if rate else f"{v:g}" for rate, v in loads])
         ax.set_xlabel("load (batch size / concurrency)")
-        ax.set_ylabel(f"× {rows[0].reference} tok/s")
+        decode = any(r.rounds is not None for r in rows)  # decided on rounds: the decode speed ratio (1 / TPOT)
+        ax.set_ylabel(f"× {rows[0].reference} " + ("decode tok/s" if decode else "tok/s"))
         ax.set_title(f"{target} · {dataset} · T={temp:g}", fontsize=10, color=INK)
         ax.legend(fontsize=8, frameon=False)
     return to_png(fig, TITLES["headline"] + " (each method at its best K; intervals: the rule's confidence sequence "
