@@ -108,8 +108,10 @@ def decode_speed_ratio(verdict: ABVerdict) -> Estimate:
     """The decode speed ratio of a pair's verdict: the reciprocal of its TPOT ratio (method over reference),
     i.e. the method's decode tok/s per stream over the reference's, with the interval's ends swapped."""
     r = verdict.ratio
+
     def inv(x: float | None) -> float | None:
         return None if x is None else (math.inf if x == 0 else 1.0 / x)
+
     return r.model_copy(update={"value": inv(r.value), "ci_low": inv(r.ci_high), "ci_high": inv(r.ci_low)})
 
 
@@ -129,11 +131,10 @@ def choose_k(points: Mapping[int | None, Sequence[RequestRecord]], rule: ABRule)
     ks = list(points)
     if len(ks) == 1:
         return KChoice(ks[0], ks[0], tuple(k for k in ks if k is not None), ())
-    def rate(k: int | None) -> float:  # decode tok/s per stream over all its rounds: 1 / the pooled TPOT
-        tpot = round_values(points[k], True).get(METRIC)
-        return 1.0 / tpot if tpot else float("-inf")
+    def tpot(k: int | None) -> float:  # pooled over all its rounds, as a round's is computed
+        return round_values(points[k], True).get(METRIC) or float("inf")
 
-    fastest = max(ks, key=lambda k: (rate(k), -(k or 0)))
+    fastest = min(ks, key=lambda k: (tpot(k), k or 0))  # the lowest TPOT; the smaller K on a tie
     tie, still_open = [fastest], []
     for k in ks:
         if k == fastest:

@@ -193,8 +193,9 @@ def headline_ratios(
             sp, rounds, to_decide, instances = pooled, None, None, None
             decision, units = decide_pair(speed.get(g.group_id, []), speed.get(ref.group_id, []), rule)
             if units.log_ratios.size >= 2:  # interleaved rounds: the A/B rule, the method as B
-                sp, rounds, to_decide = decode_speed_ratio(decision), units.rounds, decision.rounds_to_decide
-                sp = sp.model_copy(update={"rounds": units.rounds})  # the rounds it rests on (units: instances)
+                # the decode speed ratio, saying the rounds it rests on (its units may be instances)
+                sp = decode_speed_ratio(decision).model_copy(update={"rounds": units.rounds})
+                rounds, to_decide = units.rounds, decision.rounds_to_decide
                 instances = units.instances
             tau = paired_tau_ratio(m_reqs, r_reqs)
             out.append(

@@ -19,7 +19,7 @@ then the baseline** (or the reference, or A/B's arm A: whatever it is compared w
   the prefill), pooled Σ decode time / Σ steps.
 * :func:`round_log_ratio` = log(method / baseline) of one round's metric in each arm: the paired
   observation of an A/B (arm B as the method, A as the baseline) and of the headline in a run with
-  speed rounds (the method over the reference).
+  speed rounds (the method's pooled TPOT over the reference's; the row shows its reciprocal).
 * :func:`goodput` = requests meeting every SLO / seconds of wall time: vLLM's ``request_goodput`` (``vllm bench
   serve``: good requests over the benchmark's duration); a group's over its cells' wall time, a round's over
   that round's.
