@@ -136,6 +136,7 @@ class ABResult(BaseModel):
     pooled_ids: list[str] = Field(default_factory=list)  # the method of each entry of ``pooled``
     exact: list[GroupExact] = Field(default_factory=list)
     rounds_run: int = 0
+    instances: int = 1  # engine instances the rounds ran on; > 1: a verdict's units are instances' blocks of rounds
     budget_s: float | None = None
     budget_ended: bool = False
 
@@ -203,9 +204,11 @@ def ab_result(records: Sequence[RequestRecord], cells: Sequence[CellRecord], rul
     """The A/B result of a run's records (the decision after its last round)."""
     groups, pooled = decide_groups(paired_rounds(records), metrics, rule)
     rounds = max((r.round or 0) + 1 for r in records) if records else 0
+    instances = len({r.instance or 0 for r in records}) or 1
     return ABResult(rule=rule, metrics=list(metrics), groups=[v for _, v in groups], group_ids=[g for g, _ in groups],
                     pooled=[v for _, v in pooled], pooled_ids=[g for g, _ in pooled],
-                    exact=exact_comparisons(records, cells), rounds_run=rounds, **extra)  # type: ignore[arg-type]
+                    exact=exact_comparisons(records, cells), rounds_run=rounds, instances=instances,
+                    **extra)  # type: ignore[arg-type]
 
 
 __all__ = ["AB_METRICS", "ARM_SEP", "ABResult", "GroupExact", "ab_result", "decide_groups", "exact_comparisons",

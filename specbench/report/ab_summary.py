@@ -10,16 +10,33 @@ from specbench.results import metric_catalog as catalog
 _MARK = {"same": "same", "different": "**different**", "improved": "improved", "undecided": "undecided"}
 
 
-def render_ab_markdown(result: ABResult, outcome: ABGateOutcome, title: str) -> str:
+def _rule_text(result: ABResult) -> str:
+    """How the verdicts were reached: the rule, its unit (a round, or an engine instance's block of rounds) and
+    how many units ran."""
     r = result.rule
+    if result.instances > 1:
+        unit = (f"B/A per engine instance (the mean log ratio of its rounds: each arm's engines started afresh "
+                f"{result.instances} times, an instance's own offset is spread between units)")
+        ran = (f"no verdict before {r.min_rounds} instances; {result.rounds_run} round(s) run on "
+               f"{result.instances} instances (cap {r.max_rounds} instances)")
+    else:
+        unit = "B/A per round"
+        ran = f"no verdict before round {r.min_rounds}; {result.rounds_run} round(s) run (cap {r.max_rounds})"
+    return (f"{unit}, a confidence sequence (α = {r.alpha:g}) looked at after every unit; *same* inside "
+            f"±{r.margin:.0%}, *different* beyond it on the regression side; {ran}")
+
+
+def _units_header(result: ABResult) -> str:
+    return "instances" if result.instances > 1 else "rounds"
+
+
+def render_ab_markdown(result: ABResult, outcome: ABGateOutcome, title: str) -> str:
     status = {0: "PASS", 1: "FAIL", 3: "NOTHING MEASURED"}.get(outcome.exit_code, str(outcome.exit_code))
     out = [f"## specbench ab · {title}: {status}", ""]
     for arm, desc in sorted(result.arms.items()):
         out.append(f"- **{arm.upper()}**: {desc}")
     out += [
-        f"- Rule: B/A per round, a confidence sequence (α = {r.alpha:g}) looked at after every round; *same* inside "
-        f"±{r.margin:.0%}, *different* beyond it on the regression side; no verdict before round {r.min_rounds}; "
-        f"{result.rounds_run} round(s) run (cap {r.max_rounds})"
+        f"- Rule: {_rule_text(result)}"
         + (f", budget {result.budget_s:.0f} s" + (" (spent)" if result.budget_ended else "") if result.budget_s else ""),
         "",
     ]
@@ -29,7 +46,7 @@ def render_ab_markdown(result: ABResult, outcome: ABGateOutcome, title: str) -> 
         out.append(f"- {line}")
     if outcome.failures or outcome.notes:
         out.append("")
-    out += ["| group | metric | B/A [interval] | verdict | rounds |", "|---|---|---|---|---|"]
+    out += [f"| group | metric | B/A [interval] | verdict | {_units_header(result)} |", "|---|---|---|---|---|"]
     for where, v in result.verdicts():
         label = where if where.count("/") >= 2 else f"{where} (pooled, {v.groups} groups)"
         out.append(f"| {label} | {catalog.label(v.metric)} | {v.ratio.fmt(3)} | {_MARK[v.verdict]} | {v.rounds} |")
@@ -51,14 +68,11 @@ def ab_section(result: ABResult) -> Section:
         label = where if where.count("/") >= 2 else f"{where} (pooled, {v.groups} groups)"
         spread = "–" if v.spread is None else f"{v.spread:.3f}"
         rows.append([label, catalog.label(v.metric), v.ratio.fmt(3), v.verdict, str(v.rounds), spread])
-    r = result.rule
     blocks: list = [
         Para(" · ".join(f"{arm.upper()}: {desc}" for arm, desc in sorted(result.arms.items()))),
-        Para(f"B/A per round (the metric over the round's requests of each arm), a confidence sequence at α = {r.alpha:g} "
-             f"looked at after every round: same inside ±{r.margin:.0%}, different beyond it on the regression side, "
-             f"no verdict before round {r.min_rounds}; {result.rounds_run} round(s) run, cap {r.max_rounds} "
+        Para(f"{_rule_text(result)}; a round's B/A: the metric over the round's requests of each arm "
              "(docs/ab-decision.md)."),
-        Table(["group", "metric", "B/A [interval]", "verdict", "rounds", "spread (sd of log B/A)"], rows),
+        Table(["group", "metric", "B/A [interval]", "verdict", _units_header(result), "spread (sd of log B/A)"], rows),
     ]
     if result.exact:
         blocks.append(Table(["group", "τ A", "τ B", "identical outputs"],

@@ -36,3 +36,17 @@ def test_the_figure_is_a_png_with_one_panel_per_metric() -> None:
     assert png is not None and png[:8] == b"\x89PNG\r\n\x1a\n"
     empty = _result().model_copy(update={"groups": [], "group_ids": [], "pooled": [], "pooled_ids": []})
     assert ab_figure(empty) is None
+
+
+def test_over_engine_instances_the_rule_says_its_unit_is_an_instance() -> None:
+    from specbench.regression.ab_gate import ABGateOutcome
+    from specbench.report.ab_summary import render_ab_markdown
+
+    per_round = render_ab_markdown(_result(), ABGateOutcome(1, [], []), "s")
+    assert "no verdict before round 12; 14 round(s) run (cap 40)" in per_round and "| verdict | rounds |" in per_round
+    over = _result().model_copy(update={"instances": 8, "rounds_run": 24, "rule": ABRule(min_rounds=8, max_rounds=8)})
+    md = render_ab_markdown(over, ABGateOutcome(1, [], []), "s")
+    assert "B/A per engine instance" in md and "24 round(s) run on 8 instances (cap 8 instances)" in md
+    assert "| verdict | instances |" in md
+    table = [b for b in ab_section(over).blocks if isinstance(b, Table)][0]
+    assert table.headers[4] == "instances"
