@@ -42,7 +42,9 @@ import numpy as np
 from specbench.analysis.ab_decision import ABRule, ABVerdict, block_units, decide
 from specbench.analysis.ab_rounds import round_values
 from specbench.config.plan import Cell
+from specbench.config.suite_models import HeadlineSpeedSpec
 from specbench.results import speed_estimators
+from specbench.results.parts import HeadlineRow
 from specbench.results.records import RequestRecord
 from specbench.stats import Estimate
 
@@ -186,3 +188,21 @@ def open_headline_cells(cells: Sequence[Cell], records: Mapping[str, Sequence[Re
                 out.update(method_cells)
                 out.update(against)
     return out
+
+
+def why_blocks_ended(spec: HeadlineSpeedSpec, rows: Sequence[HeadlineRow]) -> str | None:
+    """Why a run's headline speed blocks ended, from its decided rows and the suite's ``headline:``: every pair
+    decided, the instances spent, or (pairs open, instances left) the budget — or an engine that did not start
+    again, whose cells then failed. None without rows decided on rounds."""
+    ruled = [r for r in rows if r.rounds is not None and not r.tau_only]
+    if not ruled:
+        return None
+    ran = max(r.instances or 1 for r in ruled)
+    open_ = sum(r.verdict == "undecided" for r in ruled)
+    if not open_:
+        return f"every headline pair decided, after {ran} of at most {spec.instances} engine instances"
+    if ran >= spec.instances:
+        return (f"{ran} engine instances, the suite's cap, ran; {open_} of {len(ruled)} pair(s) stay undecided "
+                "(each says how many instances would decide it)")
+    return (f"the budget (the suite's budget_s, or --budget) ended the blocks after {ran} of {spec.instances} "
+            f"engine instances with {open_} of {len(ruled)} pair(s) undecided (a failed cell would say an engine did not start again)")

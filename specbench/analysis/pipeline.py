@@ -24,6 +24,7 @@ from specbench.analysis.acceptance_along_output import acceptance_along_output
 from specbench.analysis.apply_noise import with_speed_noise
 from specbench.analysis.goodput import slo_seconds
 from specbench.analysis.goodput_vs_load import goodput_curves
+from specbench.analysis.headline_rounds import why_blocks_ended
 from specbench.analysis.method_comparison import headline_ratios, k_sweeps
 from specbench.analysis.serving_metrics import (
     SLO,
@@ -132,6 +133,7 @@ def summarize_run(
                 cells, latest), slo)) if suite.slo is not None and slo is not None else None),
             acceptance_along_output=acceptance_along_output(
                 groups, greqs, {t.name for t in suite.targets if t.model == "tiny"}),
+            headline_blocks=why_blocks_ended(suite.headline, headline) if suite.headline is not None else None,
         ),
     )
     return summary if speed_noise is None else with_speed_noise(summary, speed_noise)

@@ -86,6 +86,8 @@ def headline_section(summary: RunSummary, refs: Refs) -> Section | None:
         + (f"; {TAU_ONLY_NOTE}" if any(r.tau_only for r in summary.headline) else "")
         + ". " + speed_intervals_note(summary)
         + (f" {MARK_NOTE}." if any(headline_looped(summary, r) for r in summary.headline) else ""))]
+    if summary.extra.headline_blocks:
+        blocks.append(Para(f"Headline speed blocks: {summary.extra.headline_blocks}."))
     for key in sorted(tables):
         rows = tables[key]
         r0 = rows[0]

@@ -130,6 +130,7 @@ def headline_note(summary: RunSummary, target: str) -> str:
     said = (rounds_said(rounds) if rounds else "") + (
         f" on {rounds_said(instances).replace('rounds', 'engine instances')}" if instances and instances[-1] > 1 else "")
     how = [ROUNDS_NOTE.format(rounds=said, unit=unit)] if rounds else []
+    how += [f"blocks: {summary.extra.headline_blocks}"] if rounds and summary.extra.headline_blocks else []
     how += [PROMPTS_NOTE] if any(r.rounds is None and not r.tau_only for r in rows) else []
     return "; ".join([HEADLINE_NOTE, *how]) + (f"; {TAU_ONLY_NOTE}" if tau_only else "") + (
         f"; {MARK_NOTE}" if looped else "")

@@ -343,6 +343,8 @@ class SummaryExtra(Part):
     goodput: GoodputSummary | None = None
     # per speculative group with complete step traces: acceptance by output-position bucket
     acceptance_along_output: list[OutputAcceptance] = Field(default_factory=list)
+    # why the headline's speed blocks ended (a suite with ``headline:``): every pair decided, the instances, budget
+    headline_blocks: str | None = None
 
     @property
     def serving_cells(self) -> list[ServingCellRow]:
@@ -359,7 +361,7 @@ class SummaryExtra(Part):
         """Summaries analysed without a calibration, SLOs or step traces are stored as before."""
         data = handler(self)
         return {k: v for k, v in data.items()
-                if not (k in ("speed_noise", "speed_noise_note", "goodput") and v is None)
+                if not (k in ("speed_noise", "speed_noise_note", "goodput", "headline_blocks") and v is None)
                 and not (k == "acceptance_along_output" and not v)}
 
 

@@ -441,3 +441,6 @@ def test_the_headline_pairs_get_speed_rounds_on_fresh_engine_instances(smoke_run
         assert row.speedup_ratio.value == pytest.approx(want.value, rel=1e-9), row
         assert row.speedup_ratio.ci_low == pytest.approx(want.ci_low, rel=1e-9)
         assert row.speedup_ratio.rounds == row.rounds
+    # the run says why the blocks ended: the shared run's budget (1 s) ends them after one block, or all decided
+    said = s.extra.headline_blocks or ""
+    assert said.startswith(("the budget (", "every headline pair decided")), said

@@ -11,6 +11,7 @@ from support.factories import cell, request
 
 from specbench.analysis import headline_rounds as hr
 from specbench.analysis.method_comparison import HEADLINE_RULE
+from specbench.stats import Estimate
 
 REF3, REF1 = cell("eagle3-k3", "eagle3", 3, family="eagle3"), cell("eagle3-k1", "eagle3", 1, family="eagle3")
 DFL = cell("dflash", "dflash", 3)
@@ -134,3 +135,24 @@ def test_the_rule_reads_decode_time_not_the_first_token() -> None:
     verdict, units = hr.decide_pair(method, ref, HEADLINE_RULE)
     assert np.allclose(units.log_ratios, -math.log(1.2))  # the TTFTs (0.05–0.15 s) are not in it
     assert math.isclose(hr.decode_speed_ratio(verdict).value, 1.2)  # type: ignore[arg-type]
+
+
+def test_the_run_says_why_its_headline_blocks_ended() -> None:
+    from specbench.analysis.headline_rounds import why_blocks_ended
+    from specbench.config.suite_models import HeadlineSpeedSpec
+    from specbench.results.parts import HeadlineRow
+
+    def row(verdict: str, instances: int, rounds: int | None = 8) -> HeadlineRow:
+        e = Estimate(value=1.0, ci_low=0.9, ci_high=1.1, n=4)
+        return HeadlineRow(target="t", dataset="d", temperature=0.0, batch_size=1, method="m", method_kind="m",
+                           method_group="g", method_k=3, reference="eagle3", reference_group="r", reference_k=3,
+                           n_prompts=4, tau_ratio=e, speedup_ratio=e, verdict=verdict, rounds=rounds,
+                           instances=instances)
+    spec = HeadlineSpeedSpec(instances=6, budget_s=150)
+    assert why_blocks_ended(spec, [row("faster", 3), row("same", 2)]).startswith(
+        "every headline pair decided, after 3 of at most 6")
+    assert why_blocks_ended(spec, [row("faster", 6), row("undecided", 6)]).startswith(
+        "6 engine instances, the suite's cap, ran; 1 of 2")
+    assert why_blocks_ended(spec, [row("undecided", 4), row("slower", 2)]).startswith(
+        "the budget (the suite's budget_s, or --budget) ended the blocks after 4 of 6 engine instances with 1 of 2")
+    assert why_blocks_ended(spec, [row("not distinguishable", 1, rounds=None)]) is None
