@@ -30,7 +30,8 @@ def ab_outcome(result: ABResult, rules: ABGateRules, *, strict: bool = False) ->
     notes = []
     undecided = result.undecided
     if undecided:
-        why = "the time budget ended" if result.budget_ended else f"the suite's cap of rounds ({result.rule.max_rounds})"
+        unit = "engine instances" if result.instances > 1 else "rounds"
+        why = "the time budget ended" if result.budget_ended else f"the suite's cap of {unit} ({result.rule.max_rounds})"
         notes.append(f"{len(undecided)} verdict(s) undecided at the end ({why}): "
                      + "; ".join(f"{w} {v.metric}" for w, v in undecided[:6]) + (" …" if len(undecided) > 6 else ""))
         if strict:
