@@ -20,7 +20,13 @@ that ``summary.json`` does not already hold):
   ``raises_up_to`` / ``stops_at`` (the load where speculation stops raising goodput);
 - ``acceptance_along_output``: one row per speculative group and bucket of output positions: the acceptance
   rate of the steps whose first drafted token lies in it (``rate``, ``rate_lo``, ``rate_hi``, ``rate_n``:
-  requests) with its steps, accepted and drafted tokens.
+  requests) with its steps, accepted and drafted tokens;
+- ``step_shares``: one row per group timed by phase (the ``step-phase-timing`` engine patch): per decoding step
+  the verification, drafting, step, untimed and engine-step milliseconds and the drafting share (each as
+  ``<name>``, ``_lo``, ``_hi``, ``_n``: steps), the drafter's MiB and the engine's KV tokens (and the share lost);
+- ``k_by_length``: one row per (method, batch size, input length) of a K sweep over both: the best K (and its
+  tie), the batch-size-only schedule's K, the decode speed at that K over the best K's (``speed_ratio`` …) and
+  the verdict.
 """
 
 from __future__ import annotations
@@ -71,6 +77,8 @@ class RunFrames:
     groups: pd.DataFrame
     goodput: pd.DataFrame = field(default_factory=pd.DataFrame)
     acceptance_along_output: pd.DataFrame = field(default_factory=pd.DataFrame)
+    step_shares: pd.DataFrame = field(default_factory=pd.DataFrame)
+    k_by_length: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def _counter_columns(c: Any) -> dict[str, Any]:
@@ -171,6 +179,27 @@ def output_acceptance_frame(summary: RunSummary) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def step_share_frame(summary: RunSummary) -> pd.DataFrame:
+    """One row per group timed by phase (empty when no engine was)."""
+    ests = ("forward_ms", "sample_ms", "bookkeeping_ms", "verification_ms", "draft_ms", "step_ms", "untimed_ms",
+            "draft_share", "engine_step_ms")
+    rows = [{"group_id": r.group_id, "target": r.target, "method": r.method, "k": r.k, "batch_size": r.batch_size,
+             "steps": r.steps, "prefill_steps": r.prefill_steps,
+             **{k: v for name in ests for k, v in _estimate_columns(name, getattr(r, name)).items()},
+             "draft_weights_mib": r.draft_weights_mib, "kv_cache_tokens": r.kv_cache_tokens,
+             "kv_tokens_lost": r.kv_tokens_lost}
+            for r in summary.extra.step_shares]
+    return pd.DataFrame(rows)
+
+
+def k_by_length_frame(summary: RunSummary) -> pd.DataFrame:
+    """One row per (method, batch size, input length) of a K sweep over both (empty without one)."""
+    rows = [{**r.model_dump(exclude={"speed_ratio", "best_tie", "ks"}), "ks": tuple(r.ks),
+             "best_tie": tuple(r.best_tie), **_estimate_columns("speed_ratio", r.speed_ratio)}
+            for r in summary.extra.k_by_length]
+    return pd.DataFrame(rows)
+
+
 def load(run_dir: str | Path) -> RunFrames:
     """Load a run directory (``results/<suite>/<run-id>``) as DataFrames.
 
@@ -187,4 +216,6 @@ def load(run_dir: str | Path) -> RunFrames:
         groups=groups_frame(summary),
         goodput=goodput_frame(summary),
         acceptance_along_output=output_acceptance_frame(summary),
+        step_shares=step_share_frame(summary),
+        k_by_length=k_by_length_frame(summary),
     )

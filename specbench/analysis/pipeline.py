@@ -25,7 +25,8 @@ from specbench.analysis.apply_noise import with_speed_noise
 from specbench.analysis.goodput import slo_seconds
 from specbench.analysis.goodput_vs_load import goodput_curves
 from specbench.analysis.headline_rounds import why_blocks_ended
-from specbench.analysis.method_comparison import headline_ratios, k_sweeps
+from specbench.analysis.k_by_length import k_by_length
+from specbench.analysis.method_comparison import HEADLINE_RULE, headline_ratios, k_sweeps
 from specbench.analysis.serving_metrics import (
     SLO,
     compare_cells,
@@ -34,6 +35,7 @@ from specbench.analysis.serving_metrics import (
     speedups_vs_load,
     summarize_cell,
 )
+from specbench.analysis.step_phases import step_shares
 from specbench.analysis.workload_slices import Categories, category_matrix, workload_slices
 from specbench.config.dataset_kinds import Scorer, kind_named
 from specbench.config.plan import Cell
@@ -134,6 +136,10 @@ def summarize_run(
             acceptance_along_output=acceptance_along_output(
                 groups, greqs, {t.name for t in suite.targets if t.model == "tiny"}),
             headline_blocks=why_blocks_ended(suite.headline, headline) if suite.headline is not None else None,
+            k_by_length=k_by_length(groups, speed_reqs, HEADLINE_RULE),
+            step_shares=step_shares(groups, ok_cells_by_group(cells, latest), {
+                e.key: (e.describe.draft_weights_mib, e.describe.kv_cache_tokens)
+                for e in manifest.engines if e.key and e.describe is not None}),
         ),
     )
     return summary if speed_noise is None else with_speed_noise(summary, speed_noise)

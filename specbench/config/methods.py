@@ -162,4 +162,7 @@ ENGINE_PATCHES: dict[str, str] = {
     "replaced by an exact torch.repeat_interleave on CPU",
     "planted-step-delay": "a planted slowdown (power tests, benchmarks/aa_gate.py): every model step of a "
     "speculating vLLM CPU engine sleeps SPECBENCH_PLANTED_STEP_DELAY_MS (20 ms by default)",
+    "step-phase-timing": "instrumentation, not a workaround (issue 52): vLLM CPU's model runner timed per step "
+    "(the target's forward, rejection sampling, bookkeeping, the drafter's proposal) with perf_counter; "
+    "outputs unchanged",
 }

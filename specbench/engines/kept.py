@@ -82,6 +82,11 @@ class KeptEngines:
     def __len__(self) -> int:
         return len(self._idle)
 
+    def idle_engines(self) -> list[Engine]:
+        """The engines held now, least recently used first (a benchmark drives a kept server with another
+        client)."""
+        return [engine for engine, _ in self._idle.values()]
+
     def close(self) -> None:
         """Close every idle engine, and the idle processes they leave (an engine host given back by a
         closed engine, a vLLM zygote with no engine left): nothing of theirs outlives the keeper."""

@@ -70,6 +70,17 @@ def num_speculative_tokens(kwargs: VllmPassthrough) -> int | None:
     return spec.get("num_speculative_tokens")
 
 
+def draft_weights_mib(kwargs: VllmPassthrough) -> float | None:
+    """The drafter checkpoint's weight files in MiB (``*.safetensors``, else ``*.bin``) when the engine's
+    speculative model is a local directory; None for a drafter without a model (n-gram) or a hub id."""
+    model = (kwargs.get("speculative_config") or {}).get("model")
+    if not model or not os.path.isdir(model):
+        return None
+    files = [f for f in os.listdir(model) if f.endswith(".safetensors")] or [
+        f for f in os.listdir(model) if f.endswith(".bin")]
+    return sum(os.path.getsize(os.path.join(model, f)) for f in files) / 2**20 if files else None
+
+
 # vLLM server options that are plain ``store_true`` (no ``--no-…`` form); every
 # other boolean of ``vllm serve`` (0.32) is a BooleanOptionalAction.
 STORE_TRUE_FLAGS = frozenset(

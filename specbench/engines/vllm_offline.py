@@ -41,10 +41,11 @@ from specbench.engines.procs import (
 )
 from specbench.engines.protocol import CellFailed, EmitRecord, EngineCapabilities, EngineUnavailable
 from specbench.engines.step_trace import Propose, replay_ngram, trace_from_vllm, vllm_ngram_proposer
-from specbench.engines.vllm_args import num_speculative_tokens
+from specbench.engines.vllm_args import draft_weights_mib, num_speculative_tokens
 from specbench.engines.vllm_forks import ZYGOTES, _as_worker, _import_engine, _log_to
+from specbench.engines.vllm_patches import take_step_phases
 from specbench.results import counters
-from specbench.results.records import RequestRecord, SpecCounters, StepTrace
+from specbench.results.records import RequestRecord, SpecCounters, StepPhases, StepTrace
 from specbench.results.requests import CellOutcome, CellRequest, ScoreItem, ScoreResult, request_seed
 from specbench.settings import settings
 
@@ -268,8 +269,11 @@ def _serve(conn: Any, engine_kwargs: dict[str, Any], env: dict[str, str], import
     tokenizer = llm.get_tokenizer()
     # The dtype vLLM resolved ("auto" → the checkpoint's; it sets the greedy near-tie tolerance) and the
     # vLLM release this worker imported (an A/B arm's interpreter may have another one than the harness).
+    cache = llm.llm_engine.vllm_config.cache_config
     conn.send(("ready", {"dtype": str(llm.llm_engine.model_config.dtype).removeprefix("torch."),
-                         "vllm_version": getattr(sys.modules.get("vllm"), "__version__", None)}))
+                         "vllm_version": getattr(sys.modules.get("vllm"), "__version__", None),
+                         # the tokens the engine's KV cache holds (its blocks × block size; a drafter's layers share it)
+                         "kv_cache_tokens": (cache.num_gpu_blocks or 0) * cache.block_size or None}))
     k = num_speculative_tokens(engine_kwargs)
     method = (engine_kwargs.get("speculative_config") or {}).get("method")
     ngram = _ngram_propose(llm)
@@ -303,6 +307,7 @@ def _serve(conn: Any, engine_kwargs: dict[str, Any], env: dict[str, str], import
         req = CellRequest.model_validate(msg[1])
         try:
             before = counters.from_offline(llm.get_metrics())
+            take_step_phases()  # the steps before this cell's (another cell's, a warm-up) are not its own
             t0 = time.perf_counter()
             todo = [
                 (p, s)
@@ -336,7 +341,9 @@ def _serve(conn: Any, engine_kwargs: dict[str, Any], env: dict[str, str], import
                 conn.send(("records", recs))
             wall = time.perf_counter() - t0
             delta = counters.from_offline(llm.get_metrics()) - before
-            conn.send(("done", {"counters": delta.model_dump(), "wall": wall, "n": len(todo)}))
+            phases = take_step_phases()
+            conn.send(("done", {"counters": delta.model_dump(), "wall": wall, "n": len(todo),
+                                "step_phases": None if phases is None else StepPhases.from_rows(phases).model_dump()}))
         except BaseException as exc:  # noqa: BLE001
             traceback.print_exc()
             conn.send(("cell_error", f"{type(exc).__name__}: {exc}"))
@@ -362,6 +369,7 @@ class VllmOfflineEngine(PipedEngine):
         self._busy = False  # a cell or scoring request is in the worker's hands
         self.dtype: str | None = None  # as vLLM resolved it, once started
         self.vllm_version: str | None = None  # the release the worker imported, once started
+        self.kv_cache_tokens: int | None = None  # the tokens its KV cache holds, once started
         # (CPU) Another offline engine with this environment follows: a zygote imports vLLM for it meanwhile.
         self.prepare_next = prepare_next
 
@@ -376,6 +384,10 @@ class VllmOfflineEngine(PipedEngine):
             out["dtype"] = self.dtype
         if self.vllm_version is not None:
             out["vllm_version"] = self.vllm_version
+        if self.kv_cache_tokens is not None:
+            out["kv_cache_tokens"] = self.kv_cache_tokens
+        if (mib := draft_weights_mib(self.engine_kwargs)) is not None:
+            out["draft_weights_mib"] = mib
         return out
 
     def start(self) -> None:
@@ -413,6 +425,7 @@ class VllmOfflineEngine(PipedEngine):
         if kind == "ready" and isinstance(payload, dict):
             self.dtype = payload.get("dtype")
             self.vllm_version = payload.get("vllm_version")
+            self.kv_cache_tokens = payload.get("kv_cache_tokens")
 
     def run_cell(self, request: CellRequest, emit: EmitRecord) -> CellOutcome:
         self._require_running()
@@ -431,10 +444,12 @@ class VllmOfflineEngine(PipedEngine):
             self._busy = False
             if kind == "done":
                 delta = SpecCounters.model_validate(payload["counters"])
+                phases = payload.get("step_phases")
                 return CellOutcome(
                     counters=None if self.config.speculative_config is None else delta,
                     wall_time_s=payload["wall"],
                     num_requests=payload["n"],
+                    step_phases=None if phases is None else StepPhases.model_validate(phases),
                 )
             elif kind == "cell_error":
                 raise CellFailed(payload, log_tail=tail(self.log_path))

@@ -36,6 +36,16 @@ Known patches
     measured time, in every engine, the baseline's included: each group slows by
     about that fraction. ``SPECBENCH_PLANTED_STEP_MODE=busy`` burns the CPU for the
     delay (a busy wait, which contends like real work) instead of sleeping.
+``step-phase-timing``
+    Not a workaround: instrumentation (issue 52, the drafter's share of a step). vLLM
+    CPU's model runner is timed per engine step with ``time.perf_counter`` (the CPU
+    runs synchronously, so a call's wall is its cost): ``execute_model`` (the target's
+    forward over every scheduled token, K+1 per request, with its input preparation),
+    and inside ``sample_tokens`` the rejection sampler (``_sample``), the bookkeeping
+    (``_update_states_after_model_execute``, ``_bookkeeping_sync``) and the drafter's
+    proposal (``propose_draft_token_ids``); the step is ``execute_model`` plus
+    ``sample_tokens``, timed as a whole. :func:`take_step_phases` hands the rows over
+    (the offline engine, per cell). Outputs are unchanged.
 """
 
 from __future__ import annotations
@@ -131,6 +141,73 @@ def _patch_planted_delay(mod: ModuleType) -> None:
     mod._specbench_planted_delay = fraction if fraction > 0 else delay  # type: ignore[attr-defined]
 
 
+#: ``step-phase-timing``: the phases timed inside one engine step, in the order of :func:`take_step_phases`' columns.
+STEP_PHASES = ("forward", "sample", "bookkeeping", "draft")
+#: ``step-phase-timing``: rows held in an engine process at most (the offline engine takes them per cell; a
+#: server's are not collected, so the oldest half goes when the cap is reached).
+MAX_STEP_ROWS = 200_000
+_PHASE_OF = {"execute_model": "forward", "_sample": "sample", "_update_states_after_model_execute": "bookkeeping",
+             "_bookkeeping_sync": "bookkeeping", "propose_draft_token_ids": "draft"}
+
+
+def _patch_step_phases(mod: ModuleType) -> None:
+    """Timers around the model runner's phases (see the module); one row per step: the phases' seconds in
+    :data:`STEP_PHASES` order, the step's (execute_model + sample_tokens), then its scheduled tokens and
+    requests."""
+    import time
+
+    runner = mod.CPUModelRunner
+    rows: list[tuple[float, ...]] = []
+    now: dict[str, float] = dict.fromkeys(STEP_PHASES, 0.0)
+
+    shape = [0, 0]  # the step's scheduled tokens and requests (a prefill schedules a prompt's tokens)
+
+    def timed(name: str) -> Callable[..., Any]:
+        inner, phase = getattr(runner, name), _PHASE_OF[name]
+
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if name == "execute_model":
+                so = args[0] if args else kwargs.get("scheduler_output")
+                shape[:] = [int(getattr(so, "total_num_scheduled_tokens", 0) or 0),
+                            len(getattr(so, "num_scheduled_tokens", None) or {})]
+            t0 = time.perf_counter()
+            try:
+                return inner(self, *args, **kwargs)
+            finally:
+                now[phase] += time.perf_counter() - t0
+        return wrapper
+
+    for name in _PHASE_OF:
+        setattr(runner, name, timed(name))
+    sample_tokens = runner.sample_tokens
+
+    def sample_and_close(self: Any, *args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return sample_tokens(self, *args, **kwargs)
+        finally:
+            end = time.perf_counter() - t0
+            if len(rows) >= MAX_STEP_ROWS:  # nobody takes them (a server's): keep memory bounded
+                del rows[: MAX_STEP_ROWS // 2]
+            rows.append((*(now[p] for p in STEP_PHASES), now["forward"] + end, *shape))
+            now.update(dict.fromkeys(STEP_PHASES, 0.0))
+
+    runner.sample_tokens = sample_and_close
+    mod._specbench_step_phases = rows  # type: ignore[attr-defined]
+
+
+def take_step_phases() -> list[tuple[float, ...]] | None:
+    """The step rows ``step-phase-timing`` recorded in this process since the last call (then cleared); None
+    when the patch is not installed here."""
+    mod = sys.modules.get(PATCHES["step-phase-timing"].module)
+    rows = getattr(mod, "_specbench_step_phases", None)
+    if rows is None:
+        return None
+    out = list(rows)
+    rows.clear()
+    return out
+
+
 PATCHES: dict[str, EnginePatch] = {
     p.name: p
     for p in [
@@ -145,6 +222,12 @@ PATCHES: dict[str, EnginePatch] = {
             module="vllm.v1.worker.cpu_model_runner",
             summary=ENGINE_PATCHES["planted-step-delay"],
             apply=_patch_planted_delay,
+        ),
+        EnginePatch(
+            name="step-phase-timing",
+            module="vllm.v1.worker.cpu_model_runner",
+            summary=ENGINE_PATCHES["step-phase-timing"],
+            apply=_patch_step_phases,
         ),
     ]
 }

@@ -72,8 +72,10 @@ class ResidentEngine:
         if prev is not None:
             counters = out.counters if prev.counters is None else (
                 prev.counters if out.counters is None else prev.counters + out.counters)
+            phases = out.step_phases if prev.step_phases is None else (
+                prev.step_phases if out.step_phases is None else prev.step_phases + out.step_phases)
             out = CellOutcome(counters=counters, wall_time_s=prev.wall_time_s + out.wall_time_s,
-                              num_requests=prev.num_requests + out.num_requests)
+                              num_requests=prev.num_requests + out.num_requests, step_phases=phases)
         self.outcomes[cid] = out.model_copy(update={"round_wall_s": walls})
 
     def _fail(self, work: CellWork, reason: str, log_tail: str | None) -> None:

@@ -275,6 +275,7 @@ class _Job:
             counters=counters, num_requests=work.earlier_requests + outcome.num_requests,
             wall_time_s=outcome.wall_time_s, started_at=started, finished_at=now_iso(),
             stop=None if stopper is None else stopper.record(), round_wall_s=outcome.round_wall_s,
+            step_phases=outcome.step_phases,
         )))
 
     def run_stopping(self, engine: Engine, work: CellWork, on_record: Callable[[RequestRecord], None]

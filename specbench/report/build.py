@@ -30,6 +30,7 @@ from specbench.report.document import Block, Details, Para, Refs, Section, Table
 from specbench.report.early_stopping_section import stopping_section
 from specbench.report.goodput_section import goodput_section
 from specbench.report.input_length import input_length_section
+from specbench.report.k_length_section import k_length_section
 from specbench.report.method_sections import (
     headline_section,
     k_sweep_section,
@@ -45,6 +46,7 @@ from specbench.report.quality import (
     _serving,
     equivalence_entries,
 )
+from specbench.report.step_share_section import step_share_section
 from specbench.report.tau_meaning_section import steps_section
 from specbench.report.workloads import category_section, turn_section
 from specbench.results import metric_catalog
@@ -400,7 +402,9 @@ def build_report(summary: RunSummary, manifest: RunManifest | None = None, *, ma
     blocks += [loops] if loops is not None else []
     for section in (steps_section(summary), input_length_section(summary), category_section(summary),
                     turn_section(summary), k_sweep_section(summary), schedule,
-                    verification_section(summary), output_acceptance_section(summary), stopping_section(summary),
+                    verification_section(summary), output_acceptance_section(summary), step_share_section(summary),
+                    k_length_section(summary),
+                    stopping_section(summary),
                     _accuracy(summary), _equivalence(summary), _serving(summary, markdown), goodput_section(summary),
                     _cross_check(summary)):
         if section is not None:

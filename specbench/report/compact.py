@@ -9,6 +9,8 @@ summary keeps the answer and the alarms only:
   at its best K: speedup and τ ratios with their intervals, the verdict;
 * under a suite's SLOs, each method's goodput over no speculation by load and the load where
   speculation stops raising it;
+* a K sweep over batch sizes and input lengths: the best K per cell and what a batch-only schedule loses;
+* where steps were timed by phase, the drafter's share of a decoding step and its memory;
 * the lossless verdicts: counts per method, and every group that is not
   ``equivalent`` by name;
 * the failed counter checks, the cells that did not run;
@@ -27,11 +29,12 @@ from typing import TYPE_CHECKING
 
 from specbench.report.document import Block, Para, Section, Table
 from specbench.report.goodput_section import goodput_lines, slo_text
+from specbench.report.k_length_section import HEADERS, k_length_lines
 from specbench.report.markdown import md_blocks
 from specbench.report.quality import equivalence_entries, verdict_label
 from specbench.report.terminal import TAU_ONLY, TAU_ONLY_NOTE, headline_looped, headline_verdict, with_k
 from specbench.results.degeneracy import MARK_NOTE, mark
-from specbench.results.fmt import fmt_est, fmt_speedup, speed_intervals_note
+from specbench.results.fmt import fmt_est, fmt_pct, fmt_speedup, speed_intervals_note
 from specbench.results.manifest import RunManifest
 from specbench.results.parts import HeadlineRow
 from specbench.results.summary import RunSummary
@@ -87,6 +90,35 @@ def _goodput(summary: RunSummary) -> Section | None:
         Table(["Target", "Dataset · T", "Method", "Raises goodput up to", "Stops raising it at", "Ratio by load"],
               goodput_lines(gp)),
     ])
+
+
+def _step_share(summary: RunSummary) -> Section | None:
+    rows = [r for r in summary.extra.step_shares if r.k]
+    if not rows:
+        return None
+    return Section("The drafter's share of a step", [
+        Para("Per decoding step, timed inside vLLM's model runner (`step-phase-timing`): drafting (the drafter's "
+             "proposal) and verification (the target's forward, sampling, bookkeeping), each timed; share = Σ "
+             "drafting / Σ step; 95 % bootstrap over the steps (n: steps)."),
+        Table(["Target", "Method", "K", "Batch", "Drafting share", "Drafting ms", "Verification ms", "Drafter MiB",
+               "KV tokens lost"],
+              [[r.target, r.method, str(r.k), str(r.batch_size), fmt_pct(r.draft_share),
+                fmt_est(r.draft_ms, 3, n_default=r.steps), fmt_est(r.verification_ms, 3, n_default=r.steps),
+                "–" if r.draft_weights_mib is None else f"{r.draft_weights_mib:.2f}",
+                "–" if r.kv_tokens_lost is None else f"{r.kv_tokens_lost:.1%}"]
+               for r in sorted(rows, key=lambda r: (r.target, r.batch_size, r.method, r.k or 0))]),
+    ])
+
+
+def _k_by_length(summary: RunSummary) -> Section | None:
+    rows = summary.extra.k_by_length
+    if not rows:
+        return None
+    lines = [[r.target, r.method, *line] for r in rows for line in k_length_lines([r])]
+    return Section("K by batch size and input length", [
+        Para("Best K per batch size and input length (the headline's paired rule on TPOT; ties take the cheapest K), "
+             "the K a batch-size-only schedule gives, and the decode speed at that K over the best K's there."),
+        Table(["Target", "Method", *HEADERS], lines)])
 
 
 def _lossless(summary: RunSummary) -> Section | None:
@@ -153,6 +185,10 @@ def build_compact(summary: RunSummary, manifest: RunManifest | None = None, *, f
     blocks.append(_headline(summary))
     goodput = _goodput(summary)
     blocks += [goodput] if goodput is not None else []
+    shares = _step_share(summary)
+    blocks += [shares] if shares is not None else []
+    by_length = _k_by_length(summary)
+    blocks += [by_length] if by_length is not None else []
     lossless = _lossless(summary)
     blocks += [lossless] if lossless is not None else []
     blocks.append(_alarms(summary))

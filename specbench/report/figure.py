@@ -51,6 +51,7 @@ TITLES = {
     "ab": "A/B: B/A per group with its interval",
     "goodput_vs_load": "Goodput under SLOs over no speculation's, by load",
     "acceptance_along_output": "Draft acceptance along the output",
+    "step_share": "A decoding step: verification and drafting, each timed",
 }
 
 

@@ -321,7 +321,8 @@ def make_figures(summary: RunSummary) -> dict[str, bytes]:
                      ("tau", _tau), ("per_position", _per_position), ("speedup_vs_load", _speedup_vs_load),
                      ("latency_vs_throughput", _latency_vs_throughput), ("serving_speedup", _serving_speedup),
                      ("accuracy_speedup", _accuracy_speedup), ("goodput_vs_load", plots_deployment.goodput_vs_load_figure),
-                     ("acceptance_along_output", plots_deployment.acceptance_along_output_figure)]:
+                     ("acceptance_along_output", plots_deployment.acceptance_along_output_figure),
+                     ("step_share", plots_deployment.step_share_figure)]:
         png = fn(summary, colors)
         if png is not None:
             out[name] = png

@@ -68,3 +68,36 @@ def acceptance_along_output_figure(summary: RunSummary, colors: dict[str, str]) 
         ax.set_title(f"{target} · {dataset}", fontsize=10, color=INK)
         ax.legend(fontsize=8, frameon=False)
     return to_png(fig, TITLES["acceptance_along_output"] + " (95% intervals over requests)")
+
+
+def step_share_figure(summary: RunSummary, colors: dict[str, str]) -> bytes | None:
+    """One panel per (target, batch size): per method and K a stacked bar of a decoding step's timed phases
+    (verification, drafting, untimed) with the engine's step as the requests saw it (a marker; 95 % intervals)."""
+    panels: dict[tuple[str, int], list] = defaultdict(list)
+    for r in summary.extra.step_shares:
+        panels[(r.target, r.batch_size)].append(r)
+    if not panels:
+        return None
+    fig, axes = new_figure(len(panels))
+    for ax, ((target, batch), rows) in zip(axes, sorted(panels.items()), strict=True):
+        rows = sorted(rows, key=lambda r: (r.method, r.k or 0))
+        x = list(range(len(rows)))
+        ver = [r.verification_ms for r in rows]
+        dra = [r.draft_ms for r in rows]
+        bottom = est_values(ver)
+        ax.bar(x, bottom, yerr=est_yerr(ver), capsize=3, color=BORDER, edgecolor=INK, linewidth=0.4,
+               label="verification (forward, sampling, bookkeeping)")
+        ax.bar(x, est_values(dra), bottom=bottom, yerr=est_yerr(dra), capsize=3,
+               color=[colors.get(r.method, "#888888") for r in rows], edgecolor=INK, linewidth=0.4, label="drafting")
+        top = [b + d for b, d in zip(bottom, est_values(dra), strict=True)]
+        ax.bar(x, est_values([r.untimed_ms for r in rows]), bottom=top, color="white", edgecolor=INK, linewidth=0.4,
+               hatch="//", label="untimed")
+        eng = [r.engine_step_ms for r in rows]
+        if any(e is not None for e in eng):
+            ax.errorbar(x, est_values(eng), yerr=est_yerr(eng), fmt="D", color=INK, capsize=3,
+                        label="engine step (as requests saw it)")
+        ax.set_xticks(x, [f"{r.method}" + (f" K={r.k}" if r.k else "") for r in rows], rotation=20, ha="right")
+        ax.set_ylabel("ms per decoding step")
+        ax.set_title(f"{target} · batch {batch}", fontsize=10, color=INK)
+        ax.legend(fontsize=8, frameon=False)
+    return to_png(fig, TITLES["step_share"] + " (95% intervals over steps)")

@@ -90,6 +90,8 @@ class EngineDescription(InOrder):
     vllm_version: str | None = None  # the vLLM release the engine's process imported (an A/B arm's may differ)
     llm_kwargs: VllmPassthrough | None = None  # vLLM's own arguments, as handed to it
     kept_from: str | None = None  # a kept engine (api.run(keep=...)): the log of the run that started it
+    kv_cache_tokens: int | None = None  # the tokens its KV cache holds (blocks × block size), as vLLM allocated it
+    draft_weights_mib: float | None = None  # the drafter checkpoint's weight files (a local checkpoint), MiB
 
 
 class DraftAttention(Part):

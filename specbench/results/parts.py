@@ -19,8 +19,10 @@ from typing import Any, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from specbench.results.goodput_curve import GoodputSummary
+from specbench.results.k_length_cell import KLengthCell
 from specbench.results.noise_calibration import NoiseCalibration
 from specbench.results.output_acceptance import OutputAcceptance
+from specbench.results.step_share import StepShare
 from specbench.stats import Estimate
 
 #: A headline row's verdict. In a run with speed rounds three-way with a margin, as an A/B (faster / slower /
@@ -345,6 +347,10 @@ class SummaryExtra(Part):
     acceptance_along_output: list[OutputAcceptance] = Field(default_factory=list)
     # why the headline's speed blocks ended (a suite with ``headline:``): every pair decided, the instances, budget
     headline_blocks: str | None = None
+    # per group timed by phase (the step-phase-timing engine patch): the drafter's share of a decoding step
+    step_shares: list[StepShare] = Field(default_factory=list)
+    # a K sweep at several batch sizes and input lengths: per cell the best K and what a batch-only schedule loses
+    k_by_length: list[KLengthCell] = Field(default_factory=list)
 
     @property
     def serving_cells(self) -> list[ServingCellRow]:
@@ -362,7 +368,7 @@ class SummaryExtra(Part):
         data = handler(self)
         return {k: v for k, v in data.items()
                 if not (k in ("speed_noise", "speed_noise_note", "goodput", "headline_blocks") and v is None)
-                and not (k == "acceptance_along_output" and not v)}
+                and not (k in ("acceptance_along_output", "step_shares", "k_by_length") and not v)}
 
 
 

@@ -15,6 +15,7 @@ files by pure functions (``metrics``, ``equivalence``, ``scoring``).
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
@@ -174,6 +175,37 @@ _CONVERSATION_KEYS = ("conversation_id", "turn", "conversation_turns")
 _SPEED_ROUND_DEFAULTS: dict[str, object] = {"instance": None, "speed_only": False}
 
 
+class StepPhases(BaseModel):
+    """A cell's engine steps timed inside vLLM's model runner (the ``step-phase-timing`` engine patch, issue 52):
+    per step, in seconds, the target's forward over the scheduled tokens with its input preparation
+    (``forward_s``), rejection sampling (``sample_s``), the runner's bookkeeping (``bookkeeping_s``), the
+    drafter's proposal (``draft_s``) and the whole step (``step_s``: execute_model + sample_tokens, one timer),
+    with the tokens and requests it scheduled, in the order the steps ran; a cell run in rounds holds its rounds' steps one after another."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    forward_s: list[float] = Field(default_factory=list)
+    sample_s: list[float] = Field(default_factory=list)
+    bookkeeping_s: list[float] = Field(default_factory=list)
+    draft_s: list[float] = Field(default_factory=list)
+    step_s: list[float] = Field(default_factory=list)
+    tokens: list[int] = Field(default_factory=list)  # the tokens the step scheduled (K+1 per request decoding)
+    requests: list[int] = Field(default_factory=list)  # the requests it scheduled
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[Sequence[float]]) -> StepPhases:
+        """From the patch's rows (forward, sample, bookkeeping, draft, step, tokens, requests)."""
+        cols = list(zip(*rows, strict=True)) if rows else [()] * len(cls.model_fields)
+        return cls(**{k: list(c) for k, c in zip(cls.model_fields, cols, strict=True)})
+
+    def __add__(self, other: StepPhases) -> StepPhases:
+        return StepPhases(**{k: getattr(self, k) + getattr(other, k) for k in type(self).model_fields})
+
+    @property
+    def steps(self) -> int:
+        return len(self.step_s)
+
+
 class CellRecord(BaseModel):
     """One finished attempt at a cell."""
 
@@ -198,11 +230,14 @@ class CellRecord(BaseModel):
     # A run with speed rounds: the wall time of this cell's batches in each round, by round (their sum is
     # ``wall_time_s``); what a per-round rate (goodput) divides by. None: one go, or stored before it existed.
     round_wall_s: list[float] | None = None
+    # An engine with the ``step-phase-timing`` patch: its steps for this cell, timed by phase. None: not timed.
+    step_phases: StepPhases | None = None
 
     @model_serializer(mode="wrap")
     def _without_unset_rounds(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """A cell measured in one go is written as before per-round walls existed."""
+        """A cell measured in one go (and not timed by phase) is written as before those fields existed."""
         data = handler(self)
-        if data.get("round_wall_s", 0) is None:
-            del data["round_wall_s"]
+        for key in ("round_wall_s", "step_phases"):
+            if data.get(key, 0) is None:
+                del data[key]
         return data

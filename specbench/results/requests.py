@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, SerializerFunctionWrapHandler, model_serializer
 
 from specbench.config.plan import Cell
-from specbench.results.records import SpecCounters
+from specbench.results.records import SpecCounters, StepPhases
 
 
 class PreparedPrompt(BaseModel):
@@ -114,6 +114,7 @@ class CellOutcome(BaseModel):
     wall_time_s: float
     num_requests: int
     round_wall_s: list[float] | None = None  # speed rounds: the wall of the cell's batches in each round
+    step_phases: StepPhases | None = None  # the engine's steps timed by phase (the step-phase-timing patch)
 
 
 # ---------------------------------------------------------------------------

@@ -444,3 +444,40 @@ def test_the_headline_pairs_get_speed_rounds_on_fresh_engine_instances(smoke_run
     # the run says why the blocks ended: the shared run's budget (1 s) ends them after one block, or all decided
     said = s.extra.headline_blocks or ""
     assert said.startswith(("the budget (", "every headline pair decided")), said
+
+
+# --------------------------------------------------------------------------
+# issue 52: the drafter's share of a step, timed inside vLLM's model runner
+
+
+def test_each_vllm_group_has_its_decoding_steps_timed_by_phase(smoke_run):
+    """The step-phase-timing patch on the engine: every vLLM group's decoding steps split into verification and
+    drafting, each from its own timers, that cover the runner's step; no speculation drafts nothing; a model
+    drafter's weights and KV cost are measured; the share recomputes from cells.jsonl."""
+    import numpy as np
+
+    from specbench.analysis.step_phases import only_decoding
+
+    run_dir, s = smoke_run
+    rows = {r.group_id: r for r in s.extra.step_shares}
+    ok = [g for g in s.whole_groups if g.target == VLLM and g.status == "ok"]
+    assert ok and {g.group_id for g in ok} <= set(rows)
+    latest = {c.cell_id: c for c in rundir.read_cells(run_dir)}
+    for g in ok:
+        r = rows[g.group_id]
+        assert r.steps > 0 and r.prefill_steps > 0 and r.verification_ms.value > 0, r
+        assert 0 <= r.untimed_ms.value < 0.15 * r.step_ms.value, r  # the timers cover the runner's step
+        assert r.kv_cache_tokens and r.kv_cache_tokens > 0
+        if g.method_kind == "baseline":
+            assert r.draft_ms.value == 0.0 and r.draft_weights_mib is None
+            continue
+        assert r.draft_ms.value > 0, r
+        phases = [latest[c.cell_id].step_phases for c in g.cells if latest.get(c.cell_id)]
+        whole = sum(phases[1:], phases[0])
+        keep = only_decoding(whole, g.k)
+        share = np.asarray(whole.draft_s)[keep].sum() / np.asarray(whole.step_s)[keep].sum()
+        assert r.draft_share.value == pytest.approx(share, rel=1e-12)
+        if g.method_kind == "ngram":  # no model: no weights, no KV layers of its own
+            assert r.draft_weights_mib is None and r.kv_tokens_lost == 0.0
+        elif g.method_kind == "eagle3":  # a model with an attention layer: it takes KV cache from the target's
+            assert r.draft_weights_mib > 0 and r.kv_tokens_lost > 0, r
