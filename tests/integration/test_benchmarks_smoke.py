@@ -151,6 +151,14 @@ def check_target_regime(out: str) -> None:
     assert "ms per MB of weights" in out, out
 
 
+def check_goodput_cross_check(out: str) -> None:
+    rows = {r[0].split(" (")[0]: r for r in _table_rows(out, "") if r[0].startswith(("specbench", "vllm bench"))}
+    assert set(rows) == {"specbench", "vllm bench serve"}, out
+    assert rows["specbench"][1] == rows["vllm bench serve"][1] == "4", out  # every request in both clients
+    assert re.search(r"both shares inside the smaller run's interval: (yes|NO)$", out, re.M), out
+    assert re.search(r"recomputed from records\.jsonl with vllm bench serve's definition: \d+ \(equal\)", out), out
+
+
 #: script -> (extra arguments, given the shared run's directory; the check of its output)
 SMOKES = {
     "ab_gate.py": (lambda run: [], check_ab_gate),  # 2 × specbench ab at once (2 engines each), B a layered env
@@ -164,7 +172,8 @@ SMOKES = {
     "drafter_depth_probe.py": (lambda run: [], check_drafter_depth_probe),  # trains 4 steps; 1 engine
     "early_stopping.py": (lambda run: ["--runs", str(run)], check_early_stopping),
     "equivalence_power.py": (lambda run: ["--vllm-run", str(run)], check_equivalence_power),  # no engine
-    "executor_overhead.py": (lambda run: [], check_executor_overhead),  # reference engine × (local, ray ×1, ×2)
+    "executor_overhead.py": (lambda run: [], check_executor_overhead),
+    "goodput_cross_check.py": (lambda run: [], check_goodput_cross_check),  # 1 vLLM server, 2 clients  # reference engine × (local, ray ×1, ×2)
     "k_schedule.py": (lambda run: ["--runs", str(run)], check_k_schedule),  # no engine: the shared run's K sweep
     "parallel_vs_eagle3.py": (lambda run: ["--runs", str(run)], check_parallel_vs_eagle3),
     "time_breakdown.py": (lambda run: [str(run)], check_time_breakdown),
