@@ -65,14 +65,14 @@ class PeakMemory(threading.Thread):
 
 
 def smoke_suite(tmp: Path) -> tuple[Path, Path]:
-    """cpu-gate cut to EAGLE-3 at batch 1 (τ compared, the planted delay in a speculating engine), 2 rounds of 2
-    short prompts; verdicts from round 2."""
+    """cpu-gate cut to EAGLE-3 at batch 1 (τ compared, the planted delay in a speculating engine), 4 rounds of one
+    short prompt on 2 engine instances per arm; verdicts from the second instance."""
     doc = yaml.safe_load(SUITE.read_text())
     doc["targets"][0]["methods"] = [m for m in doc["targets"][0]["methods"] if m["method"] == "eagle3"]
     doc["datasets"][0]["limit"] = 4
     doc["sampling"]["max_tokens"] = 8
     doc["load"]["batch_sizes"] = [1]
-    doc["rounds"] = 2
+    doc["rounds"], doc["instances"] = 4, 2  # two engine instances per arm, two rounds each
     suite = tmp / "cpu-gate-smoke.yaml"
     suite.write_text(yaml.safe_dump(doc, sort_keys=False))
     rules = tmp / "rules.yaml"
@@ -117,15 +117,15 @@ def verdicts(ab: dict) -> dict[tuple[str, str], tuple[str, float | None, int]]:
 
 def report(kind: str, runs: list[dict]) -> None:
     print(f"\n## {kind}: {len(runs)} invocation(s)\n")
-    print("| # | exit | rounds | wall s | peak GiB | different | undecided | τ equal | identical outputs |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| # | exit | rounds | instances | wall s | peak GiB | different | undecided | τ equal | identical outputs |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for i, r in enumerate(runs, 1):
         v = verdicts(r["ab"]).values()
         ex = r["ab"]["exact"]
         tau_eq = sum(g["tau_a"] == g["tau_b"] for g in ex)
         ident = f"{sum(g['identical'] for g in ex)} / {sum(g['compared'] for g in ex)}"
         peak = "–" if r["peak_gib"] is None else f"{r['peak_gib']:.1f}"
-        print(f"| {i} | {r['exit']} | {r['ab']['rounds_run']} | {r['wall_s']:.0f} | {peak} | "
+        print(f"| {i} | {r['exit']} | {r['ab']['rounds_run']} | {r['ab'].get('instances', 1)} | {r['wall_s']:.0f} | {peak} | "
               f"{sum(x[0] == 'different' for x in v)} | {sum(x[0] == 'undecided' for x in v)} | {tau_eq} / {len(ex)} | {ident} |")
     counts: dict[tuple[str, str], Counter] = defaultdict(Counter)
     ratios: dict[tuple[str, str], list[float]] = defaultdict(list)

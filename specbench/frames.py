@@ -183,7 +183,8 @@ def step_share_frame(summary: RunSummary) -> pd.DataFrame:
     """One row per group timed by phase (empty when no engine was)."""
     ests = ("forward_ms", "sample_ms", "bookkeeping_ms", "verification_ms", "draft_ms", "step_ms", "untimed_ms",
             "draft_share", "engine_step_ms")
-    rows = [{"group_id": r.group_id, "target": r.target, "method": r.method, "k": r.k, "batch_size": r.batch_size,
+    rows = [{"group_id": r.group_id, "target": r.target, "dataset": r.dataset, "temperature": r.temperature,
+             "method": r.method, "k": r.k, "batch_size": r.batch_size,
              "steps": r.steps, "prefill_steps": r.prefill_steps,
              **{k: v for name in ests for k, v in _estimate_columns(name, getattr(r, name)).items()},
              "draft_weights_mib": r.draft_weights_mib, "kv_cache_tokens": r.kv_cache_tokens,

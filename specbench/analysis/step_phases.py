@@ -33,8 +33,8 @@ def _ms(values: np.ndarray) -> Estimate:
     return mean_ci(MS * values)
 
 
-def step_share(group_id: str, target: str, method: str, k: int | None, batch_size: int,
-               cells: Sequence[CellRecord], *, engine_step_s: Estimate | None = None,
+def step_share(group_id: str, target: str, dataset: str, temperature: float, method: str, k: int | None,
+               batch_size: int, cells: Sequence[CellRecord], *, engine_step_s: Estimate | None = None,
                draft_weights_mib: float | None = None, kv_cache_tokens: int | None = None,
                baseline_kv_tokens: int | None = None) -> StepShare | None:
     """One group's row from its cells' timed steps; None when no cell of it was timed."""
@@ -52,7 +52,8 @@ def step_share(group_id: str, target: str, method: str, k: int | None, batch_siz
         "ci_low": None if engine_step_s.ci_low is None else engine_step_s.ci_low * MS,
         "ci_high": None if engine_step_s.ci_high is None else engine_step_s.ci_high * MS})
     return StepShare(
-        group_id=group_id, target=target, method=method, k=k, batch_size=batch_size, steps=int(keep.sum()),
+        group_id=group_id, target=target, dataset=dataset, temperature=temperature, method=method, k=k,
+        batch_size=batch_size, steps=int(keep.sum()),
         prefill_steps=int((~keep).sum()), forward_ms=_ms(col["forward_s"]), sample_ms=_ms(col["sample_s"]),
         bookkeeping_ms=_ms(col["bookkeeping_s"]), verification_ms=_ms(verification), draft_ms=_ms(col["draft_s"]),
         step_ms=_ms(col["step_s"]), untimed_ms=_ms(col["step_s"] - verification - col["draft_s"]),
@@ -72,7 +73,8 @@ def step_shares(groups: Sequence, cells_of: Mapping[str, Sequence[CellRecord]],
     out = []
     for g in groups:
         mib, kv = facts(g.group_id)
-        row = step_share(g.group_id, g.target, g.method, g.k, g.batch_size, cells_of.get(g.group_id, ()),
+        row = step_share(g.group_id, g.target, g.dataset, g.temperature, g.method, g.k, g.batch_size,
+                         cells_of.get(g.group_id, ()),
                          engine_step_s=g.step_time_s, draft_weights_mib=mib, kv_cache_tokens=kv,
                          baseline_kv_tokens=baseline_kv.get(g.target))
         if row is not None:

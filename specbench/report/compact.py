@@ -100,13 +100,14 @@ def _step_share(summary: RunSummary) -> Section | None:
         Para("Per decoding step, timed inside vLLM's model runner (`step-phase-timing`): drafting (the drafter's "
              "proposal) and verification (the target's forward, sampling, bookkeeping), each timed; share = Σ "
              "drafting / Σ step; 95 % bootstrap over the steps (n: steps)."),
-        Table(["Target", "Method", "K", "Batch", "Drafting share", "Drafting ms", "Verification ms", "Drafter MiB",
+        Table(["Target", "Dataset", "T", "Method", "K", "Batch", "Drafting share", "Drafting ms", "Verification ms", "Drafter MiB",
                "KV tokens lost"],
-              [[r.target, r.method, str(r.k), str(r.batch_size), fmt_pct(r.draft_share),
+              [[r.target, r.dataset, f"{r.temperature:g}", r.method, str(r.k), str(r.batch_size), fmt_pct(r.draft_share),
                 fmt_est(r.draft_ms, 3, n_default=r.steps), fmt_est(r.verification_ms, 3, n_default=r.steps),
                 "–" if r.draft_weights_mib is None else f"{r.draft_weights_mib:.2f}",
                 "–" if r.kv_tokens_lost is None else f"{r.kv_tokens_lost:.1%}"]
-               for r in sorted(rows, key=lambda r: (r.target, r.batch_size, r.method, r.k or 0))]),
+               for r in sorted(rows, key=lambda r: (r.target, r.dataset, r.temperature, r.batch_size, r.method,
+                                                     r.k or 0))]),
     ])
 
 

@@ -73,14 +73,14 @@ def acceptance_along_output_figure(summary: RunSummary, colors: dict[str, str]) 
 def step_share_figure(summary: RunSummary, colors: dict[str, str]) -> bytes | None:
     """One panel per (target, batch size): per method and K a stacked bar of a decoding step's timed phases
     (verification, drafting, untimed) with the engine's step as the requests saw it (a marker; 95 % intervals)."""
-    panels: dict[tuple[str, int], list] = defaultdict(list)
+    panels: dict[tuple[str, str, int], list] = defaultdict(list)
     for r in summary.extra.step_shares:
-        panels[(r.target, r.batch_size)].append(r)
+        panels[(r.target, r.dataset, r.batch_size)].append(r)
     if not panels:
         return None
     fig, axes = new_figure(len(panels))
-    for ax, ((target, batch), rows) in zip(axes, sorted(panels.items()), strict=True):
-        rows = sorted(rows, key=lambda r: (r.method, r.k or 0))
+    for ax, ((target, dataset, batch), rows) in zip(axes, sorted(panels.items()), strict=True):
+        rows = sorted(rows, key=lambda r: (r.method, r.k or 0, r.temperature))
         x = list(range(len(rows)))
         ver = [r.verification_ms for r in rows]
         dra = [r.draft_ms for r in rows]
@@ -96,8 +96,11 @@ def step_share_figure(summary: RunSummary, colors: dict[str, str]) -> bytes | No
         if any(e is not None for e in eng):
             ax.errorbar(x, est_values(eng), yerr=est_yerr(eng), fmt="D", color=INK, capsize=3,
                         label="engine step (as requests saw it)")
-        ax.set_xticks(x, [f"{r.method}" + (f" K={r.k}" if r.k else "") for r in rows], rotation=20, ha="right")
+        temps = {r.temperature for r in rows}
+        ax.set_xticks(x, [f"{r.method}" + (f" K={r.k}" if r.k else "") + (f" T={r.temperature:g}" if len(temps) > 1
+                                                                           else "") for r in rows],
+                      rotation=20, ha="right")
         ax.set_ylabel("ms per decoding step")
-        ax.set_title(f"{target} · batch {batch}", fontsize=10, color=INK)
+        ax.set_title(f"{target} · {dataset} · batch {batch}", fontsize=10, color=INK)
         ax.legend(fontsize=8, frameon=False)
     return to_png(fig, TITLES["step_share"] + " (95% intervals over steps)")

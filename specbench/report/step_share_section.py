@@ -31,7 +31,8 @@ def _row(r: StepShare) -> list[str]:
 
     kv = "–" if r.kv_cache_tokens is None else f"{r.kv_cache_tokens:,}" + (
         f" (−{r.kv_tokens_lost:.1%})" if r.kv_tokens_lost else "")
-    return [r.method, "–" if r.k is None else str(r.k), str(r.batch_size), str(r.steps), _ms(r.verification_ms),
+    return [r.dataset, f"{r.temperature:g}", r.method, "–" if r.k is None else str(r.k), str(r.batch_size),
+            str(r.steps), _ms(r.verification_ms),
             _ms(r.draft_ms), fmt_pct(r.draft_share, n_default=r.steps), _ms(r.step_ms), _ms(r.untimed_ms), _ms(r.engine_step_ms),
             "–" if r.draft_weights_mib is None else f"{r.draft_weights_mib:.2f}", kv]
 
@@ -43,8 +44,9 @@ def step_share_section(summary: RunSummary) -> Section | None:
         return None
     blocks: list[Block] = [Para(DEFINITION)]
     for target in sorted({r.target for r in rows}):
-        mine = sorted((r for r in rows if r.target == target), key=lambda r: (r.batch_size, r.method, r.k or 0))
+        mine = sorted((r for r in rows if r.target == target),
+                      key=lambda r: (r.dataset, r.temperature, r.batch_size, r.method, r.k or 0))
         blocks.append(Section(target, [Table(
-            ["Method", "K", "Batch", "n steps", "Verification ms", "Drafting ms", "Drafting share", "Step ms",
+            ["Dataset", "T", "Method", "K", "Batch", "n steps", "Verification ms", "Drafting ms", "Drafting share", "Step ms",
              "Untimed ms", "Engine step ms", "Drafter MiB", "KV tokens"], [_row(r) for r in mine])], level=3))
     return Section("The drafter's share of a step", blocks, anchor="step-share")

@@ -26,6 +26,8 @@ class StepShare(BaseModel):
 
     group_id: str
     target: str
+    dataset: str
+    temperature: float
     method: str
     k: int | None
     batch_size: int

@@ -112,12 +112,13 @@ def check_parallel_vs_eagle3(out: str) -> None:
 
 def check_ab_gate(out: str) -> None:
     assert "## A/A (identical arms): 1 invocation(s)" in out and "## planted slowdown (10% of every step, sleep)" in out, out
-    rows = re.findall(r"^\| 1 \| (\d) \| (\d+) \| \d+ \| [\d.]+ \| \d+ \| \d+ \| (\d+) / (\d+) \| (\d+) / (\d+) \|$",
-                      out, re.M)
+    rows = re.findall(r"^\| 1 \| (\d) \| (\d+) \| (\d+) \| \d+ \| [\d.]+ \| \d+ \| \d+ \| (\d+) / (\d+) \| "
+                      r"(\d+) / (\d+) \|$", out, re.M)
     assert len(rows) == 2, out
-    code, rounds, tau_eq, groups, same, compared = rows[0]  # A/A: τ and outputs identical in every group
-    assert code == "0" and rounds == "2" and tau_eq == groups == "1" and same == compared and int(compared) > 0, out
-    assert rows[1][2] == rows[1][3] and rows[1][4] == rows[1][5], out  # a delay changes no token
+    code, rounds, instances, tau_eq, groups, same, compared = rows[0]  # A/A: τ and outputs identical in each group
+    assert code == "0" and rounds == "4" and instances == "2", out  # 4 rounds on 2 engine instances per arm
+    assert tau_eq == groups == "1" and same == compared and int(compared) > 0, out
+    assert rows[1][3] == rows[1][4] and rows[1][5] == rows[1][6], out  # a delay changes no token
 
 
 def check_ab_decision_rule(out: str) -> None:

@@ -33,7 +33,7 @@ STEPS = [(30 * MS, 1 * MS, 1 * MS, 2 * MS, 35 * MS, 40, 1),  # a prefill: 40 tok
 
 def test_decoding_steps_split_into_timed_verification_and_drafting():
     cells = [cell_record("c1", step_phases=_phases(STEPS[:2])), cell_record("c2", step_phases=_phases(STEPS[2:]))]
-    row = step_share("g", "t", "eagle3", 3, 1, cells, engine_step_s=Estimate(value=0.008, ci_low=0.007,
+    row = step_share("g", "t", "d", 0.0, "eagle3", 3, 1, cells, engine_step_s=Estimate(value=0.008, ci_low=0.007,
                      ci_high=0.009, n=3), draft_weights_mib=6.5, kv_cache_tokens=900, baseline_kv_tokens=1000)
     assert row is not None and (row.steps, row.prefill_steps) == (3, 1)
     assert row.verification_ms.value == pytest.approx(5.0)
@@ -47,7 +47,7 @@ def test_decoding_steps_split_into_timed_verification_and_drafting():
 
 
 def test_untimed_groups_have_no_row_and_a_baseline_sets_the_kv_reference():
-    assert step_share("g", "t", "eagle3", 3, 1, [cell_record("c")]) is None
+    assert step_share("g", "t", "d", 0.0, "eagle3", 3, 1, [cell_record("c")]) is None
     base, eagle = group("baseline", k=None), group("eagle3", k=3)
     no_draft = [(4 * MS, 0.5 * MS, 0.5 * MS, 0.0, 5.1 * MS, 1, 1)] * 3
     cells_of = {base.group_id: [cell_record("b", engine_key="eb", step_phases=_phases(no_draft))],
@@ -116,7 +116,7 @@ def test_the_section_and_figure_show_every_timed_group():
     sec = step_share_section(summary)
     assert sec is not None and sec.anchor == "step-share"
     table = sec.blocks[1].blocks[0]
-    assert [r[0] for r in table.rows] == ["baseline", "eagle3"] and table.rows[1][3] == "3"
+    assert [r[2] for r in table.rows] == ["baseline", "eagle3"] and table.rows[1][5] == "3"
     png = step_share_figure(summary, {"eagle3": "#123456"})
     assert png is not None and png[:4] == b"\x89PNG"
     assert step_share_section(run_summary([base])) is None
@@ -132,7 +132,7 @@ def test_the_compact_summary_and_the_frame_carry_the_drafters_rows():
                        {"e": (6.5, 800)})
     summary = run_summary([base, eagle], extra=SummaryExtra(step_shares=rows))
     text = render_compact(summary)
-    assert "## The drafter's share of a step" in text and "| t | eagle3 | 3 | 1 |" in text and "6.50" in text
+    assert "## The drafter's share of a step" in text and "| t | d | 0 | eagle3 | 3 | 1 |" in text and "6.50" in text
     frame = step_share_frame(summary)
     assert list(frame["method"]) == ["baseline", "eagle3"] and frame.loc[1, "draft_ms"] == pytest.approx(2.0)
     assert frame.loc[1, "draft_share_n"] == 3 and frame.loc[1, "draft_weights_mib"] == 6.5
