@@ -64,9 +64,10 @@ class PeakMemory(threading.Thread):
         return self.peak
 
 
-def smoke_suite(tmp: Path) -> tuple[Path, Path]:
-    """cpu-gate cut to EAGLE-3 at batch 1 (τ compared, the planted delay in a speculating engine), 4 rounds of one
-    short prompt on 2 engine instances per arm; verdicts from the second instance."""
+def smoke_suite(tmp: Path) -> tuple[Path, Path, Path]:
+    """cpu-gate cut to EAGLE-3 at batch 1 (τ compared, the planted delay in a speculating engine): for the A/A,
+    4 rounds of one short prompt on 2 engine instances per arm (verdicts from the second instance); for the
+    planted arm, whose path the instances add nothing to, 2 rounds on one instance."""
     doc = yaml.safe_load(SUITE.read_text())
     doc["targets"][0]["methods"] = [m for m in doc["targets"][0]["methods"] if m["method"] == "eagle3"]
     doc["datasets"][0]["limit"] = 4
@@ -75,9 +76,12 @@ def smoke_suite(tmp: Path) -> tuple[Path, Path]:
     doc["rounds"], doc["instances"] = 4, 2  # two engine instances per arm, two rounds each
     suite = tmp / "cpu-gate-smoke.yaml"
     suite.write_text(yaml.safe_dump(doc, sort_keys=False))
+    doc["rounds"], doc["instances"] = 2, 1
+    planted_suite = tmp / "cpu-gate-smoke-planted.yaml"
+    planted_suite.write_text(yaml.safe_dump(doc, sort_keys=False))
     rules = tmp / "rules.yaml"
     rules.write_text("ab: {min_rounds: 2}\n")
-    return suite, rules
+    return suite, planted_suite, rules
 
 
 def invoke(suite: Path, arm_b: str, out: Path, rules: Path | None, budget: float | None) -> dict:
@@ -170,7 +174,7 @@ def main() -> int:
               f"invocations caught (exit 1): {sum(r['exit'] == 1 for r in runs['planted'])} / {len(runs['planted'])}")
         return 0
     tmp = Path(tempfile.mkdtemp(prefix="ab-gate-"))
-    suite, rules = (args.suite, args.rules) if not args.smoke else smoke_suite(tmp)
+    suite, planted_suite, rules = (args.suite, args.suite, args.rules) if not args.smoke else smoke_suite(tmp)
     if args.smoke:
         args.aa, args.planted = 1, 1
     python = args.python
@@ -197,7 +201,7 @@ def main() -> int:
     if args.smoke:  # the path, not speed: both invocations at once (2 engines each), walls and peaks shared
         with ThreadPoolExecutor(2) as pool:
             aa_f = pool.submit(invoke, suite, python, args.out, rules, args.budget)
-            pl_f = pool.submit(invoke, suite, str(planted), args.out, rules, args.budget)
+            pl_f = pool.submit(invoke, planted_suite, str(planted), args.out, rules, args.budget)
             aa, pl = [aa_f.result()], [pl_f.result()]
     else:
         aa = [invoke(suite, python, args.out, rules, args.budget) for _ in range(args.aa)]
