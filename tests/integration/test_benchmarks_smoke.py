@@ -188,9 +188,13 @@ def test_every_benchmark_has_a_smoke():
     assert sorted(p.name for p in (REPO / "benchmarks").glob("*.py")) == sorted(SMOKES)
 
 
-#: The scripts that take longest alone (≥ 8 s here), started first so that the pair ends together.
-LONGEST_FIRST = ["ab_gate.py", "cpu_binding.py", "vllm_cpu_expand_bug.py", "zoo_target_levers.py",
-                 "client_overhead.py", "dflash_flip_sensitivity.py"]
+#: The scripts that take longest alone (≥ 8 s here; 2026-12-06, s alone: ab_gate 43, drafter_depth_probe 42,
+#: cpu_binding 32, goodput_cross_check 28, target_regime 18, vllm_cpu_expand_bug 13, zoo_target_levers 13,
+#: client_overhead 13, dflash_flip_sensitivity 9; the others 1–5), started first, longest first, so that
+#: the pair ends together.
+LONGEST_FIRST = ["ab_gate.py", "drafter_depth_probe.py", "cpu_binding.py", "goodput_cross_check.py",
+                 "target_regime.py", "vllm_cpu_expand_bug.py", "zoo_target_levers.py", "client_overhead.py",
+                 "dflash_flip_sensitivity.py"]
 #: Run after the others, alone: its local Ray instance once exited 1 after printing its table with another
 #: smoke beside it (a clean clone, 2026-12-05; never alone), which no check here could explain.
 ALONE = ["executor_overhead.py"]
