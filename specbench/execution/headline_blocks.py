@@ -84,12 +84,16 @@ class HeadlineBlocks:
         self.log.append(f"{self.spec.instances} instances run; undecided pairs stay so")
 
     def _chunks(self, needed: list[EngineJob], cap: int) -> list[list[EngineJob]]:
-        """The engines a block starts together: all when they fit, else each method's with the reference's."""
+        """The engines a block starts together: all when they fit, else the reference's with as many methods'
+        as fit beside them (at least one: a pair that does not fit takes turns), chunk after chunk. Each chunk
+        restarts the reference's engines, so packing them full starts the fewest."""
         if len(needed) <= cap:
             return [needed]
         refs = [j for j in needed if j.engine.config.method.label == self.reference
                 or any(c.method_family == self.reference for c in (w.request.cell for w in j.cells))]
-        return [[*refs, j] for j in needed if j not in refs] or [refs]
+        others = [j for j in needed if j not in refs]
+        per = max(1, cap - len(refs))
+        return [[*refs, *others[i:i + per]] for i in range(0, len(others), per)] or [refs]
 
     def _block(self, chunk: list[EngineJob], still: set[str], instance: int, first_round: int,
                start: Callable[[EngineJob], ResidentEngine | None], turns: Turns | None) -> None:
