@@ -28,6 +28,14 @@ instance (no blocks) keeps the round as the unit and says so (``instances == 1``
 **Best K.** Among the Ks a method ran, the one with the lowest pooled TPOT over its rounds is compared
 with each other K by the same rule; a K the rule does not find slower ties with it, and the headline
 compares the cheapest K of the tie (shown as a tie): an argmax that flips on noise decides nothing.
+
+**Out of reach.** A pair whose true ratio sits near the margin needs more instances than a suite allows
+(on the CPU stand-in, GSM8k n-gram and P-EAGLE against EAGLE-3 project 10–40). Each instance restarts every
+engine of every open pair, so such a pair spends the blocks' budget that a pair still within reach needs.
+Once a pair rests on :data:`OUT_OF_REACH_FROM` instance units and the rule's projection (the unit at which
+its interval would clear the margin, if its estimate and spread held: ``rounds_to_decide``) lies beyond the
+suite's instance cap, it gets no more blocks: it stays *undecided*, with its interval and projection, and the
+rule itself is unchanged (a stop for lack of reach decides nothing; it only stops spending).
 """
 
 from __future__ import annotations
@@ -49,6 +57,10 @@ from specbench.results.records import RequestRecord
 from specbench.stats import Estimate
 
 METRIC = "tpot_s"  # what the rule decides on: pooled TPOT per round (the method as B; lower is faster)
+#: Instance units a pair rests on before a projection may stop its blocks (:func:`out_of_reach`): from fewer,
+#: the spread is estimated on ≤ 2 degrees of freedom (its own sd over half its size) and the interval is wide
+#: (± 8.4 unit sds at 3 units, 4.2 at 4), so a stop there would leave rows wide open.
+OUT_OF_REACH_FROM = 4
 
 
 class PairUnits(NamedTuple):
@@ -106,6 +118,18 @@ def decide_pair(method: Sequence[RequestRecord], reference: Sequence[RequestReco
     return decide(units.log_ratios, METRIC, rule), units
 
 
+def out_of_reach(verdict: ABVerdict, units: PairUnits, cap: int | None) -> bool:
+    """Whether an undecided pair should get no more blocks: it rests on at least :data:`OUT_OF_REACH_FROM`
+    instances and the rule projects no verdict within ``cap`` instances (``rounds_to_decide`` beyond it, or
+    none: an estimate right on the margin). False without a cap, on rounds of one instance, or when the
+    spread is nil (nothing to project from)."""
+    if cap is None or verdict.verdict != "undecided" or units.instances < OUT_OF_REACH_FROM:
+        return False
+    if verdict.spread is None or verdict.spread <= 0:
+        return False
+    return verdict.rounds_to_decide is None or verdict.rounds_to_decide > cap
+
+
 def decode_speed_ratio(verdict: ABVerdict) -> Estimate:
     """The decode speed ratio of a pair's verdict: the reciprocal of its TPOT ratio (method over reference),
     i.e. the method's decode tok/s per stream over the reference's, with the interval's ends swapped."""
@@ -152,10 +176,10 @@ def choose_k(points: Mapping[int | None, Sequence[RequestRecord]], rule: ABRule)
 
 
 def open_headline_cells(cells: Sequence[Cell], records: Mapping[str, Sequence[RequestRecord]],
-                        reference_of: Mapping[str, str], rule: ABRule) -> set[str]:
+                        reference_of: Mapping[str, str], rule: ABRule, cap: int | None = None) -> set[str]:
     """The cells that need more headline speed rounds: those of every pair (a method at its K against the
     reference at its K, and the reference against no speculation, per target, dataset, temperature, load and
-    slice) the rule leaves undecided, and of
+    slice) the rule leaves undecided and ``cap`` instances can still decide (:func:`out_of_reach`), and of
     every K whose comparison with its family's fastest is undecided. The K of each arm is chosen as the
     headline chooses it (:func:`choose_k`), from the records so far; repeats are pooled."""
     slots: dict[tuple, dict[str, dict[int | None, list[str]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
@@ -183,8 +207,8 @@ def open_headline_cells(cells: Sequence[Cell], records: Mapping[str, Sequence[Re
         if plain.get(key):  # the reference against no speculation (the headline's anchor row)
             pairs.append((ref_cells, plain[key]))
         for method_cells, against in pairs:
-            verdict, _ = decide_pair(recs(method_cells), recs(against), rule)
-            if verdict.verdict == "undecided":
+            verdict, units = decide_pair(recs(method_cells), recs(against), rule)
+            if verdict.verdict == "undecided" and not out_of_reach(verdict, units, cap):
                 out.update(method_cells)
                 out.update(against)
     return out
@@ -201,6 +225,12 @@ def why_blocks_ended(spec: HeadlineSpeedSpec, rows: Sequence[HeadlineRow]) -> st
     open_ = sum(r.verdict == "undecided" for r in ruled)
     if not open_:
         return f"every headline pair decided, after {ran} of at most {spec.instances} engine instances"
+    beyond = [r for r in ruled if r.verdict == "undecided" and (r.instances or 1) >= OUT_OF_REACH_FROM
+              and (r.rounds_to_decide is None or r.rounds_to_decide > spec.instances)]
+    if ran < spec.instances and len(beyond) == open_:
+        return (f"every headline pair decided or out of reach after {ran} of at most {spec.instances} engine "
+                f"instances: {open_} of {len(ruled)} pair(s) undecided, each projected to need more instances than "
+                "the cap (it says how many) and given no more blocks")
     if ran >= spec.instances:
         return (f"{ran} engine instances, the suite's cap, ran; {open_} of {len(ruled)} pair(s) stay undecided "
                 "(each says how many instances would decide it)")

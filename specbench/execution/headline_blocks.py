@@ -10,8 +10,9 @@ rounds: in each, every open cell of a slot (same prompts and load) runs ``batche
 repeat of its prompts (rotating through them round by round), the slot's engines alternating by batch
 (A B | B A …). Those records are ``speed_only`` (numbered on after the single pass's rounds, tagged with
 their instance): the cell's outcome, τ and accuracy stay the single pass's. The blocks end when every pair
-is decided, after ``instances`` instances in all, or once ``budget_s`` is spent (a block started is
-finished). A decided pair's engines are not restarted again.
+is decided or out of the cap's reach (:func:`~specbench.analysis.headline_rounds.out_of_reach`), after
+``instances`` instances in all, or once ``budget_s`` is spent (a block started is finished). The engines of a
+pair decided or out of reach are not restarted again.
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ class HeadlineBlocks:
         for r in self.records:
             by_cell[r.cell_id].append(r)
         targets = {c.target for c in self.cells}
-        return open_headline_cells(self.cells, by_cell, {t: self.reference for t in targets}, HEADLINE_RULE)
+        return open_headline_cells(self.cells, by_cell, {t: self.reference for t in targets}, HEADLINE_RULE,
+                                   cap=self.spec.instances)
 
     def run(self, jobs: Sequence[EngineJob], cap: int, start: Callable[[EngineJob], ResidentEngine | None]) -> None:
         """Blocks until every pair is decided, the instances are spent or the budget is. Each block starts the
@@ -71,7 +73,7 @@ class HeadlineBlocks:
         while self.next_instance < self.spec.instances:
             still = self.open_cells()
             if not still:
-                self.log.append(f"every headline pair decided after {self.next_instance} instance(s)")
+                self.log.append(f"every headline pair decided or out of reach after {self.next_instance} instance(s)")
                 return
             if self.spec.budget_s is not None and time.monotonic() - t0 >= self.spec.budget_s:
                 self.log.append(f"budget of {self.spec.budget_s:.0f} s spent: {len(still)} cell(s) undecided")

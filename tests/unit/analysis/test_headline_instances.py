@@ -142,12 +142,12 @@ def test_the_run_says_why_its_headline_blocks_ended() -> None:
     from specbench.config.suite_models import HeadlineSpeedSpec
     from specbench.results.parts import HeadlineRow
 
-    def row(verdict: str, instances: int, rounds: int | None = 8) -> HeadlineRow:
+    def row(verdict: str, instances: int, rounds: int | None = 8, to_decide: int | None = 5) -> HeadlineRow:
         e = Estimate(value=1.0, ci_low=0.9, ci_high=1.1, n=4)
         return HeadlineRow(target="t", dataset="d", temperature=0.0, batch_size=1, method="m", method_kind="m",
                            method_group="g", method_k=3, reference="eagle3", reference_group="r", reference_k=3,
                            n_prompts=4, tau_ratio=e, speedup_ratio=e, verdict=verdict, rounds=rounds,
-                           instances=instances)
+                           instances=instances, rounds_to_decide=to_decide if verdict == "undecided" else None)
     spec = HeadlineSpeedSpec(instances=6, budget_s=150)
     assert why_blocks_ended(spec, [row("faster", 3), row("same", 2)]).startswith(
         "every headline pair decided, after 3 of at most 6")
@@ -155,4 +155,35 @@ def test_the_run_says_why_its_headline_blocks_ended() -> None:
         "6 engine instances, the suite's cap, ran; 1 of 2")
     assert why_blocks_ended(spec, [row("undecided", 4), row("slower", 2)]).startswith(
         "the budget (the suite's budget_s, or --budget) ended the blocks after 4 of 6 engine instances with 1 of 2")
+    # the pairs left undecided are all beyond the cap's reach (projected past 6 instances, or never)
+    assert why_blocks_ended(spec, [row("undecided", 4, to_decide=9), row("undecided", 5, to_decide=None),
+                                   row("faster", 5)]).startswith(
+        "every headline pair decided or out of reach after 5 of at most 6 engine instances: 2 of 3")
     assert why_blocks_ended(spec, [row("not distinguishable", 1, rounds=None)]) is None
+
+
+def test_a_pair_the_cap_cannot_decide_gets_no_more_blocks() -> None:
+    """A 4.5 % difference against a 5 % margin: its projection runs far past the cap. From four instances on it is
+    out of reach (its cells leave the open set, the verdict stays undecided); before, or without a cap, it is open;
+    a pair projected within the cap stays open."""
+    cells = [REF3, DFL]
+    offsets = [1.0] * 4
+
+    def pair(factor: float, n: int, seed: int) -> dict:
+        return {REF3.cell_id: _arm(REF3, _rates(offsets[:n], 2, noise=0.004, seed=seed)),
+                DFL.cell_id: _arm(DFL, _rates(offsets[:n], 2, factor=factor, noise=0.004, seed=seed + 1))}
+
+    near = pair(1.045, 4, 11)
+    verdict, units = hr.decide_pair(near[DFL.cell_id], near[REF3.cell_id], HEADLINE_RULE)
+    assert verdict.verdict == "undecided" and units.instances == 4 and verdict.rounds_to_decide > 6  # type: ignore[operator]
+    assert hr.out_of_reach(verdict, units, 6)
+    assert hr.open_headline_cells(cells, near, {"t": "eagle3"}, HEADLINE_RULE, cap=6) == set()
+    assert hr.open_headline_cells(cells, near, {"t": "eagle3"}, HEADLINE_RULE) == {REF3.cell_id, DFL.cell_id}
+    three = pair(1.045, 3, 11)  # three instances: too few to project from
+    assert hr.open_headline_cells(cells, three, {"t": "eagle3"}, HEADLINE_RULE, cap=6) == {REF3.cell_id, DFL.cell_id}
+    within = pair(1.15, 4, 13)  # 15 %, noisier: undecided at four instances, projected within the cap
+    within[DFL.cell_id] = _arm(DFL, _rates(offsets, 2, factor=1.15, noise=0.06, seed=16))
+    v2, u2 = hr.decide_pair(within[DFL.cell_id], within[REF3.cell_id], HEADLINE_RULE)
+    assert v2.verdict == "undecided" and v2.rounds_to_decide is not None and v2.rounds_to_decide <= 6
+    assert not hr.out_of_reach(v2, u2, 6)
+    assert hr.open_headline_cells(cells, within, {"t": "eagle3"}, HEADLINE_RULE, cap=6) == {REF3.cell_id, DFL.cell_id}
