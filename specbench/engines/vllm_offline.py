@@ -395,8 +395,13 @@ class VllmOfflineEngine(PipedEngine):
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
         name = f"specbench-engine-{self.config.key}"
-        # Forked from a zygote that imported vLLM with this environment and interpreter (a CPU run's later
-        # engines), else spawned: here, or in another environment's interpreter (engines.interpreter).
+        # Forked from a zygote that imported vLLM with this environment and interpreter, else spawned: here, or
+        # in another environment's interpreter (engines.interpreter). When more engines follow, the zygote is
+        # made first and this engine forked from it too: vLLM is imported once, not twice on two cores at once,
+        # and every engine of the run starts the same way (a spawned first engine's speed sat apart from the
+        # forked ones', docs/measurements.md).
+        if self.prepare_next and settings().spare_engine:
+            ZYGOTES.prepare(self.env, _serve, self.python)
         self._proc = ZYGOTES.fork(self.env, child, self.engine_kwargs, str(self.log_path), name,
                                   settings().engine_start_timeout, self.python) if settings().spare_engine else None
         if self._proc is not None:
@@ -414,8 +419,6 @@ class VllmOfflineEngine(PipedEngine):
             child.close()
             self._conn = parent
         self._live = LIVE.add(f"vLLM offline worker {self.config.key} (pid {self._proc.pid})", self.kill)
-        if self.prepare_next and settings().spare_engine:
-            ZYGOTES.prepare(self.env, _serve, self.python)  # imports vLLM for the next engines while this one starts
         kind, payload = self._recv(settings().engine_start_timeout, starting=True)
         if kind == "start_error":
             self._reap()
