@@ -32,9 +32,9 @@ compares the cheapest K of the tie (shown as a tie): an argmax that flips on noi
 **Out of reach.** A pair whose true ratio sits near the margin needs more instances than a suite allows
 (on the CPU stand-in, GSM8k n-gram and P-EAGLE against EAGLE-3 project 10–40). Each instance restarts every
 engine of every open pair, so such a pair spends the blocks' budget that a pair still within reach needs.
-Once a pair rests on :data:`OUT_OF_REACH_FROM` instance units and the rule's projection (the unit at which
-its interval would clear the margin, if its estimate and spread held: ``rounds_to_decide``) lies beyond the
-suite's instance cap, it gets no more blocks: it stays *undecided*, with its interval and projection, and the
+Once a pair rests on :data:`OUT_OF_REACH_FROM` instance units, its interval excludes a 15 % difference either
+way, and the rule's projection (the unit at which its interval would clear the margin, if its estimate and
+spread held: ``rounds_to_decide``) lies beyond the suite's instance cap, it gets no more blocks: it stays *undecided*, with its interval and projection, and the
 rule itself is unchanged (a stop for lack of reach decides nothing; it only stops spending).
 """
 
@@ -61,6 +61,9 @@ METRIC = "tpot_s"  # what the rule decides on: pooled TPOT per round (the method
 #: the spread is estimated on ≤ 2 degrees of freedom (its own sd over half its size) and the interval is wide
 #: (± 8.4 unit sds at 3 units, 4.2 at 4), so a stop there would leave rows wide open.
 OUT_OF_REACH_FROM = 4
+#: ... and only once its interval excludes a difference of 15 % either way (inside [0.85, 1/0.85]): a pair is given
+#: up as undecided only when what is left open is smaller than that (issue 51: no difference of 15 % undecided).
+OUT_OF_REACH_RESOLUTION = 0.15
 
 
 class PairUnits(NamedTuple):
@@ -120,12 +123,16 @@ def decide_pair(method: Sequence[RequestRecord], reference: Sequence[RequestReco
 
 def out_of_reach(verdict: ABVerdict, units: PairUnits, cap: int | None) -> bool:
     """Whether an undecided pair should get no more blocks: it rests on at least :data:`OUT_OF_REACH_FROM`
-    instances and the rule projects no verdict within ``cap`` instances (``rounds_to_decide`` beyond it, or
-    none: an estimate right on the margin). False without a cap, on rounds of one instance, or when the
+    instances, its interval already excludes a difference of :data:`OUT_OF_REACH_RESOLUTION` either way, and
+    the rule projects no verdict within ``cap`` instances (``rounds_to_decide`` beyond it, or none: an estimate
+    right on the margin). False without a cap, on rounds of one instance, or when the
     spread is nil (nothing to project from)."""
     if cap is None or verdict.verdict != "undecided" or units.instances < OUT_OF_REACH_FROM:
         return False
     if verdict.spread is None or verdict.spread <= 0:
+        return False
+    lo, hi, floor = verdict.ratio.ci_low, verdict.ratio.ci_high, 1 - OUT_OF_REACH_RESOLUTION
+    if lo is None or hi is None or lo < floor or hi > 1 / floor:  # a 15 % difference still open: keep going
         return False
     return verdict.rounds_to_decide is None or verdict.rounds_to_decide > cap
 

@@ -163,9 +163,9 @@ def test_the_run_says_why_its_headline_blocks_ended() -> None:
 
 
 def test_a_pair_the_cap_cannot_decide_gets_no_more_blocks() -> None:
-    """A 4.5 % difference against a 5 % margin: its projection runs far past the cap. From four instances on it is
-    out of reach (its cells leave the open set, the verdict stays undecided); before, or without a cap, it is open;
-    a pair projected within the cap stays open."""
+    """A 4.5 % difference against a 5 % margin: its projection runs far past the cap. From four instances on, with
+    an interval that excludes a 15 % difference, it is out of reach (its cells leave the open set, the verdict stays
+    undecided); before, without a cap, or with a wider interval it is open; a pair projected within the cap too."""
     cells = [REF3, DFL]
     offsets = [1.0] * 4
 
@@ -179,6 +179,10 @@ def test_a_pair_the_cap_cannot_decide_gets_no_more_blocks() -> None:
     assert hr.out_of_reach(verdict, units, 6)
     assert hr.open_headline_cells(cells, near, {"t": "eagle3"}, HEADLINE_RULE, cap=6) == set()
     assert hr.open_headline_cells(cells, near, {"t": "eagle3"}, HEADLINE_RULE) == {REF3.cell_id, DFL.cell_id}
+    wide = pair(1.045, 4, 11)  # the same estimate with an interval that still holds a 15 % difference: open
+    wide[DFL.cell_id] = _arm(DFL, _rates(offsets, 2, factor=1.045, noise=0.08, seed=12))
+    v3, u3 = hr.decide_pair(wide[DFL.cell_id], wide[REF3.cell_id], HEADLINE_RULE)
+    assert v3.verdict == "undecided" and v3.ratio.ci_low < 0.85 and not hr.out_of_reach(v3, u3, 6)  # type: ignore[operator]
     three = pair(1.045, 3, 11)  # three instances: too few to project from
     assert hr.open_headline_cells(cells, three, {"t": "eagle3"}, HEADLINE_RULE, cap=6) == {REF3.cell_id, DFL.cell_id}
     within = pair(1.15, 4, 13)  # 15 %, noisier: undecided at four instances, projected within the cap
