@@ -25,6 +25,15 @@ rule's t-corrected confidence sequence estimates; a block is the smallest unit w
 a fresh pair per round pays a restart per round for what a block pays once). A run whose records carry one
 instance (no blocks) keeps the round as the unit and says so (``instances == 1``).
 
+**Stalls.** On a shared machine a request is now and then paused outright (a 2-core VM held one for 3.4 s: its
+time per decoding step 4.4× its prompt's other runs, identical work at T = 0), and one such round moves its
+instance's unit further than the instance offsets the rule is sized for. A request whose time per decoding
+step (decode time / target forward passes) exceeds :data:`STALL_FACTOR` × the median of its cell's requests
+stalled; a round in which a request of either arm stalled is left out of the pair's units (both arms' requests
+of it; nothing else reads the choice), and the row counts them (``stalled_rounds``). A slow machine slows every
+request alike and is not a stall; the factor lies far outside the spread of a cell's step times (≤ 1.3× over a
+run's instances on the CPU stand-in, 1.6× in its noisiest run).
+
 **Best K.** Among the Ks a method ran, the one with the lowest pooled TPOT over its rounds is compared
 with each other K by the same rule; a K the rule does not find slower ties with it, and the headline
 compares the cheapest K of the tie (shown as a tie): an argmax that flips on noise decides nothing.
@@ -49,6 +58,7 @@ import numpy as np
 
 from specbench.analysis.ab_decision import ABRule, ABVerdict, block_units, decide
 from specbench.analysis.ab_rounds import round_values
+from specbench.analysis.step_time import step_rows
 from specbench.config.plan import Cell
 from specbench.config.suite_models import HeadlineSpeedSpec
 from specbench.results import speed_estimators
@@ -66,13 +76,21 @@ OUT_OF_REACH_FROM = 4
 OUT_OF_REACH_RESOLUTION = 0.15
 
 
+#: A request whose time per decoding step exceeds this multiple of its cell's median stalled (see the module).
+STALL_FACTOR = 2.0
+#: Requests a cell needs before its median says what a stall is.
+STALL_MIN_REQUESTS = 4
+
+
 class PairUnits(NamedTuple):
     """The units one headline pair is decided on: ``log_ratios`` (method over reference, one per unit, in
-    run order), how many rounds and engine instances they rest on, and what a unit is."""
+    run order), how many rounds and engine instances they rest on, what a unit is, and how many rounds were
+    left out because a request in them stalled."""
 
     log_ratios: np.ndarray
     rounds: int
     instances: int
+    stalled_rounds: int = 0
 
     @property
     def unit(self) -> str:
@@ -81,6 +99,25 @@ class PairUnits(NamedTuple):
 
 def _round_key(r: RequestRecord) -> tuple[int, int]:
     return (r.instance or 0, r.round if r.round is not None else 0)
+
+
+def stalled_rounds(records: Sequence[RequestRecord]) -> set[tuple[int, int]]:
+    """``(instance, round)`` of every speed round in which one of ``records`` stalled: its time per decoding
+    step over :data:`STALL_FACTOR` × the median of its cell's requests (a cell with fewer than
+    :data:`STALL_MIN_REQUESTS` timed requests has no median to judge by)."""
+    by_cell: dict[str, list[RequestRecord]] = defaultdict(list)
+    for r in records:
+        if r.round is not None:
+            by_cell[r.cell_id].append(r)
+    out: set[tuple[int, int]] = set()
+    for recs in by_cell.values():
+        rows = step_rows(recs, speculative=any(r.spec is not None for r in recs))
+        if len(rows) < STALL_MIN_REQUESTS:
+            continue
+        per_step = [d / n for _, d, n in rows]
+        limit = STALL_FACTOR * float(np.median(per_step))
+        out.update(_round_key(r) for (r, _, _), t in zip(rows, per_step, strict=True) if t > limit)
+    return out
 
 
 def round_log_ratios(method: Sequence[RequestRecord], reference: Sequence[RequestRecord]
@@ -107,10 +144,13 @@ def round_log_ratios(method: Sequence[RequestRecord], reference: Sequence[Reques
 
 def pair_units(method: Sequence[RequestRecord], reference: Sequence[RequestRecord]) -> PairUnits:
     """The pair's units: per engine instance, the mean log ratio of its rounds when the rounds span two
-    instances or more; else each round's log ratio (one instance: its offset is not in the interval)."""
-    rounds = round_log_ratios(method, reference)
+    instances or more; else each round's log ratio (one instance: its offset is not in the interval). Rounds in
+    which a request of either arm stalled (:func:`stalled_rounds`) are left out."""
+    stalled = stalled_rounds([*method, *reference])
+    every = round_log_ratios(method, reference)
+    rounds = [x for x in every if (x[0], x[1]) not in stalled]
     units, instances = block_units([(inst, lr) for inst, _, lr in rounds])
-    return PairUnits(units, len(rounds), instances)
+    return PairUnits(units, len(rounds), instances, len(every) - len(rounds))
 
 
 def decide_pair(method: Sequence[RequestRecord], reference: Sequence[RequestRecord], rule: ABRule

@@ -190,13 +190,13 @@ def headline_ratios(
             g, tie = (ref_point, ref_tie) if name == ref_name else _headline_point(arms, speed, rule)
             m_reqs, r_reqs = group_requests.get(g.group_id, []), group_requests.get(ref.group_id, [])
             pooled = paired_speedup(m_reqs, r_reqs)
-            sp, rounds, to_decide, instances = pooled, None, None, None
+            sp, rounds, to_decide, instances, stalled = pooled, None, None, None, 0
             decision, units = decide_pair(speed.get(g.group_id, []), speed.get(ref.group_id, []), rule)
             if units.log_ratios.size >= 2:  # interleaved rounds: the A/B rule, the method as B
                 # the decode speed ratio, saying the rounds it rests on (its units may be instances)
                 sp = decode_speed_ratio(decision).model_copy(update={"rounds": units.rounds})
                 rounds, to_decide = units.rounds, decision.rounds_to_decide
-                instances = units.instances
+                instances, stalled = units.instances, units.stalled_rounds
             tau = paired_tau_ratio(m_reqs, r_reqs)
             out.append(
                 HeadlineRow(
@@ -206,7 +206,7 @@ def headline_ratios(
                     n_prompts=max(pooled.n, tau.n), tau_ratio=tau, speedup_ratio=sp,
                     method_speedup=g.speedup, reference_speedup=ref.speedup,
                     verdict=speedup_ratio_verdict(sp, rounds), rounds=rounds, rounds_to_decide=to_decide,
-                    instances=instances, method_k_tie=tie, reference_k_tie=ref_tie,
+                    instances=instances, stalled_rounds=stalled, method_k_tie=tie, reference_k_tie=ref_tie,
                     published=_claims(published, target, name, g),
                 )
             )

@@ -137,8 +137,8 @@ def headline_note(summary: RunSummary, target: str) -> str:
 
 
 def rounds_said_of(r: HeadlineRow) -> str:
-    """' (4 rounds)', ' (12 rounds on 5 instances; ~9 instances would decide)' after a row's verdict, with a K tie
-    (' K 1≈3'); '' in a run of one round."""
+    """' (4 rounds)', ' (12 rounds on 5 instances; ~9 instances would decide)' after a row's verdict, with the rounds
+    left out for a stall and a K tie (' K 1≈3'); '' in a run of one round."""
     ties = "".join(f"; {who} K {'≈'.join(str(k) for k in tie)}" for who, tie in
                    (("method", r.method_k_tie), ("reference", r.reference_k_tie)) if tie)
     if r.rounds is None:
@@ -147,7 +147,8 @@ def rounds_said_of(r: HeadlineRow) -> str:
     unit = "instances" if many else "rounds"
     more = f"; ~{r.rounds_to_decide} {unit} would decide" if r.verdict == "undecided" and r.rounds_to_decide else ""
     on = f" on {r.instances} instances" if many else ""
-    return f" ({r.rounds} rounds{on}{more}{ties})"
+    stalls = f"; {r.stalled_rounds} left out: a request stalled" if r.stalled_rounds else ""
+    return f" ({r.rounds} rounds{on}{more}{stalls}{ties})"
 
 
 def rounds_said(rounds: list[int]) -> str:

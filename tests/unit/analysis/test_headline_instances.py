@@ -191,3 +191,26 @@ def test_a_pair_the_cap_cannot_decide_gets_no_more_blocks() -> None:
     assert v2.verdict == "undecided" and v2.rounds_to_decide is not None and v2.rounds_to_decide <= 6
     assert not hr.out_of_reach(v2, u2, 6)
     assert hr.open_headline_cells(cells, within, {"t": "eagle3"}, HEADLINE_RULE, cap=6) == {REF3.cell_id, DFL.cell_id}
+
+
+def test_a_round_in_which_a_request_stalled_is_left_out() -> None:
+    """A request paused outright (4× its cell's time per step: identical work at T = 0) moves its instance's unit
+    far past the instance offsets; the round it ran in is left out of the pair's units (both arms), and counted."""
+    offsets = [1.0, 1.0, 1.0, 1.0]
+    ref = _arm(REF3, _rates(offsets, 2, noise=0.005, seed=21))
+    method = _arm(DFL, _rates(offsets, 2, factor=1.2, noise=0.005, seed=22))
+    clean, units = hr.decide_pair(method, ref, HEADLINE_RULE)
+    assert units.stalled_rounds == 0 and units.rounds == 8
+    stalled = [r.model_copy(update={"latency_s": r.latency_s * 4}) if (r.instance, r.round, r.prompt_id) == (2, 4, "p0")
+               else r for r in method]
+    assert hr.stalled_rounds(stalled) == {(2, 4)}
+    verdict, units = hr.decide_pair(stalled, ref, HEADLINE_RULE)
+    assert units.stalled_rounds == 1 and units.rounds == 7 and units.instances == 4
+    assert verdict.verdict == clean.verdict == "improved"
+    kept = hr.round_log_ratios(stalled, ref)  # with the stall kept, its round reads the method 2.1× slower
+    assert len(kept) == 8 and math.isclose(max(lr for _, _, lr in kept), math.log(2.5 / 1.2), rel_tol=0.05)
+    # a machine slower for a whole instance is no stall: every request of instance 3 at 1.5×
+    slow = [r.model_copy(update={"latency_s": r.latency_s * 1.5}) if r.instance == 3 else r for r in method]
+    assert hr.stalled_rounds(slow) == set()
+    # a cell with fewer than four timed requests has no median to judge by
+    assert hr.stalled_rounds(stalled[:3]) == set()
