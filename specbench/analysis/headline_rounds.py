@@ -29,8 +29,10 @@ instance (no blocks) keeps the round as the unit and says so (``instances == 1``
 time per decoding step 4.4× its prompt's other runs, identical work at T = 0), and one such round moves its
 instance's unit further than the instance offsets the rule is sized for. A request whose time per decoding
 step (decode time / target forward passes) exceeds :data:`STALL_FACTOR` × the median of its cell's requests
-stalled; a round in which a request of either arm stalled is left out of the pair's units (both arms' requests
-of it; nothing else reads the choice), and the row counts them (``stalled_rounds``). A slow machine slows every
+stalled; the instance's block in which a request of either arm stalled is left out of the pair's units, whole
+(its rounds cover the prompt set only together: a block short of a round would carry that round's prompts' own
+ratio), and the row counts the rounds left out (``stalled_rounds``; with one instance, the rounds are the units
+and only the stalled round goes). Nothing else reads the choice. A slow machine slows every
 request alike and is not a stall; the factor lies far outside the spread of a cell's step times (≤ 1.3× over a
 run's instances on the CPU stand-in, 1.6× in its noisiest run).
 
@@ -144,11 +146,16 @@ def round_log_ratios(method: Sequence[RequestRecord], reference: Sequence[Reques
 
 def pair_units(method: Sequence[RequestRecord], reference: Sequence[RequestRecord]) -> PairUnits:
     """The pair's units: per engine instance, the mean log ratio of its rounds when the rounds span two
-    instances or more; else each round's log ratio (one instance: its offset is not in the interval). Rounds in
-    which a request of either arm stalled (:func:`stalled_rounds`) are left out."""
+    instances or more; else each round's log ratio (one instance: its offset is not in the interval). An
+    instance in which a request of either arm stalled (:func:`stalled_rounds`) is left out whole (with one
+    instance, the stalled round)."""
     stalled = stalled_rounds([*method, *reference])
     every = round_log_ratios(method, reference)
-    rounds = [x for x in every if (x[0], x[1]) not in stalled]
+    if len({inst for inst, _, _ in every}) > 1:
+        gone = {inst for inst, _ in stalled}
+        rounds = [x for x in every if x[0] not in gone]
+    else:
+        rounds = [x for x in every if (x[0], x[1]) not in stalled]
     units, instances = block_units([(inst, lr) for inst, _, lr in rounds])
     return PairUnits(units, len(rounds), instances, len(every) - len(rounds))
 
@@ -272,8 +279,10 @@ def why_blocks_ended(spec: HeadlineSpeedSpec, rows: Sequence[HeadlineRow]) -> st
     open_ = sum(r.verdict == "undecided" for r in ruled)
     if not open_:
         return f"every headline pair decided, after {ran} of at most {spec.instances} engine instances"
+    floor = 1 - OUT_OF_REACH_RESOLUTION
     beyond = [r for r in ruled if r.verdict == "undecided" and (r.instances or 1) >= OUT_OF_REACH_FROM
-              and (r.rounds_to_decide is None or r.rounds_to_decide > spec.instances)]
+              and (r.rounds_to_decide is None or r.rounds_to_decide > spec.instances)
+              and (r.speedup_ratio.ci_low or 0) >= floor and (r.speedup_ratio.ci_high or math.inf) <= 1 / floor]
     if ran < spec.instances and len(beyond) == open_:
         return (f"every headline pair decided or out of reach after {ran} of at most {spec.instances} engine "
                 f"instances: {open_} of {len(ruled)} pair(s) undecided, each projected to need more instances than "

@@ -147,7 +147,7 @@ def rounds_said_of(r: HeadlineRow) -> str:
     unit = "instances" if many else "rounds"
     more = f"; ~{r.rounds_to_decide} {unit} would decide" if r.verdict == "undecided" and r.rounds_to_decide else ""
     on = f" on {r.instances} instances" if many else ""
-    stalls = f"; {r.stalled_rounds} left out: a request stalled" if r.stalled_rounds else ""
+    stalls = f"; {r.stalled_rounds} left out: a request stalled in their instance" if r.stalled_rounds else ""
     return f" ({r.rounds} rounds{on}{more}{stalls}{ties})"
 
 

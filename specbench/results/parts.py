@@ -137,7 +137,7 @@ class HeadlineRow(_Model):
     #: engine instances per arm the rounds ran on (issue 51); > 1: the rule's unit is an instance's block of
     #: rounds (analysis.headline_rounds), 1: the round (that one instance's offset is not in the interval)
     instances: int | None = None
-    #: speed rounds left out of the rule's units because a request in them stalled (analysis.headline_rounds)
+    #: speed rounds left out of the rule's units because a request in their instance stalled (analysis.headline_rounds)
     stalled_rounds: int = 0
     #: the Ks the paired rule could not split from the fastest K (the row compares the cheapest of them)
     method_k_tie: list[int] = Field(default_factory=list)

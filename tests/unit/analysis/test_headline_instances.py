@@ -155,10 +155,14 @@ def test_the_run_says_why_its_headline_blocks_ended() -> None:
         "6 engine instances, the suite's cap, ran; 1 of 2")
     assert why_blocks_ended(spec, [row("undecided", 4), row("slower", 2)]).startswith(
         "the budget (the suite's budget_s, or --budget) ended the blocks after 4 of 6 engine instances with 1 of 2")
-    # the pairs left undecided are all beyond the cap's reach (projected past 6 instances, or never)
+    # the pairs left undecided are all beyond the cap's reach (projected past 6 instances, or never, with an
+    # interval inside [0.85, 1/0.85]); one whose interval still holds a 15 % difference was not: the budget ended it
     assert why_blocks_ended(spec, [row("undecided", 4, to_decide=9), row("undecided", 5, to_decide=None),
                                    row("faster", 5)]).startswith(
         "every headline pair decided or out of reach after 5 of at most 6 engine instances: 2 of 3")
+    wide = row("undecided", 5, to_decide=9).model_copy(
+        update={"speedup_ratio": Estimate(value=0.92, ci_low=0.84, ci_high=1.0, n=4)})
+    assert why_blocks_ended(spec, [wide, row("faster", 5)]).startswith("the budget")
     assert why_blocks_ended(spec, [row("not distinguishable", 1, rounds=None)]) is None
 
 
@@ -193,22 +197,27 @@ def test_a_pair_the_cap_cannot_decide_gets_no_more_blocks() -> None:
     assert hr.open_headline_cells(cells, within, {"t": "eagle3"}, HEADLINE_RULE, cap=6) == {REF3.cell_id, DFL.cell_id}
 
 
-def test_a_round_in_which_a_request_stalled_is_left_out() -> None:
+def test_an_instance_in_which_a_request_stalled_is_left_out() -> None:
     """A request paused outright (4× its cell's time per step: identical work at T = 0) moves its instance's unit
-    far past the instance offsets; the round it ran in is left out of the pair's units (both arms), and counted."""
-    offsets = [1.0, 1.0, 1.0, 1.0]
+    far past the instance offsets; that instance's block is left out of the pair's units whole (both arms: a block
+    short of a round would carry the other round's prompts alone), and its rounds are counted."""
+    offsets = [1.0, 1.0, 1.0, 1.0, 1.0]
     ref = _arm(REF3, _rates(offsets, 2, noise=0.005, seed=21))
     method = _arm(DFL, _rates(offsets, 2, factor=1.2, noise=0.005, seed=22))
     clean, units = hr.decide_pair(method, ref, HEADLINE_RULE)
-    assert units.stalled_rounds == 0 and units.rounds == 8
+    assert units.stalled_rounds == 0 and (units.rounds, units.instances) == (10, 5)
     stalled = [r.model_copy(update={"latency_s": r.latency_s * 4}) if (r.instance, r.round, r.prompt_id) == (2, 4, "p0")
                else r for r in method]
     assert hr.stalled_rounds(stalled) == {(2, 4)}
     verdict, units = hr.decide_pair(stalled, ref, HEADLINE_RULE)
-    assert units.stalled_rounds == 1 and units.rounds == 7 and units.instances == 4
+    assert units.stalled_rounds == 2 and (units.rounds, units.instances) == (8, 4)
+    assert np.allclose(units.log_ratios, -math.log(1.2), atol=0.02)
     assert verdict.verdict == clean.verdict == "improved"
     kept = hr.round_log_ratios(stalled, ref)  # with the stall kept, its round reads the method 2.1× slower
-    assert len(kept) == 8 and math.isclose(max(lr for _, _, lr in kept), math.log(2.5 / 1.2), rel_tol=0.05)
+    assert len(kept) == 10 and math.isclose(max(lr for _, _, lr in kept), math.log(2.5 / 1.2), rel_tol=0.05)
+    # one instance: the rounds are the units, and only the stalled round goes
+    one = [r for r in stalled if r.instance == 2]
+    assert hr.pair_units(one, [r for r in ref if r.instance == 2]).rounds == 1
     # a machine slower for a whole instance is no stall: every request of instance 3 at 1.5×
     slow = [r.model_copy(update={"latency_s": r.latency_s * 1.5}) if r.instance == 3 else r for r in method]
     assert hr.stalled_rounds(slow) == set()
