@@ -41,12 +41,13 @@ with each other K by the same rule; a K the rule does not find slower ties with 
 compares the cheapest K of the tie (shown as a tie): an argmax that flips on noise decides nothing.
 
 **Out of reach.** A pair whose true ratio sits near the margin needs more instances than a suite allows
-(on the CPU stand-in, GSM8k n-gram and P-EAGLE against EAGLE-3 project 10–40). Each instance restarts every
-engine of every open pair, so such a pair spends the blocks' budget that a pair still within reach needs.
+(on the CPU stand-in, GSM8k n-gram and P-EAGLE against EAGLE-3 project 6 to thousands). Each instance restarts
+every engine of every open pair, so such a pair spends the blocks' budget that a pair still within reach needs.
 Once a pair rests on :data:`OUT_OF_REACH_FROM` instance units, its interval excludes a 15 % difference either
 way, and the rule's projection (the unit at which its interval would clear the margin, if its estimate and
-spread held: ``rounds_to_decide``) lies beyond the suite's instance cap, it gets no more blocks: it stays *undecided*, with its interval and projection, and the
-rule itself is unchanged (a stop for lack of reach decides nothing; it only stops spending).
+spread held: ``rounds_to_decide``) lies beyond the suite's instance cap, it gets no more blocks: it stays
+*undecided*, with its interval and projection, and the rule itself is unchanged (a stop for lack of reach
+decides nothing; it only stops spending).
 """
 
 from __future__ import annotations
@@ -174,14 +175,18 @@ def out_of_reach(verdict: ABVerdict, units: PairUnits, cap: int | None) -> bool:
     the rule projects no verdict within ``cap`` instances (``rounds_to_decide`` beyond it, or none: an estimate
     right on the margin). False without a cap, on rounds of one instance, or when the
     spread is nil (nothing to project from)."""
-    if cap is None or verdict.verdict != "undecided" or units.instances < OUT_OF_REACH_FROM:
+    if cap is None or verdict.verdict != "undecided" or verdict.spread is None or verdict.spread <= 0:
         return False
-    if verdict.spread is None or verdict.spread <= 0:
-        return False
-    lo, hi, floor = verdict.ratio.ci_low, verdict.ratio.ci_high, 1 - OUT_OF_REACH_RESOLUTION
-    if lo is None or hi is None or lo < floor or hi > 1 / floor:  # a 15 % difference still open: keep going
-        return False
-    return verdict.rounds_to_decide is None or verdict.rounds_to_decide > cap
+    return _past_reach(units.instances, verdict.ratio, verdict.rounds_to_decide, cap)
+
+
+def _past_reach(instances: int, ratio: Estimate, to_decide: int | None, cap: int) -> bool:
+    """The out-of-reach test on an undecided pair's numbers (its TPOT ratio or the decode speed ratio: the
+    bounds are symmetric in log), shared by the blocks' stop and the report's account of it."""
+    lo, hi, floor = ratio.ci_low, ratio.ci_high, 1 - OUT_OF_REACH_RESOLUTION
+    if instances < OUT_OF_REACH_FROM or lo is None or hi is None or lo < floor or hi > 1 / floor:
+        return False  # too few units to project from, or a 15 % difference still open: keep going
+    return to_decide is None or to_decide > cap
 
 
 def decode_speed_ratio(verdict: ABVerdict) -> Estimate:
@@ -279,10 +284,8 @@ def why_blocks_ended(spec: HeadlineSpeedSpec, rows: Sequence[HeadlineRow]) -> st
     open_ = sum(r.verdict == "undecided" for r in ruled)
     if not open_:
         return f"every headline pair decided, after {ran} of at most {spec.instances} engine instances"
-    floor = 1 - OUT_OF_REACH_RESOLUTION
-    beyond = [r for r in ruled if r.verdict == "undecided" and (r.instances or 1) >= OUT_OF_REACH_FROM
-              and (r.rounds_to_decide is None or r.rounds_to_decide > spec.instances)
-              and (r.speedup_ratio.ci_low or 0) >= floor and (r.speedup_ratio.ci_high or math.inf) <= 1 / floor]
+    beyond = [r for r in ruled if r.verdict == "undecided"
+              and _past_reach(r.instances or 1, r.speedup_ratio, r.rounds_to_decide, spec.instances)]
     if ran < spec.instances and len(beyond) == open_:
         return (f"every headline pair decided or out of reach after {ran} of at most {spec.instances} engine "
                 f"instances: {open_} of {len(ruled)} pair(s) undecided, each projected to need more instances than "

@@ -398,8 +398,8 @@ class VllmOfflineEngine(PipedEngine):
         # Forked from a zygote that imported vLLM with this environment and interpreter, else spawned: here, or
         # in another environment's interpreter (engines.interpreter). When more engines follow, the zygote is
         # made first and this engine forked from it too: vLLM is imported once, not twice on two cores at once,
-        # and every engine of the run starts the same way (a spawned first engine's speed sat apart from the
-        # forked ones', docs/measurements.md).
+        # and every engine of the run starts the same way (while the first was spawned, the headline's first
+        # instance sat on one side of the later ones in every run; docs/measurements.md).
         if self.prepare_next and settings().spare_engine:
             ZYGOTES.prepare(self.env, _serve, self.python)
         self._proc = ZYGOTES.fork(self.env, child, self.engine_kwargs, str(self.log_path), name,
